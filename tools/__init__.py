@@ -1,0 +1,1 @@
+"""trainplan.tools: deterministic calculators. No LLM, no network, no printing."""

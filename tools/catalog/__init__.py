@@ -1,0 +1,118 @@
+"""Model and GPU catalogs: JSON files looked up by name, or any path to such a file.
+
+Models are Hugging Face config.json files (models/*.json); GPUs are figure sheets with sources
+(gpus/*.json).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ..errors import InputError, unknown_name
+from ..specs import GPUSpec, ModelSpec
+
+CATALOG_DIR = Path(__file__).parent
+MODELS_DIR = CATALOG_DIR / "models"
+GPUS_DIR = CATALOG_DIR / "gpus"
+
+# Spellings people write, normalised (lower case, no spaces, dots, underscores or hyphens).
+MODEL_ALIASES = {
+    "llama38b": "llama3-8b",
+    "llama318b": "llama3-8b",
+    "llama370b": "llama3-70b",
+    "llama3170b": "llama3-70b",
+    "llama3405b": "llama3-405b",
+    "llama31405b": "llama3-405b",
+    "deepseekv3": "deepseek-v3",
+    "dsv3": "deepseek-v3",
+    "gpt3": "gpt3-175b",
+    "gpt3175b": "gpt3-175b",
+}
+GPU_ALIASES = {
+    "a100": "a100-sxm-80gb",
+    "a10080gb": "a100-sxm-80gb",
+    "a10040gb": "a100-sxm-40gb",
+    "h100": "h100-sxm-80gb",
+    "h100sxm": "h100-sxm-80gb",
+    "h800": "h800-sxm-80gb",
+    "h200": "h200-sxm-141gb",
+    "b200": "b200",
+}
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[\s._\-/]+", "", name.lower())
+
+
+def model_names() -> list[str]:
+    return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
+
+
+def gpu_names() -> list[str]:
+    return sorted(p.stem for p in GPUS_DIR.glob("*.json"))
+
+
+def _resolve(name: str, directory: Path, aliases: dict[str, str], kind: str, known: list[str]) -> Path:
+    """A catalog name, an alias, or a path to a JSON file -> the file's path."""
+    if not name or not name.strip():
+        raise InputError(f"{kind} is empty: pass a catalog name ({', '.join(known)}) or a path to a JSON file")
+    candidate = Path(name).expanduser()
+    if candidate.suffix == ".json" or "/" in name or candidate.is_file():
+        if not candidate.is_file():
+            raise InputError(f"{kind} file '{name}' does not exist: check the path")
+        return candidate
+    if (directory / f"{name}.json").is_file():
+        return directory / f"{name}.json"
+    key = _normalise(name)
+    for known_name in known:
+        if _normalise(known_name) == key:
+            return directory / f"{known_name}.json"
+    if key in aliases:
+        return directory / f"{aliases[key]}.json"
+    raise unknown_name(kind, name, known)
+
+
+def _read_json(path: Path, kind: str) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{kind} file '{path}' is not valid JSON ({exc.msg} at line {exc.lineno}): fix the file") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {kind} file '{path}': {exc.strerror}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{kind} file '{path}' must hold a JSON object, not {type(data).__name__}")
+    return data
+
+
+def model_config(name_or_path: str) -> tuple[str, dict]:
+    """The raw HF config.json of a catalog model or a file, with the name to report."""
+    path = _resolve(name_or_path, MODELS_DIR, MODEL_ALIASES, "model", model_names())
+    return path.stem, _read_json(path, "model config")
+
+
+@lru_cache(maxsize=256)
+def load_model(name_or_path: str) -> ModelSpec:
+    """A catalog name or a path to an HF config.json -> ModelSpec."""
+    from ..hf import spec_from_config
+
+    name, config = model_config(name_or_path)
+    return spec_from_config(config, name=name)
+
+
+@lru_cache(maxsize=64)
+def load_gpu(name_or_path: str) -> GPUSpec:
+    """A catalog name or a path to a GPU JSON -> GPUSpec."""
+    path = _resolve(name_or_path, GPUS_DIR, GPU_ALIASES, "gpu", gpu_names())
+    data = _read_json(path, "gpu")
+    data.setdefault("name", path.stem)
+    try:
+        return GPUSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise InputError(f"gpu file '{path}': field '{field}' {first['msg'].lower()}: fix the file") from None

@@ -1,0 +1,198 @@
+"""Typed specifications shared by every calculator.
+
+ModelSpec describes a decoder-only transformer closely enough to count its parameters exactly
+(see counting.py); GPUSpec and ClusterSpec describe the hardware; ParallelConfig is one layout in
+the DESIGN.md vocabulary (tp, pp, cp, ep, vpp, zero, mbs, gbs, seq, recompute, schedule, precision).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import InputError
+
+
+class Recompute(str, Enum):
+    """Activation recomputation mode."""
+
+    none = "none"
+    """Keep every activation (fastest, most memory)."""
+    selective = "selective"
+    """Recompute the attention core (softmax, dropout, scores x V); Korthikanti et al. 2022."""
+    full = "full"
+    """Keep only each layer's input and rerun the layer's forward in the backward pass."""
+
+
+class Schedule(str, Enum):
+    """Pipeline schedule."""
+
+    gpipe = "gpipe"
+    """All forwards, then all backwards: every stage holds m micro-batches."""
+    one_f_one_b = "1f1b"
+    """PipeDream-Flush 1F1B: stage i holds at most p - i micro-batches."""
+    interleaved = "interleaved"
+    """Megatron interleaved 1F1B with vpp model chunks per rank; bubble shrinks by 1/vpp."""
+    zb_h1 = "zb-h1"
+    """Zero-bubble H1 (Qi et al. 2024): backward split into input-grad B and weight-grad W."""
+    dualpipe = "dualpipe"
+    """DeepSeek-V3's bidirectional schedule with overlapped forward/backward chunks."""
+
+
+class Precision(str, Enum):
+    """Compute precision of the GEMMs."""
+
+    bf16 = "bf16"
+    """BF16 mixed precision (dense BF16 peak)."""
+    fp8 = "fp8"
+    """FP8 GEMMs (dense FP8 peak); weights and master states as in bf16 mixed precision."""
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer, as read from a Hugging Face config.json.
+
+    Sizes are counts; every flag changes the exact parameter count (see counting.py).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="catalog name or the config file's stem")
+    model_type: str = Field(description="HF model_type the spec was read from")
+    num_layers: int = Field(description="transformer blocks in the main model (MTP excluded)")
+    hidden_size: int = Field(description="h, the residual-stream width")
+    num_attention_heads: int = Field(description="a, query heads")
+    num_kv_heads: int = Field(description="key/value heads (GQA/MQA when fewer than a)")
+    head_dim: int = Field(description="per-head width of q/k/v for standard attention")
+    vocab_size: int = Field(description="V, rows of the embedding table")
+    max_seq_len: int = Field(description="default training sequence length")
+    tie_word_embeddings: bool = Field(default=False, description="LM head shares the embedding")
+    # Attention.
+    attention_type: Literal["mha", "mla"] = Field(
+        default="mha", description="mha covers MHA/GQA/MQA; mla is DeepSeek multi-head latent attention"
+    )
+    qkv_bias: bool = Field(default=False, description="q/k/v projections carry biases")
+    o_bias: bool = Field(default=False, description="output projection carries a bias")
+    qk_norm: bool = Field(default=False, description="per-head RMSNorm on q and k (Qwen3)")
+    q_lora_rank: int | None = Field(default=None, description="MLA query compression rank (None: no compression)")
+    kv_lora_rank: int = Field(default=0, description="MLA key/value compression rank")
+    qk_nope_head_dim: int = Field(default=0, description="MLA per-head q/k width without rotary")
+    qk_rope_head_dim: int = Field(default=0, description="MLA per-head rotary width (shared k_pe)")
+    v_head_dim: int = Field(default=0, description="MLA per-head value width")
+    # MLP.
+    intermediate_size: int = Field(description="dense MLP hidden width")
+    gated_mlp: bool = Field(default=True, description="SwiGLU/GeGLU (3 matrices) versus plain (2)")
+    mlp_bias: bool = Field(default=False, description="MLP matrices carry biases")
+    activation: str = Field(default="silu", description="MLP activation function name")
+    # Mixture of experts.
+    num_experts: int = Field(default=0, description="routed experts per MoE layer (0: dense model)")
+    experts_per_token: int = Field(default=0, description="top-k routed experts per token")
+    moe_intermediate_size: int = Field(default=0, description="hidden width of one routed expert")
+    num_shared_experts: int = Field(default=0, description="always-active shared experts per MoE layer")
+    shared_expert_intermediate_size: int = Field(
+        default=0, description="hidden width of one shared expert"
+    )
+    shared_expert_gate: bool = Field(default=False, description="sigmoid gate Linear(h, 1) on the shared expert")
+    moe_layers: tuple[int, ...] = Field(default=(), description="indices of the MoE layers")
+    # Norms and positions.
+    norm_type: Literal["rmsnorm", "layernorm"] = Field(default="rmsnorm", description="normalisation kind")
+    norm_bias: bool = Field(default=False, description="norms carry a bias (LayerNorm)")
+    norms_per_layer: int = Field(default=2, description="norm modules in each block")
+    final_norm: bool = Field(default=True, description="a norm before the LM head")
+    embedding_norm: bool = Field(default=False, description="a norm right after the embedding (BLOOM)")
+    learned_position_embeddings: int = Field(default=0, description="rows of a learned position table")
+    parallel_attention_mlp: bool = Field(default=False, description="attention and MLP read the same input")
+    num_mtp_layers: int = Field(default=0, description="multi-token-prediction modules, counted apart")
+    extra_params: int = Field(default=0, description="parameters outside the blocks not covered above")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+
+class GPUSpec(BaseModel):
+    """One accelerator and its node, with figures from public sources (see each JSON's 'sources')."""
+
+    name: str = Field(description="catalog name")
+    bf16_tflops: float = Field(gt=0, description="dense BF16 peak, TFLOP/s (no sparsity)")
+    fp8_tflops: float | None = Field(default=None, description="dense FP8 peak, TFLOP/s; None when unsupported")
+    memory_gib: float = Field(gt=0, description="HBM capacity usable by one process, GiB")
+    hbm_bandwidth_gb_s: float = Field(gt=0, description="HBM bandwidth, GB/s")
+    intra_node_bw: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s")
+    inter_node_bw: float = Field(gt=0, description="network bandwidth per GPU per direction, GB/s")
+    gpus_per_node: int = Field(gt=0, description="GPUs sharing one NVLink domain")
+    price: float = Field(gt=0, description="default price, dollars per GPU-hour")
+    sources: dict[str, str] = Field(default_factory=dict, description="where each figure came from")
+
+    def peak_tflops(self, precision: Precision | str) -> float:
+        """Dense peak for the precision used; the MFU denominator."""
+        if Precision(precision) is Precision.fp8:
+            if self.fp8_tflops is None:
+                raise InputError(f"gpu {self.name} has no FP8 tensor cores: use --precision bf16")
+            return self.fp8_tflops
+        return self.bf16_tflops
+
+
+class ClusterSpec(BaseModel):
+    """The GPU plus the cluster flags that override its node and network figures."""
+
+    gpu: GPUSpec
+    num_gpus: int = Field(gt=0, description="total GPUs")
+    gpus_per_node: int = Field(gt=0, description="GPUs per NVLink domain")
+    intra_node_bw: float = Field(gt=0, description="GB/s per GPU per direction inside a node")
+    inter_node_bw: float = Field(gt=0, description="GB/s per GPU per direction across nodes")
+
+    @classmethod
+    def build(
+        cls,
+        gpu: GPUSpec,
+        gpus: int,
+        gpus_per_node: int | None = None,
+        intra_node_bw: float | None = None,
+        inter_node_bw: float | None = None,
+    ) -> ClusterSpec:
+        return cls(
+            gpu=gpu,
+            num_gpus=gpus,
+            gpus_per_node=gpus_per_node or gpu.gpus_per_node,
+            intra_node_bw=intra_node_bw or gpu.intra_node_bw,
+            inter_node_bw=inter_node_bw or gpu.inter_node_bw,
+        )
+
+
+class ParallelConfig(BaseModel):
+    """One layout, every knob resolved. dp is derived: gpus / (tp * pp * cp)."""
+
+    tp: int = Field(default=1, ge=1, description="tensor-parallel size (with sequence parallelism)")
+    pp: int = Field(default=1, ge=1, description="pipeline-parallel size")
+    cp: int = Field(default=1, ge=1, description="context-parallel size")
+    ep: int = Field(default=1, ge=1, description="expert-parallel size (inside the dp*cp group)")
+    dp: int = Field(default=1, ge=1, description="data-parallel size, gpus / (tp*pp*cp)")
+    vpp: int = Field(default=1, ge=1, description="virtual pipeline chunks per rank")
+    zero: int = Field(default=1, ge=0, le=3, description="ZeRO stage 0-3")
+    mbs: int = Field(default=1, ge=1, description="micro-batch size, sequences")
+    gbs: int | None = Field(default=None, ge=1, description="global batch size, sequences")
+    seq: int = Field(ge=1, description="sequence length, tokens")
+    recompute: Recompute = Field(default=Recompute.selective, description="activation recompute mode")
+    schedule: Schedule = Field(default=Schedule.one_f_one_b, description="pipeline schedule")
+    precision: Precision = Field(default=Precision.bf16, description="GEMM precision")
+    sequence_parallel: bool = Field(default=True, description="Megatron sequence parallelism with tp>1")
+    optimizer_offload: bool = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")
+    bf16_grads: bool = Field(default=False, description="bf16 gradients (DeepSpeed's 16 B/param) instead of fp32")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def num_microbatches(self) -> int:
+        """m = gbs / (dp * mbs); 1 when no global batch is set."""
+        if self.gbs is None:
+            return 1
+        return self.gbs // (self.dp * self.mbs)
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size: dp * cp / ep (Megatron folds CP into the expert grid)."""
+        return max(1, self.dp * self.cp // self.ep)

@@ -1,0 +1,49 @@
+"""The `trainplan` command line. Each command group lives in its own module and registers here."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from pydantic import ValidationError
+
+from trainplan.tools.errors import InputError
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Plan distributed LLM training: layout, memory, step time, MFU, GPU-hours and cost.",
+    pretty_exceptions_enable=False,
+)
+
+# One explicit list of command modules; each defines register(app).
+from trainplan import cli_catalog  # noqa: E402
+
+COMMAND_MODULES = (cli_catalog,)
+for _module in COMMAND_MODULES:
+    _module.register(app)
+
+
+def fail(message: str) -> None:
+    """Print one `error:` line on stderr and exit 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def main() -> None:
+    """Console entry point: input errors become one line and exit code 2, never a traceback."""
+    try:
+        app(standalone_mode=True)
+    except InputError as exc:
+        fail(str(exc))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "input"
+        fail(f"{field}: {first['msg']}")
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130)
+
+
+if __name__ == "__main__":
+    main()
