@@ -101,6 +101,10 @@ class ModelSpec(BaseModel):
     norms_per_layer: int = Field(default=2, description="norm modules in each block")
     final_norm: bool = Field(default=True, description="a norm before the LM head")
     embedding_norm: bool = Field(default=False, description="a norm right after the embedding (BLOOM)")
+    norm_affine: bool = Field(default=True, description="norms carry a learned scale (OPT can turn it off)")
+    embedding_dim: int = Field(
+        default=0, description="word-embedding width when it differs from h (OPT word_embed_proj_dim); 0: h"
+    )
     learned_position_embeddings: int = Field(default=0, description="rows of a learned position table")
     parallel_attention_mlp: bool = Field(default=False, description="attention and MLP read the same input")
     num_mtp_layers: int = Field(default=0, description="multi-token-prediction modules, counted apart")
@@ -121,8 +125,28 @@ class GPUSpec(BaseModel):
     hbm_bandwidth_gb_s: float = Field(gt=0, description="HBM bandwidth, GB/s")
     intra_node_bw: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s")
     inter_node_bw: float = Field(gt=0, description="network bandwidth per GPU per direction, GB/s")
+    # Communication parameters of the alpha-beta model (collectives.py documents the choices).
+    intra_node_latency_us: float = Field(
+        default=1.9, ge=0, description="latency of one NVLink hop of a collective, microseconds (NCCL ring/LL128)"
+    )
+    inter_node_latency_us: float = Field(
+        default=4.0, ge=0, description="latency of one network hop of a collective, microseconds (NCCL ring/LL128)"
+    )
+    intra_node_bw_efficiency: float = Field(
+        default=0.80, gt=0, le=1, description="NCCL bus bandwidth reached over NVLink, share of intra_node_bw"
+    )
+    inter_node_bw_efficiency: float = Field(
+        default=0.90, gt=0, le=1, description="NCCL bus bandwidth reached over the network, share of inter_node_bw"
+    )
     gpus_per_node: int = Field(gt=0, description="GPUs sharing one NVLink domain")
     price: float = Field(gt=0, description="default price, dollars per GPU-hour")
+    sm_count: int = Field(default=132, gt=0, description="streaming multiprocessors (GEMM wave quantization)")
+    gemm_efficiency: float = Field(
+        default=0.75, gt=0, le=1, description="share of the dense peak that large GEMMs sustain (see sources)"
+    )
+    attention_efficiency: float = Field(
+        default=0.5, gt=0, le=1, description="share of the dense BF16 peak that flash attention sustains"
+    )
     sources: dict[str, str] = Field(default_factory=dict, description="where each figure came from")
 
     def peak_tflops(self, precision: Precision | str) -> float:
@@ -142,6 +166,10 @@ class ClusterSpec(BaseModel):
     gpus_per_node: int = Field(gt=0, description="GPUs per NVLink domain")
     intra_node_bw: float = Field(gt=0, description="GB/s per GPU per direction inside a node")
     inter_node_bw: float = Field(gt=0, description="GB/s per GPU per direction across nodes")
+    intra_node_latency_us: float = Field(default=1.9, ge=0, description="NVLink hop latency, microseconds")
+    inter_node_latency_us: float = Field(default=4.0, ge=0, description="network hop latency, microseconds")
+    intra_node_bw_efficiency: float = Field(default=0.80, gt=0, le=1, description="share of intra_node_bw reached")
+    inter_node_bw_efficiency: float = Field(default=0.90, gt=0, le=1, description="share of inter_node_bw reached")
 
     @classmethod
     def build(
@@ -151,13 +179,24 @@ class ClusterSpec(BaseModel):
         gpus_per_node: int | None = None,
         intra_node_bw: float | None = None,
         inter_node_bw: float | None = None,
+        intra_node_latency_us: float | None = None,
+        inter_node_latency_us: float | None = None,
+        intra_node_bw_efficiency: float | None = None,
+        inter_node_bw_efficiency: float | None = None,
     ) -> ClusterSpec:
+        def pick(value, default):
+            return default if value is None else value
+
         return cls(
             gpu=gpu,
             num_gpus=gpus,
             gpus_per_node=gpus_per_node or gpu.gpus_per_node,
             intra_node_bw=intra_node_bw or gpu.intra_node_bw,
             inter_node_bw=inter_node_bw or gpu.inter_node_bw,
+            intra_node_latency_us=pick(intra_node_latency_us, gpu.intra_node_latency_us),
+            inter_node_latency_us=pick(inter_node_latency_us, gpu.inter_node_latency_us),
+            intra_node_bw_efficiency=pick(intra_node_bw_efficiency, gpu.intra_node_bw_efficiency),
+            inter_node_bw_efficiency=pick(inter_node_bw_efficiency, gpu.inter_node_bw_efficiency),
         )
 
 

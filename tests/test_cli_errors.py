@@ -1,0 +1,62 @@
+"""Bad input: one `error:` line on stderr that says how to fix it, exit code 2, never a traceback."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+BASE = ["estimate", "--model", "llama3-70b", "--gpu", "h100-sxm-80gb"]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["estimate", "--model", "llama-99b", "--gpu", "h100", "--gpus", "8"], "unknown model"),
+    (["estimate", "--model", "llama3-70b", "--gpu", "h1000", "--gpus", "8"], "did you mean"),
+    (["estimate", "--model", "/no/such/config.json", "--gpu", "h100", "--gpus", "8"], "does not exist"),
+    ([*BASE, "--gpus", "0"], "positive"),
+    ([*BASE, "--gpus", "-8"], "positive"),
+    ([*BASE, "--gpus", "64", "--tp", "8", "--pp", "3"], "tp*pp*cp=8*3*1=24 does not divide gpus=64"),
+    ([*BASE, "--gpus", "48", "--tp", "3"], "does not divide the 64 attention heads"),
+    (["estimate", "--model", "deepseek-v3", "--gpu", "h800", "--gpus", "64", "--ep", "7"], "ep=7"),
+    ([*BASE, "--gpus", "64", "--tp", "8", "--gbs", "100"], "gbs=100 is not divisible by dp*mbs"),
+    ([*BASE, "--gpus", "128", "--pp", "128"], "pp=128 is larger than the 80 layers"),
+    ([*BASE, "--gpus", "8", "--zero", "4"], "ZeRO stage"),
+    ([*BASE, "--gpus", "8", "--gbs", "8", "--tokens", "lots"], "tokens='lots' is not a number"),
+    ([*BASE, "--gpus", "8", "--recompute", "sometimes"], "recompute"),
+    (["estimate", "--model", "llama3-70b", "--gpu", "a100-sxm-80gb", "--gpus", "8", "--precision", "fp8"], "fp8"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, fragment):
+    result = run_cli(*args)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert fragment.lower() in result.stderr.lower(), result.stderr
+    if not any(line.startswith("error:") for line in lines):
+        # typer/click usage errors print a framed box; ours print exactly one line.
+        assert "Invalid value" in result.stderr or "No such option" in result.stderr
+    else:
+        assert len(lines) == 1
+
+
+def test_malformed_config_file(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    result = run_cli("estimate", "--model", str(bad), "--gpu", "h100", "--gpus", "8")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error:") and "not valid JSON" in result.stderr
+
+
+def test_estimate_json_has_design_keys():
+    result = run_cli(*BASE, "--gpus", "64", "--tp", "8", "--pp", "2", "--gbs", "128", "--tokens", "1T", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data) >= {"params", "memory_gib", "fits", "time", "training", "config"}
+    assert set(data["memory_gib"]) == {"weights", "gradients", "optimizer", "activations", "other", "total", "capacity"}
+    assert {"step_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "hardware_tflops_per_gpu",
+            "mfu", "hfu", "bubble_fraction", "breakdown"} <= set(data["time"])
+    assert {"tokens", "steps", "days", "gpu_hours", "cost_usd", "goodput"} <= set(data["training"])
+    assert data["config"]["dp"] * 8 * 2 == 64

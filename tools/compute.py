@@ -1,0 +1,212 @@
+"""Time of the work one GPU does for one layer and one micro-batch: GEMMs, attention, memory-bound ops.
+
+Everything is a roofline, time = max(FLOPs / (peak * efficiency), bytes / (HBM bandwidth * efficiency)),
+with the efficiencies named below. GEMM efficiency depends on the shape through wave quantization:
+a GEMM of M x N output is cut into tiles; the SMs run them in waves, and the last, partly filled wave
+costs as much as a full one (NVIDIA, "Matrix Multiplication Background User's Guide", section
+"Wave Quantization"). Small inner dimensions fall to the memory roofline by themselves.
+
+Conventions: FLOPs are 2 per multiply-add. Forward GEMMs cost F; backward costs 2F (input
+gradient B = F, weight gradient W = F). Attention uses a flash-style kernel (Dao 2023): it stores
+only the output and log-sum-exp, its backward recomputes the scores and costs 2.5x the forward
+FLOPs (five matmuls against two), and causal masking halves the work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .specs import GPUSpec, ModelSpec, ParallelConfig, Precision
+
+# Output tile of the GEMM kernels (cuBLAS/CUTLASS default class for large bf16 GEMMs).
+GEMM_TILE_M = 128
+GEMM_TILE_N = 128
+# Fraction of HBM bandwidth that streaming kernels (norms, activations, Adam) reach.
+# Source: STREAM-like copy kernels reach 80-90% of HBM peak on A100/H100 (NVIDIA's
+# "CUDA C++ Best Practices Guide", effective bandwidth section); we take the low end because
+# many of these kernels are short.
+MEMORY_BOUND_EFFICIENCY = 0.8
+# Fixed cost of one kernel launch (host launch + tail), seconds. CUDA graphs hide some of it.
+KERNEL_LAUNCH_S = 4e-6
+
+
+@dataclass
+class OpTimes:
+    """Forward and backward seconds of one piece of work, split by kind."""
+
+    forward_s: dict[str, float] = field(default_factory=dict)
+    backward_input_s: dict[str, float] = field(default_factory=dict)   # B: gradients w.r.t. inputs
+    backward_weight_s: dict[str, float] = field(default_factory=dict)  # W: gradients w.r.t. weights
+
+    def add(self, key: str, forward: float, backward_input: float, backward_weight: float = 0.0) -> None:
+        self.forward_s[key] = self.forward_s.get(key, 0.0) + forward
+        self.backward_input_s[key] = self.backward_input_s.get(key, 0.0) + backward_input
+        self.backward_weight_s[key] = self.backward_weight_s.get(key, 0.0) + backward_weight
+
+    def scaled(self, factor: float) -> OpTimes:
+        return OpTimes(
+            {k: v * factor for k, v in self.forward_s.items()},
+            {k: v * factor for k, v in self.backward_input_s.items()},
+            {k: v * factor for k, v in self.backward_weight_s.items()},
+        )
+
+    def merged(self, other: OpTimes) -> OpTimes:
+        out = OpTimes(dict(self.forward_s), dict(self.backward_input_s), dict(self.backward_weight_s))
+        for key in other.forward_s:
+            out.add(key, other.forward_s[key], other.backward_input_s[key], other.backward_weight_s[key])
+        return out
+
+    @property
+    def forward(self) -> float:
+        return sum(self.forward_s.values())
+
+    @property
+    def backward_input(self) -> float:
+        return sum(self.backward_input_s.values())
+
+    @property
+    def backward_weight(self) -> float:
+        return sum(self.backward_weight_s.values())
+
+
+def wave_efficiency(m: float, n: float, gpu: GPUSpec) -> float:
+    """Share of the last wave that does useful work: tiles / (waves * SMs)."""
+    tiles = math.ceil(m / GEMM_TILE_M) * math.ceil(n / GEMM_TILE_N)
+    waves = math.ceil(tiles / gpu.sm_count)
+    return tiles / (waves * gpu.sm_count)
+
+
+def gemm_time_s(m: float, n: float, k: float, gpu: GPUSpec, precision: Precision, count: int = 1) -> float:
+    """Seconds for `count` GEMMs of (m x k) @ (k x n) on one GPU: the roofline with wave quantization."""
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    flops = 2.0 * m * n * k
+    bytes_per_element = 1 if precision is Precision.fp8 else 2
+    bytes_moved = bytes_per_element * (m * k + k * n) + 2 * m * n
+    peak = gpu.peak_tflops(precision) * 1e12 * gpu.gemm_efficiency * wave_efficiency(m, n, gpu)
+    compute_s = flops / peak
+    memory_s = bytes_moved / (gpu.hbm_bandwidth_gb_s * 1e9 * MEMORY_BOUND_EFFICIENCY)
+    return count * (max(compute_s, memory_s) + KERNEL_LAUNCH_S)
+
+
+def memory_bound_time_s(bytes_moved: float, gpu: GPUSpec, kernels: int = 1) -> float:
+    """Seconds for streaming kernels that move `bytes_moved` bytes through HBM."""
+    return bytes_moved / (gpu.hbm_bandwidth_gb_s * 1e9 * MEMORY_BOUND_EFFICIENCY) + kernels * KERNEL_LAUNCH_S
+
+
+def attention_time_s(tokens_q: float, tokens_kv: float, heads: float, qk_dim: int, v_dim: int,
+                     gpu: GPUSpec, causal: bool = True) -> tuple[float, float]:
+    """Forward and backward seconds of flash attention for one GPU's heads.
+
+    Forward FLOPs = 2 * Tq * Tkv * heads * (qk_dim + v_dim), halved when causal; backward is 2.5x.
+    Attention runs in bf16 even under FP8 recipes (DeepSeek-V3 report §3.3; Transformer Engine).
+    """
+    flops = 2.0 * tokens_q * tokens_kv * heads * (qk_dim + v_dim)
+    if causal:
+        flops /= 2
+    peak = gpu.bf16_tflops * 1e12 * gpu.attention_efficiency
+    forward = flops / peak + KERNEL_LAUNCH_S
+    return forward, 2.5 * forward
+
+
+def linear(times: OpTimes, key: str, tokens: float, k_in: float, n_out: float, gpu: GPUSpec,
+           precision: Precision, count: int = 1) -> None:
+    """A Linear layer: forward (T x k) @ (k x n); backward input grad and weight grad of the same size."""
+    forward = gemm_time_s(tokens, n_out, k_in, gpu, precision, count)
+    backward_input = gemm_time_s(tokens, k_in, n_out, gpu, precision, count)
+    backward_weight = gemm_time_s(k_in, n_out, tokens, gpu, precision, count)
+    times.add(key, forward, backward_input, backward_weight)
+
+
+def layer_times(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, layer_index: int) -> OpTimes:
+    """Compute time of one transformer layer for one micro-batch on one GPU (no communication).
+
+    Tokens per GPU: T = mbs * seq / cp. Tensor parallelism splits heads and MLP width by tp; the
+    GEMMs still see all T tokens (sequence parallelism gathers them first). Elementwise work on the
+    residual stream is split by tp under sequence parallelism.
+    """
+    tp, precision = cfg.tp, cfg.precision
+    tokens = cfg.mbs * cfg.seq / cfg.cp
+    h = model.hidden_size
+    times = OpTimes()
+    heads = model.num_attention_heads / tp
+
+    # Attention projections.
+    if model.attention_type == "mla":
+        qk_dim = model.qk_nope_head_dim + model.qk_rope_head_dim
+        v_dim = model.v_head_dim
+        if model.q_lora_rank:
+            linear(times, "attention/qkv", tokens, h, model.q_lora_rank, gpu, precision)
+            linear(times, "attention/qkv", tokens, model.q_lora_rank, heads * qk_dim, gpu, precision)
+        else:
+            linear(times, "attention/qkv", tokens, h, heads * qk_dim, gpu, precision)
+        linear(times, "attention/qkv", tokens, h, model.kv_lora_rank + model.qk_rope_head_dim, gpu, precision)
+        linear(times, "attention/qkv", tokens, model.kv_lora_rank,
+               heads * (model.qk_nope_head_dim + v_dim), gpu, precision)
+        linear(times, "attention/out", tokens, heads * v_dim, h, gpu, precision)
+        kv_heads_local = heads
+    else:
+        qk_dim = v_dim = model.head_dim
+        kv_heads_local = max(1.0, model.num_kv_heads / tp)
+        linear(times, "attention/qkv", tokens, h, (heads + 2 * kv_heads_local) * model.head_dim, gpu, precision)
+        linear(times, "attention/out", tokens, heads * model.head_dim, h, gpu, precision)
+
+    # Attention core: queries of this CP rank against the whole sequence (ring attention).
+    forward, backward = attention_time_s(tokens, cfg.seq, heads, qk_dim, v_dim, gpu, causal=True)
+    times.add("attention/core", forward, backward)
+
+    # MLP or MoE.
+    mlp_matrices = 2 if model.gated_mlp else 1
+    if layer_index in model.moe_layers:
+        linear(times, "moe/router", tokens, h, model.num_experts, gpu, Precision.bf16)
+        # Each token visits k experts; spread evenly, each GPU computes T*k token-expert pairs over
+        # its E/ep local experts (expert weights split by tp as well).
+        local_experts = model.num_experts / cfg.ep
+        routed_tokens = tokens * model.experts_per_token / local_experts
+        f_e = model.moe_intermediate_size / tp
+        count = max(1, round(local_experts))
+        linear(times, "moe/experts", routed_tokens, h, mlp_matrices * f_e, gpu, precision, count)
+        linear(times, "moe/experts", routed_tokens, f_e, h, gpu, precision, count)
+        if model.num_shared_experts:
+            f_s = model.num_shared_experts * (model.shared_expert_intermediate_size or model.moe_intermediate_size) / tp
+            linear(times, "moe/shared", tokens, h, mlp_matrices * f_s, gpu, precision)
+            linear(times, "moe/shared", tokens, f_s, h, gpu, precision)
+        width = (model.experts_per_token * model.moe_intermediate_size
+                 + model.num_shared_experts * (model.shared_expert_intermediate_size or model.moe_intermediate_size))
+    else:
+        f = model.intermediate_size / tp
+        linear(times, "mlp", tokens, h, mlp_matrices * f, gpu, precision)
+        linear(times, "mlp", tokens, f, h, gpu, precision)
+        width = model.intermediate_size
+
+    # Memory-bound work per token, in 2-byte elements: two norms (read + write h each), two residual
+    # adds (read 2h, write h), rotary on q and k, the activation (read 2f or f, write f) and, under
+    # dropout models, masks. Backward moves about twice the bytes of the forward.
+    residual_elements = (2 * 2 + 2 * 3) * h / (tp if cfg.sequence_parallel else 1)
+    activation_elements = (3 if model.gated_mlp else 2) * width / tp
+    rotary_elements = 2 * (heads + kv_heads_local) * qk_dim
+    bytes_forward = 2 * tokens * (residual_elements + activation_elements + rotary_elements)
+    forward = memory_bound_time_s(bytes_forward, gpu, kernels=8)
+    times.add("elementwise", forward, 2 * forward)
+    return times
+
+
+def embedding_times(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec) -> OpTimes:
+    """First-stage extra work: the embedding lookup (memory-bound) and its gradient scatter."""
+    tokens = cfg.mbs * cfg.seq / cfg.cp
+    forward = memory_bound_time_s(2 * 2 * tokens * model.hidden_size / cfg.tp, gpu, kernels=2)
+    times = OpTimes()
+    times.add("embedding", forward, 0.0, 2 * forward)
+    return times
+
+
+def head_times(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec) -> OpTimes:
+    """Last-stage extra work: final norm, the LM head GEMM over V/tp columns, and the fp32 cross-entropy."""
+    tokens = cfg.mbs * cfg.seq / cfg.cp
+    times = OpTimes()
+    linear(times, "lm_head", tokens, model.hidden_size, model.vocab_size / cfg.tp, gpu, Precision.bf16)
+    # Softmax cross-entropy reads and writes the fp32 logits (4 B) a few times.
+    loss_forward = memory_bound_time_s(3 * 4 * tokens * model.vocab_size / cfg.tp, gpu, kernels=3)
+    times.add("loss", loss_forward, loss_forward)
+    return times

@@ -1,0 +1,531 @@
+"""Event-driven pipeline schedule simulator: gpipe, 1f1b, interleaved, zb-h1 and dualpipe.
+
+Each rank's op order is built the way the schedule's reference implementation issues it; then a
+list simulation runs every rank's list in order and starts each op as soon as the rank is free
+and its inputs have arrived over the real dependency graph (no closed forms):
+
+    F(mb, s) after F(mb, s-1) + p2p            the activation arrives from the previous stage
+    B(mb, s) after B(mb, s+1) + p2p, F(mb, s)  the gradient arrives from the next stage
+    W(mb, s) after B(mb, s)                    weight gradient of the same stage (split backward)
+
+p2p_s is added only when the two ops sit on different ranks. Each rank runs one op at a time.
+
+Schedules and sources:
+- gpipe: all forwards, then all backwards (Huang et al. 2019, GPipe). Bubble (p-1)/(m+p-1).
+- 1f1b: PipeDream-Flush; p-s-1 warm-up forwards on stage s, then one forward one backward
+  (Narayanan et al. 2021, SC21 "Efficient Large-Scale Language Model Training on GPU Clusters").
+- interleaved: Megatron's interleaved 1F1B (same paper, §2.2.2): rank r holds vpp chunks, chunk c
+  is virtual stage c*p + r; chunk-major groups of p micro-batches; warm-up (p-r-1)*2 + (v-1)*p.
+  Bubble (p-1)/(v*m+p-1), i.e. the paper's (1/v)(p-1)/m of the compute time.
+- zb-h1: Qi et al. 2024 "Zero Bubble Pipeline Parallelism" (ICLR 2024), handcrafted ZB-H1: the
+  backward is split into B (input gradient, on the critical path) and W (weight gradient); stage s
+  keeps 1F1B's p-s-1 warm-up forwards and holds back s W's, which fill the cool-down bubbles.
+  Bubble time per rank (p-1)(F+B-2W), B being the full backward.
+- dualpipe: DeepSeek-V3 technical report §3.2.1 and deepseek-ai/DualPipe `DualPipe.step`, whose
+  eight phases are replayed op by op. Rank r holds model stage r (chunk 0, fed from rank 0) and
+  model stage p-1-r (chunk 1, fed from rank p-1); micro-batches 0..m/2-1 enter at rank 0 and
+  m/2..m-1 at rank p-1. In the steady state a forward chunk and a full backward chunk of other
+  micro-batches run as one overlapped op 'FB'. Paper's bubble (p/2-1)(F&B+B-3W).
+
+Conventions:
+- forward_s[s] and backward_s[s] are the times of one micro-batch through model stage s (all its
+  layers); backward_s = B + W. An interleaved chunk takes 1/vpp of its rank's stage time. For dualpipe,
+  stage s runs on ranks s and p-1-s, so a rank's work per micro-batch equals 1F1B's.
+- The overlapped FB op of dualpipe takes F + B (compute does not get faster; DualPipe's gain of
+  hiding all-to-all and p2p traffic behind compute is outside this model); both its forward
+  output and its input gradient are sent at the end of the op.
+- bubble_fraction = 1 - mean(stage busy time) / makespan; with equal stages and p2p=0 it is
+  idle / (idle + busy) of every rank, which is the closed forms' definition.
+- peak_inflight_microbatches: per rank, the most micro-batches whose forward activations are held,
+  from the start of the forward to the end of the op that frees them (B, or W when the backward is
+  split, since W needs the layer inputs). Interleaved chunks count 1/vpp each (a full stage's
+  micro-batch = 1); a dualpipe chunk is a whole model stage and counts 1, so DualPipe reports
+  p+1 on rank 0 (the paper's PP+1: inside an FB op the new forward and the old backward coexist).
+  zb-h1 reports p on every stage: the W's held back keep their inputs alive, and p is 1F1B's peak.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from .errors import InputError
+from .specs import Schedule
+
+# Op kinds: forward, full backward (B+W), input-grad backward only, weight grad, overlapped F + full B.
+_F, _B, _I, _W, _X = range(5)
+_KIND_NAME = ("F", "B", "B", "W", "FB")
+_NOT_DONE = -1.0
+
+
+@dataclass(slots=True)
+class PipelineEvent:
+    """One op on one rank. For 'FB' (dualpipe), microbatch/chunk are the forward's and
+    backward_microbatch/backward_chunk the overlapped backward's."""
+
+    stage: int  # pipeline rank
+    kind: str  # 'F', 'B', 'W' or 'FB'
+    microbatch: int
+    chunk: int  # interleaved: model chunk on the rank; dualpipe: 0 = stage r, 1 = stage p-1-r
+    start_s: float
+    end_s: float
+    backward_microbatch: int | None = None
+    backward_chunk: int | None = None
+
+
+@dataclass
+class PipelineResult:
+    """Outcome of one simulated schedule. Times in seconds."""
+
+    schedule: str
+    pp: int
+    num_microbatches: int
+    vpp: int
+    makespan_s: float  # first op start (0) to last op end, over all ranks
+    bubble_fraction: float  # 1 - mean(stage_busy_s) / makespan_s
+    stage_busy_s: list[float]  # compute time per rank
+    peak_inflight_microbatches: list[float]  # per rank, in full-stage micro-batches (see module doc)
+    timeline: list[PipelineEvent] = field(default_factory=list)  # empty when record_timeline=False
+
+    @property
+    def closed_form_bubble_fraction(self) -> float | None:
+        """The closed form for equal stages and no p2p, where one exists."""
+        return bubble_closed_form(self.schedule, self.pp, self.num_microbatches, self.vpp)
+
+    def to_dict(self, include_timeline: bool = True) -> dict:
+        """Plain JSON-able data; the timeline as a list of event dicts (omitted when asked)."""
+        out = {
+            "schedule": self.schedule, "pp": self.pp, "num_microbatches": self.num_microbatches,
+            "vpp": self.vpp, "makespan_s": self.makespan_s, "bubble_fraction": self.bubble_fraction,
+            "closed_form_bubble_fraction": self.closed_form_bubble_fraction,
+            "stage_busy_s": list(self.stage_busy_s),
+            "peak_inflight_microbatches": list(self.peak_inflight_microbatches),
+        }
+        if include_timeline:
+            out["timeline"] = [asdict(e) for e in self.timeline]
+        return out
+
+
+def _schedule(schedule: str | Schedule) -> Schedule:
+    try:
+        return Schedule(schedule)
+    except ValueError:
+        known = [s.value for s in Schedule]
+        close = difflib.get_close_matches(str(schedule).lower(), known, n=2, cutoff=0.4)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise InputError(f"unknown schedule '{schedule}': {hint}known: {', '.join(known)}") from None
+
+
+def bubble_closed_form(schedule: str | Schedule, pp: int, m: int, vpp: int = 1) -> float | None:
+    """Closed-form bubble fraction for equal stages and p2p=0, or None when there is none.
+
+    gpipe, 1f1b (Huang et al. 2019; Narayanan et al. 2021): (p-1)/(m+p-1).
+    interleaved (Narayanan et al. 2021 §2.2.2): bubble time (p-1)(tf+tb)/v over compute m(tf+tb),
+    so as a fraction of the makespan (p-1)/(v*m+p-1).
+    zb-h1 and dualpipe: the papers give bubble *times* that depend on F, B and W: see bubble_paper_s.
+    """
+    s = _schedule(schedule)
+    if s in (Schedule.gpipe, Schedule.one_f_one_b):
+        return (pp - 1) / (m + pp - 1)
+    if s is Schedule.interleaved:
+        return (pp - 1) / (vpp * m + pp - 1)
+    return None
+
+
+def bubble_paper_s(schedule: str | Schedule, pp: int, forward_s: float, backward_s: float,
+                   weight_grad_s: float | None = None, vpp: int = 1) -> float:
+    """Per-rank idle time from the papers' tables, for equal stages and no p2p.
+
+    DeepSeek-V3 report Table 2 (F forward chunk, B full backward, W weight-grad part, F&B an
+    overlapped forward+backward, here F+B): 1F1B (p-1)(F+B); ZB1P (p-1)(F+B-2W);
+    DualPipe (p/2-1)(F&B+B-3W). GPipe equals 1F1B; interleaved is 1F1B's over vpp (SC21).
+    """
+    s = _schedule(schedule)
+    f, b = forward_s, backward_s
+    w = b / 2 if weight_grad_s is None else weight_grad_s
+    if s in (Schedule.gpipe, Schedule.one_f_one_b):
+        return (pp - 1) * (f + b)
+    if s is Schedule.interleaved:
+        return (pp - 1) * (f + b) / vpp
+    if s is Schedule.zb_h1:
+        return (pp - 1) * (f + b - 2 * w)
+    return (pp / 2 - 1) * ((f + b) + b - 3 * w)
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-rank op orders. An op is (kind, mb, vs, mb2, vs2): vs is the virtual stage on the
+# micro-batch's path (0..V-1); mb2/vs2 are the backward half of an overlapped 'FB' op.
+
+
+def _order_gpipe(pp: int, m: int, r: int) -> list[tuple]:
+    return [(_F, mb, r, -1, -1) for mb in range(m)] + [(_B, mb, r, -1, -1) for mb in range(m)]
+
+
+def _order_1f1b(pp: int, m: int, r: int) -> list[tuple]:
+    warm = min(pp - r - 1, m)
+    ops = [(_F, mb, r, -1, -1) for mb in range(warm)]
+    for k in range(m - warm):
+        ops += [(_F, warm + k, r, -1, -1), (_B, k, r, -1, -1)]
+    ops += [(_B, mb, r, -1, -1) for mb in range(m - warm, m)]
+    return ops
+
+
+def _order_interleaved(pp: int, m: int, v: int, r: int) -> list[tuple]:
+    """Megatron `forward_backward_pipelining_with_interleaving`: virtual micro-batch k runs chunk
+    (k // p) % v (reversed for backward) on micro-batch (k // (p*v))*p + k % p."""
+    total = m * v
+    warm = min((pp - r - 1) * 2 + (v - 1) * pp, total)
+
+    def op(kind: int, k: int) -> tuple:
+        chunk = (k // pp) % v
+        if kind == _B:
+            chunk = v - 1 - chunk
+        return (kind, (k // (pp * v)) * pp + k % pp, chunk * pp + r, -1, -1)
+
+    ops = [op(_F, k) for k in range(warm)]
+    for k in range(total - warm):
+        ops += [op(_F, warm + k), op(_B, k)]
+    ops += [op(_B, k) for k in range(total - warm, total)]
+    return ops
+
+
+def _order_zb_h1(pp: int, m: int, r: int) -> list[tuple]:
+    """ZB-H1 (Qi et al. 2024 Fig. 3): 1F1B's order with B split from W; stage r keeps up to r W's
+    waiting (so the last stage delays p-1 and stage 0 none) and flushes them at the end."""
+    warm = min(pp - r - 1, m)
+    ops = [(_F, mb, r, -1, -1) for mb in range(warm)]
+    waiting: deque[int] = deque()
+
+    def backward(mb: int) -> None:
+        ops.append((_I, mb, r, -1, -1))
+        waiting.append(mb)
+        if len(waiting) > r:
+            ops.append((_W, waiting.popleft(), r, -1, -1))
+
+    for k in range(m - warm):
+        ops.append((_F, warm + k, r, -1, -1))
+        backward(k)
+    for mb in range(m - warm, m):
+        backward(mb)
+    ops += [(_W, mb, r, -1, -1) for mb in waiting]
+    return ops
+
+
+def _order_dualpipe(pp: int, m: int, r: int) -> list[tuple]:
+    """deepseek-ai/DualPipe `DualPipe.step`, steps 1-8, for rank r. A local phase is 0 for the
+    rank's earlier stage and 1 for its later one; on the second half of the ranks phase 0 is the
+    reverse direction (phase ^= is_in_second_half)."""
+    half_ranks, half_m = pp // 2, m // 2
+    half_rank = min(r, pp - 1 - r)
+    second = int(r >= half_ranks)
+    middle = half_rank == half_ranks - 1
+    n_f, n_b = [0, 0], [0, 0]  # next micro-batch per direction (0: fed at rank 0, 1: at rank p-1)
+    waiting: deque[tuple[int, int]] = deque()
+    ops: list[tuple] = []
+
+    def target(phase: int, counter: list[int]) -> tuple[int, int]:
+        d = phase ^ second
+        mb = counter[d] + d * half_m
+        counter[d] += 1
+        return mb, (r if d == 0 else pp - 1 - r)
+
+    def fwd(phase: int) -> None:
+        ops.append((_F, *target(phase, n_f), -1, -1))
+
+    def bwd(phase: int, zb: bool = False) -> None:
+        mb, vs = target(phase, n_b)
+        ops.append((_I if zb else _B, mb, vs, -1, -1))
+        if zb:
+            waiting.append((mb, vs))
+
+    def weight() -> None:
+        ops.append((_W, *waiting.popleft(), -1, -1))
+
+    def fwd_bwd(phase0: int, phase1: int) -> None:
+        ops.append((_X, *target(phase0, n_f), *target(phase1, n_b)))
+
+    for _ in range((half_ranks - half_rank - 1) * 2):  # step 1: nF0
+        fwd(0)
+    for _ in range(half_rank + 1):  # step 2: nF0F1
+        fwd(0)
+        fwd(1)
+    for _ in range(half_ranks - half_rank - 1):  # step 3: nB1W1F1 (zero bubble)
+        bwd(1, zb=True)
+        weight()
+        fwd(1)
+    for i in range(half_m - pp + half_rank + 1):  # step 4 (main): nF0B1F1B0
+        if i == 0 and middle:  # the reference does not overlap these two on the middle ranks
+            fwd(0)
+            bwd(1)
+        else:
+            fwd_bwd(0, 1)
+        fwd_bwd(1, 0)
+    for _ in range(half_ranks - half_rank - 1):  # step 5: nB1F1B0
+        bwd(1)
+        fwd_bwd(1, 0)
+    step_6, zb = half_rank + 1, False  # step 6: nB1B0, second half with zero bubble
+    for i in range(step_6):
+        if i == step_6 // 2 and half_rank % 2 == 1:
+            zb = True
+        bwd(1, zb)
+        if i == step_6 // 2 and half_rank % 2 == 0:
+            zb = True
+        bwd(0, zb)
+    for _ in range(half_ranks - half_rank - 1):  # step 7: nWB0
+        weight()
+        bwd(0, zb=True)
+    for _ in range(half_rank + 1):  # step 8: nW
+        weight()
+    return ops
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def _per_stage(name: str, value: float | Sequence[float], pp: int) -> list[float]:
+    values = [float(value)] * pp if isinstance(value, (int, float)) else [float(x) for x in value]
+    if len(values) != pp:
+        raise InputError(f"{name} has {len(values)} values but pp={pp}: give one per stage or a single number")
+    if not all(math.isfinite(x) and x >= 0 for x in values):
+        raise InputError(f"{name} must be finite and >= 0 seconds, got {values}")
+    return values
+
+
+def _validate(s: Schedule, pp: int, m: int, vpp: int) -> None:
+    for name, value in (("pp", pp), ("num_microbatches", m), ("vpp", vpp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{name} must be an integer >= 1, got {value!r}")
+    if s is Schedule.interleaved:
+        if vpp < 2:
+            raise InputError("schedule=interleaved needs vpp >= 2 (virtual stages per rank); vpp=1 is 1f1b")
+        if m % pp:
+            raise InputError(f"schedule=interleaved needs microbatches divisible by pp (Megatron): "
+                             f"microbatches={m}, pp={pp}; use a multiple of {pp}")
+    elif vpp != 1:
+        raise InputError(f"vpp={vpp} is only used by the interleaved schedule: use schedule interleaved or vpp 1")
+    if s is Schedule.dualpipe and (pp < 2 or pp % 2 or m % 2 or m < 2 * pp):
+        raise InputError(f"schedule=dualpipe needs an even pp >= 2 and an even number of micro-batches "
+                         f">= 2*pp (DualPipe.step asserts it): pp={pp}, microbatches={m}")
+
+
+def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int = 1,
+             forward_s: float | Sequence[float] = 1.0,
+             backward_s: float | Sequence[float] = 2.0,
+             weight_grad_s: float | Sequence[float] | None = None,
+             p2p_s: float = 0.0,
+             record_timeline: bool = True) -> PipelineResult:
+    """Simulate one training step's pipeline schedule; see the module docstring for the model.
+
+    forward_s, backward_s: per model stage (one number for all, or pp numbers), one micro-batch.
+    weight_grad_s: the W part of backward_s (default backward_s/2); only zb-h1 and dualpipe run W
+    apart. p2p_s: latency + transfer of one activation or gradient between adjacent ranks.
+    """
+    s = _schedule(schedule)
+    _validate(s, pp, num_microbatches, vpp)
+    m = num_microbatches
+    fwd = _per_stage("forward_s", forward_s, pp)
+    bwd = _per_stage("backward_s", backward_s, pp)
+    wgt = [b / 2 for b in bwd] if weight_grad_s is None else _per_stage("weight_grad_s", weight_grad_s, pp)
+    if any(w > b for w, b in zip(wgt, bwd)):
+        raise InputError(f"weight_grad_s {wgt} is the W part of backward_s {bwd}: it cannot exceed it")
+    if not any(fwd) and not any(bwd):
+        raise InputError("forward_s and backward_s are all 0: give the stages some work")
+    if not (math.isfinite(p2p_s) and p2p_s >= 0):
+        raise InputError(f"p2p_s must be finite and >= 0 seconds, got {p2p_s}")
+
+    # Virtual stages: V per micro-batch path; owner[mb*V + vs] is the rank that runs it.
+    if s is Schedule.dualpipe:
+        V = pp
+        f_d, b_d, w_d = fwd, bwd, wgt
+        owner = [vs if mb < m // 2 else pp - 1 - vs for mb in range(m) for vs in range(V)]
+        orders = [_order_dualpipe(pp, m, r) for r in range(pp)]
+    else:
+        V = pp * vpp
+        f_d = [fwd[vs % pp] / vpp for vs in range(V)]
+        b_d = [bwd[vs % pp] / vpp for vs in range(V)]
+        w_d = [wgt[vs % pp] / vpp for vs in range(V)]
+        owner = [vs % pp for vs in range(V)] * m
+        if s is Schedule.interleaved:
+            orders = [_order_interleaved(pp, m, vpp, r) for r in range(pp)]
+        else:
+            build = {Schedule.gpipe: _order_gpipe, Schedule.one_f_one_b: _order_1f1b,
+                     Schedule.zb_h1: _order_zb_h1}[s]
+            orders = [build(pp, m, r) for r in range(pp)]
+    i_d = [b - w for b, w in zip(b_d, w_d)]
+    dur = (f_d, b_d, i_d, w_d)
+
+    # List simulation over the dependency graph: a rank runs its list in order until an op's input
+    # is missing; finishing an op wakes the rank that consumes its output. O(number of ops).
+    f_end = [_NOT_DONE] * (m * V)
+    b_end = [_NOT_DONE] * (m * V)
+    pos, free = [0] * pp, [0.0] * pp
+    raw: list[list[tuple]] = [[] for _ in range(pp)]  # per rank, in run order
+    last = V - 1
+    stack = list(range(pp))
+    while stack:
+        r = stack.pop()
+        ops, i, t = orders[r], pos[r], free[r]
+        record = raw[r].append if record_timeline else None
+        n = len(ops)
+        while i < n:
+            kind, mb, vs, mb2, vs2 = ops[i]
+            k = mb * V + vs
+            start = t
+            if kind == _F or kind == _X:
+                if vs:
+                    ready = f_end[k - 1]
+                    if ready < 0:
+                        break
+                    if owner[k - 1] != r:
+                        ready += p2p_s
+                    if ready > start:
+                        start = ready
+                if kind == _X:  # the backward half: same checks as a B on (mb2, vs2)
+                    k2 = mb2 * V + vs2
+                    if f_end[k2] < 0:
+                        break
+                    if vs2 < last:
+                        ready = b_end[k2 + 1]
+                        if ready < 0:
+                            break
+                        if owner[k2 + 1] != r:
+                            ready += p2p_s
+                        if ready > start:
+                            start = ready
+                    end = start + f_d[vs] + b_d[vs2]
+                    b_end[k2] = end
+                    if vs2:
+                        stack.append(owner[k2 - 1])
+                else:
+                    end = start + f_d[vs]
+                f_end[k] = end
+                if vs < last:
+                    stack.append(owner[k + 1])
+            elif kind == _W:
+                if b_end[k] < 0:
+                    break
+                end = start + w_d[vs]
+            else:  # _B or _I
+                if f_end[k] < 0:
+                    break
+                if vs < last:
+                    ready = b_end[k + 1]
+                    if ready < 0:
+                        break
+                    if owner[k + 1] != r:
+                        ready += p2p_s
+                    if ready > start:
+                        start = ready
+                end = start + dur[kind][vs]
+                b_end[k] = end
+                if vs:
+                    stack.append(owner[k - 1])
+            if record is not None:
+                record((kind, mb, vs, mb2, vs2, start, end))
+            t = end
+            i += 1
+        pos[r], free[r] = i, t
+    stuck = [r for r in range(pp) if pos[r] < len(orders[r])]
+    if stuck:  # a schedule-builder bug, never a user error
+        raise RuntimeError(f"pipeline schedule {s.value} deadlocked on ranks {stuck}")
+
+    # Busy time and held activations, walked in each rank's (serial) op order.
+    unit = 1 if s is Schedule.dualpipe else vpp
+    busy, peak = [], []
+    for r in range(pp):
+        total, held, top = 0.0, 0, 0
+        for kind, mb, vs, mb2, vs2 in orders[r]:
+            total += f_d[vs] + b_d[vs2] if kind == _X else dur[kind][vs]
+            if kind == _F or kind == _X:
+                held += 1
+                top = max(top, held)
+            if kind != _F and kind != _I:
+                held -= 1
+        busy.append(total)
+        peak.append(top / unit)
+    makespan = max(free)
+
+    timeline = []
+    if record_timeline:
+        def chunk(mb: int, vs: int) -> int:
+            return int(mb >= m // 2) if s is Schedule.dualpipe else vs // pp
+
+        for r in range(pp):
+            for kind, mb, vs, mb2, vs2, start, end in raw[r]:
+                timeline.append(PipelineEvent(
+                    r, _KIND_NAME[kind], mb, chunk(mb, vs), start, end,
+                    mb2 if kind == _X else None, chunk(mb2, vs2) if kind == _X else None))
+    return PipelineResult(
+        schedule=s.value, pp=pp, num_microbatches=m, vpp=vpp, makespan_s=makespan,
+        bubble_fraction=max(0.0, 1.0 - sum(busy) / pp / makespan), stage_busy_s=busy,  # clamp float noise
+        peak_inflight_microbatches=peak, timeline=timeline,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Rendering
+
+
+_FILL = {"F": "F", "B": "B", "W": "W", "FB": "X"}
+
+
+def render_ascii(result: PipelineResult, width: int = 100) -> str:
+    """A rank x time grid: F forward, B backward, W weight gradient, X overlapped F&B, '.' idle.
+    Each op starts with its capital letter, then its micro-batch id where there is room (X shows
+    the forward's), then lower-case fill, so adjacent ops stay apart."""
+    if not result.timeline:
+        raise InputError("render_ascii needs a timeline: simulate with record_timeline=True")
+    label = max(len(f"rank {result.pp - 1} |"), 8)
+    cols = max(10, width - label - 1)
+    scale = cols / result.makespan_s
+    rows = []
+    grid = [["."] * cols for _ in range(result.pp)]
+    for e in result.timeline:
+        c0 = min(cols - 1, int(round(e.start_s * scale)))
+        c1 = min(cols, max(c0 + 1, int(round(e.end_s * scale))))
+        letter, cells = _FILL[e.kind], c1 - c0
+        tag = f"{letter}{e.microbatch}"
+        head = tag if len(tag) <= cells else letter
+        grid[e.stage][c0:c1] = head + letter.lower() * (cells - len(head))
+    for r, row in enumerate(grid):
+        rows.append(f"{f'rank {r}':<{label - 1}}|" + "".join(row) + "|")
+    axis = f"0 s{'':<{max(0, cols - 14)}}{result.makespan_s:>10.4g} s"
+    rows.append(" " * label + axis)
+    rows.append(" " * label + "F forward  B backward  W weight grad  X overlapped F&B  . idle")
+    if len(result.timeline) > result.pp * cols:
+        rows.append(" " * label + "(more ops than columns: a column shows the last op in it)")
+    return "\n".join(rows)
+
+
+def render_mermaid(result: PipelineResult, max_events: int = 2000) -> str:
+    """A ```mermaid gantt block (one section per rank) for Markdown reports. Times are integers
+    in the unit named in the title (ms, us or ns, whichever keeps the makespan >= 1000 units)."""
+    if not result.timeline:
+        raise InputError("render_mermaid needs a timeline: simulate with record_timeline=True")
+    unit, scale = "ns", 1e9
+    for name, factor in (("ms", 1e3), ("us", 1e6)):
+        if result.makespan_s * factor >= 1000:
+            unit, scale = name, factor
+            break
+    lines = ["```mermaid", "gantt",
+             f"    title {result.schedule} pp={result.pp} microbatches={result.num_microbatches}"
+             f" vpp={result.vpp}, bubble {result.bubble_fraction:.1%} (time in {unit})",
+             "    dateFormat x", "    axisFormat %L"]
+    by_rank: dict[int, list[PipelineEvent]] = {}
+    for e in result.timeline[:max_events]:
+        by_rank.setdefault(e.stage, []).append(e)
+    for r in sorted(by_rank):
+        lines.append(f"    section rank {r}")
+        for e in by_rank[r]:
+            name = f"{e.kind}{e.microbatch}" + (f"/B{e.backward_microbatch}" if e.kind == "FB" else "")
+            if result.vpp > 1:
+                name += f" c{e.chunk}"
+            start, end = round(e.start_s * scale), round(e.end_s * scale)
+            lines.append(f"    {name} : {start}, {max(end, start + 1)}")
+    if len(result.timeline) > max_events:
+        lines.append(f"    %% {len(result.timeline) - max_events} more events left out")
+    lines.append("```")
+    return "\n".join(lines)

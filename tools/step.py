@@ -1,0 +1,294 @@
+"""One training step, built bottom-up: per-stage compute + exposed communication, composed by the
+pipeline simulator, then the data-parallel gradient exchange and the optimizer step.
+
+    step_s = pipeline makespan (stage compute, exposed TP/CP/EP communication, bubbles, p2p)
+           + exposed data-parallel communication + optimizer step
+
+The breakdown is taken on the critical (busiest) stage and sums to step_s:
+compute + comm/tp + comm/cp + comm/ep + bubble + comm/dp + optimizer.
+
+MFU counts model FLOPs only (no recompute; attention counted without the causal discount, the
+PaLM/Megatron convention) against the dense peak of the precision used. HFU adds recompute FLOPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import compute
+from .collectives import collective_time_s, group_layout
+from .counting import count_params, flops_per_token, layer_flops_per_token
+from .layout import layers_per_stage
+from .pipeline import simulate
+from .specs import ClusterSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
+
+# Bytes per parameter of an Adam step on the GPU: read fp32 grad (4), master + m + v (12), write
+# master + m + v (12) and the bf16 weight (2). Megatron's fused Adam streams exactly these.
+ADAM_BYTES_PER_PARAM = 30
+# ZeRO-Offload (Ren et al. 2021, §4): the CPU runs Adam and the GPU ships fp32 gradients down and
+# bf16 weights up over PCIe. Assumed figures: PCIe Gen4/5 x16 sustains about 25 GB/s per GPU in each
+# direction when a node's GPUs share the host; a well-vectorised CPU Adam updates about 1e9
+# parameters per second per GPU's share of the host cores.
+PCIE_GB_S = 25.0
+CPU_ADAM_PARAMS_PER_S = 1.0e9
+
+
+@dataclass
+class StageWork:
+    """Seconds one stage spends on one micro-batch."""
+
+    forward_s: float
+    backward_s: float            # B + W, including recompute
+    weight_grad_s: float         # the W part of backward_s
+    compute_s: float             # pure compute of forward + backward
+    comm_s: dict[str, float] = field(default_factory=dict)   # exposed, per micro-batch
+
+
+@dataclass
+class StepResult:
+    step_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    bubble_fraction: float
+    peak_tflops: float
+    breakdown: dict[str, float]
+    pipeline: dict
+
+    def to_dict(self) -> dict:
+        return {
+            "step_s": self.step_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "bubble_fraction": self.bubble_fraction,
+            "peak_tflops": self.peak_tflops,
+            "mfu_denominator": f"dense {'FP8' if self.peak_tflops and self.pipeline.get('precision') == 'fp8' else 'BF16'} peak, {self.peak_tflops:g} TFLOP/s per GPU",
+            "breakdown": self.breakdown,
+        }
+
+
+def _stage_layers(model: ModelSpec, pp: int) -> list[list[int]]:
+    counts = layers_per_stage(model.num_layers, pp)
+    stages, start = [], 0
+    for n in counts:
+        stages.append(list(range(start, start + n)))
+        start += n
+    return stages
+
+
+def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
+                  layer_index: int, attention_s: float, compute_per_layer_s: float) -> dict[str, float]:
+    """Exposed communication of one layer, forward + backward, for one micro-batch."""
+    tokens = cfg.mbs * cfg.seq / cfg.cp
+    h = model.hidden_size
+    activation_bytes = 2 * tokens * h
+    is_moe = layer_index in model.moe_layers
+    comm = {"tp": 0.0, "cp": 0.0, "ep": 0.0}
+    if cfg.tp > 1:
+        # Megatron TP with SP: forward AG before QKV and fc1, RS after out-proj and fc2; backward mirrors it.
+        blocks = 1 if (is_moe and cfg.ep > 1) else 2
+        if cfg.sequence_parallel:
+            per_pass = blocks * (collective_time_s("all_gather", activation_bytes, groups["tp"], cluster)
+                                 + collective_time_s("reduce_scatter", activation_bytes, groups["tp"], cluster))
+        else:
+            per_pass = blocks * 2 * collective_time_s("all_reduce", activation_bytes, groups["tp"], cluster) / 2
+        comm["tp"] = 2 * per_pass
+    if cfg.cp > 1:
+        # Ring attention: cp-1 exchanges of this rank's K and V (backward: K, V and their gradients),
+        # each hidden behind the attention block of the previous chunk.
+        if model.attention_type == "mla":
+            kv_width = model.num_attention_heads / cfg.tp * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
+        else:
+            kv_width = 2 * max(1.0, model.num_kv_heads / cfg.tp) * model.head_dim
+        kv_bytes = 2 * tokens * kv_width
+        ring_forward = (cfg.cp - 1) * collective_time_s("p2p", kv_bytes, groups["cp"], cluster)
+        comm["cp"] = max(0.0, ring_forward - attention_s / 3.5) + max(0.0, 2 * ring_forward - attention_s * 2.5 / 3.5)
+    if is_moe and cfg.ep > 1:
+        # Dispatch and combine, forward and backward: each moves T*k token vectors over the EP group.
+        routed = tokens * model.experts_per_token * h
+        dispatch_bytes = routed * (1 if cfg.precision is Precision.fp8 else 2)
+        combine_bytes = routed * 2
+        one_way = (collective_time_s("all_to_all", dispatch_bytes, groups["ep"], cluster)
+                   + collective_time_s("all_to_all", combine_bytes, groups["ep"], cluster))
+        total = 2 * one_way
+        if cfg.schedule is Schedule.dualpipe:
+            # DualPipe runs a forward chunk and a backward chunk together so each one's all-to-all
+            # hides under the other's compute (DeepSeek-V3 report §3.2.1); only the excess shows.
+            total = max(0.0, total - compute_per_layer_s)
+        comm["ep"] = total
+    return comm
+
+
+def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
+               stage: int, layer_ids: list[int]) -> StageWork:
+    """Forward/backward seconds of one stage for one micro-batch, with exposed per-layer comm."""
+    gpu = cluster.gpu
+    times = compute.OpTimes()
+    comm = {"tp": 0.0, "cp": 0.0, "ep": 0.0}
+    cache: dict[bool, tuple[compute.OpTimes, dict[str, float]]] = {}
+    for index in layer_ids:
+        key = index in model.moe_layers
+        if key not in cache:
+            layer = compute.layer_times(model, cfg, gpu, index)
+            attention_s = layer.forward_s.get("attention/core", 0.0) * 3.5
+            layer_comm = _layer_comm_s(model, cfg, cluster, groups, index, attention_s,
+                                       layer.forward + layer.backward_input + layer.backward_weight)
+            cache[key] = (layer, layer_comm)
+        layer, layer_comm = cache[key]
+        times = times.merged(layer)
+        for kind, seconds in layer_comm.items():
+            comm[kind] += seconds
+    if stage == 0:
+        times = times.merged(compute.embedding_times(model, cfg, gpu))
+    if stage == cfg.pp - 1:
+        times = times.merged(compute.head_times(model, cfg, gpu))
+
+    layers_forward = sum(v for k, v in times.forward_s.items() if k not in ("embedding", "lm_head", "loss"))
+    if cfg.recompute is Recompute.full:
+        recompute_s = layers_forward
+    elif cfg.recompute is Recompute.selective:
+        recompute_s = times.forward_s.get("attention/core", 0.0)
+    else:
+        recompute_s = 0.0
+    forward = times.forward
+    backward = times.backward_input + times.backward_weight + recompute_s
+    exposed = sum(comm.values())
+    return StageWork(
+        forward_s=forward + exposed / 3,
+        backward_s=backward + 2 * exposed / 3,
+        weight_grad_s=times.backward_weight,
+        compute_s=forward + backward,
+        comm_s=comm,
+    )
+
+
+def _dp_exchange_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
+                   stage_params: tuple[float, float], first_forward_s: float, last_backward_s: float,
+                   num_microbatches: int) -> float:
+    """Exposed data-parallel communication per step on one stage.
+
+    stage_params = (dense, expert) parameters held by one rank of the stage (after TP/EP split).
+    ZeRO-0 all-reduces gradients; ZeRO-1/2 reduce-scatter them and all-gather the updated bf16
+    weights (Megatron distributed optimizer), overlapping the reduce-scatter with the last
+    micro-batch's backward and the all-gather with the first forward. ZeRO-3 gathers weights for
+    every forward and backward and reduce-scatters gradients every micro-batch, prefetched behind
+    compute.
+    """
+    grad_bytes_per_param = 2 if cfg.bf16_grads else 4
+    exposed = 0.0
+    for params, group in ((stage_params[0], groups["dp_cp"]), (stage_params[1], groups["edp"])):
+        if params <= 0 or group.size == 1:
+            continue
+        grads = grad_bytes_per_param * params
+        weights = 2 * params
+        if cfg.zero == 0:
+            reduce_s = collective_time_s("all_reduce", grads, group, cluster)
+            gather_s = 0.0
+        elif cfg.zero in (1, 2):
+            reduce_s = collective_time_s("reduce_scatter", grads, group, cluster)
+            gather_s = collective_time_s("all_gather", weights, group, cluster)
+        else:
+            per_microbatch = (2 * collective_time_s("all_gather", weights, group, cluster)
+                              + collective_time_s("reduce_scatter", grads, group, cluster))
+            exposed += num_microbatches * max(0.0, per_microbatch - (first_forward_s + last_backward_s))
+            continue
+        exposed += max(0.0, reduce_s - last_backward_s) + max(0.0, gather_s - first_forward_s)
+    return exposed
+
+
+def _optimizer_s(cfg: ParallelConfig, cluster: ClusterSpec, stage_params: tuple[float, float]) -> float:
+    dense, expert = stage_params
+    dp_cp = cfg.dp * cfg.cp
+    sharded = dense / (dp_cp if cfg.zero >= 1 else 1) + expert / (cfg.expert_dp if cfg.zero >= 1 else 1)
+    if cfg.optimizer_offload:
+        pcie_s = sharded * (4 + 2) / (PCIE_GB_S * 1e9)
+        return pcie_s + sharded / CPU_ADAM_PARAMS_PER_S
+    return compute.memory_bound_time_s(ADAM_BYTES_PER_PARAM * sharded, cluster.gpu, kernels=4)
+
+
+def _stage_params(model: ModelSpec, cfg: ParallelConfig, layer_ids: list[int], stage: int) -> tuple[float, float]:
+    """(dense, expert) parameters one rank of this stage holds after TP and EP sharding."""
+    counts = count_params(model)
+    dense = sum(counts.layers[i].non_expert for i in layer_ids)
+    expert = sum(counts.layers[i].routed_experts for i in layer_ids)
+    if stage == 0:
+        dense += counts.embedding
+    if stage == cfg.pp - 1:
+        dense += counts.final_norm + (counts.lm_head or counts.embedding)
+    return dense / cfg.tp, expert / (cfg.tp * cfg.ep)
+
+
+def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one step: 3x forward, plus recompute for hardware FLOPs."""
+    tokens = cfg.gbs * cfg.seq
+    flops = flops_per_token(model, cfg.seq, causal=False)
+    model_flops = flops.training() * tokens
+    if cfg.recompute is Recompute.full:
+        recompute = flops.forward - flops.breakdown.get("lm_head", 0.0)
+    elif cfg.recompute is Recompute.selective:
+        recompute = flops.breakdown.get("attention/scores", 0.0)
+    else:
+        recompute = 0.0
+    return model_flops, model_flops + recompute * tokens
+
+
+def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, record_timeline: bool = False) -> StepResult:
+    """Step time, throughput, MFU and the breakdown of one layout. cfg.gbs must be set."""
+    if cfg.gbs is None:
+        raise ValueError("step_time needs a global batch size (gbs)")
+    groups = group_layout(cfg, cluster.gpus_per_node)
+    stages = _stage_layers(model, cfg.pp)
+    work = [stage_work(model, cfg, cluster, groups, s, ids) for s, ids in enumerate(stages)]
+    m = cfg.num_microbatches
+
+    tokens = cfg.mbs * cfg.seq / cfg.cp
+    p2p_bytes = 2 * tokens * model.hidden_size / (cfg.tp if cfg.sequence_parallel else 1)
+    p2p_s = collective_time_s("p2p", p2p_bytes, groups["pp"], cluster) if cfg.pp > 1 else 0.0
+    result = simulate(
+        cfg.schedule if cfg.pp > 1 else Schedule.one_f_one_b, cfg.pp, m, vpp=cfg.vpp,
+        forward_s=[w.forward_s for w in work], backward_s=[w.backward_s for w in work],
+        weight_grad_s=[w.weight_grad_s for w in work], p2p_s=p2p_s, record_timeline=record_timeline,
+    )
+    makespan = result.makespan_s
+
+    critical = max(range(cfg.pp), key=lambda s: result.stage_busy_s[s])
+    crit = work[critical]
+    stage_params = [_stage_params(model, cfg, ids, s) for s, ids in enumerate(stages)]
+    dp_exposed = max(
+        _dp_exchange_s(model, cfg, cluster, groups, stage_params[s], work[s].forward_s, work[s].backward_s, m)
+        for s in range(cfg.pp)
+    )
+    optimizer = max(_optimizer_s(cfg, cluster, p) for p in stage_params)
+    step_s = makespan + dp_exposed + optimizer
+
+    compute_s = m * crit.compute_s
+    comm = {f"comm/{k}": m * v for k, v in crit.comm_s.items()}
+    bubble_s = makespan - compute_s - sum(comm.values())
+    breakdown = {"compute": compute_s, **comm, "bubble": bubble_s, "comm/dp": dp_exposed, "optimizer": optimizer}
+
+    model_flops, hardware_flops = model_flops_per_step(model, cfg)
+    gpus = cfg.num_gpus
+    peak = cluster.gpu.peak_tflops(cfg.precision)
+    tflops = model_flops / step_s / gpus / 1e12
+    hardware_tflops = hardware_flops / step_s / gpus / 1e12
+    tokens_per_s = cfg.gbs * cfg.seq / step_s
+    return StepResult(
+        step_s=step_s,
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / gpus,
+        tflops_per_gpu=tflops,
+        hardware_tflops_per_gpu=hardware_tflops,
+        mfu=tflops / peak,
+        hfu=hardware_tflops / peak,
+        bubble_fraction=result.bubble_fraction,
+        peak_tflops=peak,
+        breakdown=breakdown,
+        pipeline={**result.to_dict(), "precision": cfg.precision.value, "critical_stage": critical},
+    )

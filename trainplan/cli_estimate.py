@@ -1,0 +1,85 @@
+"""`trainplan estimate`: memory, time and cost of one layout."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trainplan import cli_common as opt
+
+
+def render_estimate(result: dict, console: Console) -> None:
+    """A readable view of an estimate result."""
+    config = result["config"]
+    layout = (f"TP{config['tp']} x PP{config['pp']} x DP{config['dp']} x CP{config['cp']} x EP{config['ep']}"
+              f"  vpp={config['vpp']} zero={config['zero']} mbs={config['mbs']} gbs={config['gbs']} seq={config['seq']}"
+              f"  recompute={config['recompute']} schedule={config['schedule']} precision={config['precision']}")
+    console.print(f"[bold]{config['model']}[/bold] on {config['gpus']} x {config['gpu']}")
+    console.print(layout)
+    params = result["params"]
+    console.print(f"parameters: {params['total'] / 1e9:.2f}B total, {params['active'] / 1e9:.2f}B active"
+                  + (f", MTP {params['mtp'] / 1e9:.2f}B apart" if params.get("mtp") else ""))
+    table = Table(title="Memory per GPU, most loaded rank (GiB = 2^30 B)")
+    table.add_column("part")
+    table.add_column("GiB", justify="right")
+    for key in ("weights", "gradients", "optimizer", "activations", "other", "total", "capacity"):
+        table.add_row(key, f"{result['memory_gib'][key]:.2f}")
+    console.print(table)
+    console.print("fits: [green]yes[/green]" if result["fits"] else f"fits: [red]no[/red] - {result.get('reason')}")
+    if "time" in result:
+        t = result["time"]
+        time_table = Table(title="Step time")
+        time_table.add_column("metric")
+        time_table.add_column("value", justify="right")
+        time_table.add_row("step_s", f"{t['step_s']:.3f}")
+        time_table.add_row("tokens_per_s", f"{t['tokens_per_s']:,.0f}")
+        time_table.add_row("tokens_per_s_per_gpu", f"{t['tokens_per_s_per_gpu']:,.1f}")
+        time_table.add_row("tflops_per_gpu (model)", f"{t['tflops_per_gpu']:.1f}")
+        time_table.add_row("hardware_tflops_per_gpu", f"{t['hardware_tflops_per_gpu']:.1f}")
+        time_table.add_row("mfu", f"{t['mfu']:.1%}")
+        time_table.add_row("hfu", f"{t['hfu']:.1%}")
+        time_table.add_row("bubble_fraction", f"{t['bubble_fraction']:.1%}")
+        for key, seconds in t["breakdown"].items():
+            time_table.add_row(f"  {key}", f"{seconds:.3f} s ({seconds / t['step_s']:.1%})")
+        console.print(time_table)
+        console.print(f"MFU denominator: {t['mfu_denominator']}")
+    if "training" in result:
+        c = result["training"]
+        console.print(f"training: {c['tokens']:.3g} tokens, {c['steps']:,} steps, {c['days']:.1f} days, "
+                      f"{c['gpu_hours']:,.0f} GPU-hours, ${c['cost_usd']:,.0f} at ${c['price_per_gpu_hour']:.2f}/GPU-hour "
+                      f"(goodput {c['goodput']:.0%})")
+    for note in result.get("notes", []):
+        console.print(f"note: {note}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("estimate")
+    def estimate_command(
+        model: opt.Model, gpu: opt.Gpu, gpus: opt.Gpus,
+        tp: opt.Tp = 1, pp: opt.Pp = 1, cp: opt.Cp = 1, ep: opt.Ep = 1, vpp: opt.Vpp = 1, zero: opt.Zero = 1,
+        mbs: opt.Mbs = 1, gbs: opt.Gbs = None, seq: opt.Seq = None,
+        recompute: opt.RecomputeOpt = "selective", schedule: opt.ScheduleOpt = None,
+        precision: opt.PrecisionOpt = "bf16", tokens: opt.Tokens = None, price: opt.Price = None,
+        goodput: opt.Goodput = None, gpus_per_node: opt.GpusPerNode = None,
+        intra_node_bw: opt.IntraNodeBw = None, inter_node_bw: opt.InterNodeBw = None,
+        optimizer_offload: opt.OptimizerOffload = False, bf16_grads: opt.Bf16Grads = False,
+        as_json: opt.Json = False,
+    ) -> None:
+        """Memory per GPU, step time, MFU and training cost of one layout."""
+        from trainplan.tools.estimate import estimate
+
+        result = estimate(
+            model=model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero=zero, mbs=mbs, gbs=gbs,
+            seq=seq, recompute=getattr(recompute, "value", recompute),
+            schedule=getattr(schedule, "value", schedule), precision=getattr(precision, "value", precision),
+            tokens=tokens, price=price, goodput=goodput, gpus_per_node=gpus_per_node,
+            intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw,
+            optimizer_offload=optimizer_offload, bf16_grads=bf16_grads,
+        )
+        if as_json:
+            print(json.dumps(result, indent=2))
+        else:
+            render_estimate(result, Console())
