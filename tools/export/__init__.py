@@ -1,0 +1,52 @@
+"""Launch settings for the engines people use, from one resolved layout.
+
+    export(engine, model, cfg, *, model_ref) -> ExportResult(engine, filename_suggestion, content, format, notes)
+
+`cfg` is a ParallelConfig as layout.resolve_config returns it. Each engine module says how the DESIGN.md
+vocabulary maps onto the engine's own settings and refuses, with one ExportError line, what the engine
+cannot express. Every file closes the batch identity global = micro x data-parallel x accumulation.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from ..specs import ModelSpec, ParallelConfig
+from .accelerate import export_accelerate
+from .common import Batch, ExportError, ExportResult, batch_of
+from .deepspeed import export_deepspeed
+from .megatron import export_megatron, parse_args_text
+from .torchtitan import export_torchtitan
+
+
+class Engine(str, Enum):
+    """Training engine to write launch settings for."""
+
+    megatron = "megatron"
+    """Megatron-LM / Megatron-Core pretrain_gpt.py arguments (a bash array)."""
+    deepspeed = "deepspeed"
+    """DeepSpeed ds_config JSON."""
+    torchtitan = "torchtitan"
+    """torchtitan 0.2.x job TOML."""
+    accelerate = "accelerate"
+    """Hugging Face Accelerate FSDP2/DDP config YAML (pure data-parallel layouts only)."""
+
+
+def export(engine: Engine | str, model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
+           gpus_per_node: int = 8) -> ExportResult:
+    """The engine's launch settings for a resolved layout; ExportError when the engine cannot express it."""
+    try:
+        engine = Engine(engine)
+    except ValueError:
+        known = ", ".join(e.value for e in Engine)
+        raise ExportError(f"engine='{engine}' is not one of: {known}") from None
+    if engine is Engine.megatron:
+        return export_megatron(model, cfg, model_ref=model_ref)
+    if engine is Engine.deepspeed:
+        return export_deepspeed(model, cfg, model_ref=model_ref)
+    if engine is Engine.torchtitan:
+        return export_torchtitan(model, cfg, model_ref=model_ref)
+    return export_accelerate(model, cfg, model_ref=model_ref, gpus_per_node=gpus_per_node)
+
+
+__all__ = ["Batch", "Engine", "ExportError", "ExportResult", "batch_of", "export", "parse_args_text"]

@@ -1,0 +1,79 @@
+"""What every exporter shares: the result type, the export error, and the batch identity.
+
+Batch identity (DESIGN.md vocabulary, sequences):
+    gbs = mbs x dp x m,   dp = gpus / (tp*pp*cp),   m = gradient-accumulation steps
+          (with pp > 1, m is also the number of pipeline micro-batches per step).
+Each exporter writes the three factors in the engine's own keys, and every file repeats the identity
+so that a reader can check it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from ..errors import InputError
+from ..specs import ModelSpec, ParallelConfig
+
+
+class ExportError(InputError):
+    """The layout cannot be written for this engine. One line: what the engine lacks and what to do."""
+
+
+class ExportResult(BaseModel):
+    """One engine's launch settings for one layout."""
+
+    engine: str = Field(description="megatron, deepspeed, torchtitan or accelerate")
+    filename_suggestion: str = Field(description="a file name that fits the engine's convention")
+    content: str = Field(description="the file's text, ready to save")
+    format: Literal["args", "json", "toml", "yaml"] = Field(description="how content is written")
+    notes: list[str] = Field(default_factory=list, description="what the engine maps differently, and what to add")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """global = micro x data_parallel x accumulation, in sequences."""
+
+    micro: int
+    data_parallel: int
+    accumulation: int
+
+    @property
+    def global_(self) -> int:
+        return self.micro * self.data_parallel * self.accumulation
+
+    def identity(self) -> str:
+        return (f"global batch {self.global_} = micro-batch {self.micro} x data-parallel {self.data_parallel}"
+                f" x accumulation {self.accumulation}")
+
+
+def batch_of(cfg: ParallelConfig) -> Batch:
+    """The batch factors of a resolved layout; without a gbs, one micro-batch per data-parallel rank."""
+    return Batch(micro=cfg.mbs, data_parallel=cfg.dp, accumulation=cfg.num_microbatches)
+
+
+def layout_line(cfg: ParallelConfig) -> str:
+    return (f"tp={cfg.tp} pp={cfg.pp} cp={cfg.cp} ep={cfg.ep} dp={cfg.dp} vpp={cfg.vpp} zero={cfg.zero}"
+            f" schedule={cfg.schedule.value} recompute={cfg.recompute.value} precision={cfg.precision.value}"
+            f" seq={cfg.seq}")
+
+
+def header(engine: str, model: ModelSpec, cfg: ParallelConfig, model_ref: str) -> list[str]:
+    """Comment lines (without the leading '# ') that open every args/TOML/YAML export."""
+    return [
+        f"trainplan export for {engine}: {model_ref} ({model.name}) on {cfg.num_gpus} GPUs",
+        f"layout: {layout_line(cfg)}",
+        f"batch: {batch_of(cfg).identity()} (sequences of {cfg.seq} tokens)",
+    ]
+
+
+def comment_block(lines: list[str]) -> str:
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a model reference."""
+    out = "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in text.rsplit("/", 1)[-1])
+    return out.strip("-.") or "model"

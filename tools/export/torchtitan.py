@@ -1,0 +1,173 @@
+"""torchtitan job TOML (torchtitan 0.2.x: `torchrun ... -m torchtitan.train --job.config_file FILE`).
+
+Checked against torchtitan 0.2.2's own ConfigManager, which rejects unknown keys, and its ParallelDims
+(tests/test_export_engines.py). torchtitan 0.3 replaced TOML job files with Python config registries
+and `--section.key value` overrides; the notes list the [parallelism] and [training] keys as 0.3
+overrides (their names are unchanged there).
+
+Mapping decisions:
+- ZeRO: torchtitan shards with FSDP2 over data_parallel_shard_degree. zero=3 reshards weights after
+  forward ("always"); zero=1/2 keep them gathered between forward and backward ("never", which is
+  ZeRO-2: FSDP2 has no ZeRO-1, and ZeRO-2 needs no more memory); zero=0 is DDP
+  (data_parallel_replicate_degree).
+- Batch: torchtitan's gradient-accumulation steps are global / (local x dp). With pp > 1 the
+  local batch is split into pipeline micro-batches of pipeline_parallel_microbatch_size, so
+  local = mbs x m and there is one accumulation step.
+- Schedules are torch.distributed.pipelining names: 1F1B, GPipe, Interleaved1F1B, and the V-shaped
+  ZBVZeroBubble and DualPipeV for zb-h1 and dualpipe (torch has no single-chunk ZB-H1 and no
+  two-copy DualPipe; both V schedules place two stages on each rank).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from ..specs import ModelSpec, ParallelConfig, Precision, Recompute, Schedule
+from .common import ExportError, ExportResult, batch_of, comment_block, header, slug
+
+# trainplan catalog name -> (torchtitan model name, flavor), for the flavors torchtitan ships.
+FLAVORS = {
+    "llama3-8b": ("llama3", "8B"),
+    "llama3-70b": ("llama3", "70B"),
+    "llama3-405b": ("llama3", "405B"),
+    "deepseek-v3": ("deepseek_v3", "671B"),
+    "qwen3-8b": ("qwen3", "8B"),
+    "qwen3-30b-a3b": ("qwen3", "30B-A3B"),
+}
+# HF model_type -> torchtitan model name, for models without a shipped flavor.
+MODEL_NAMES = {"llama": "llama3", "deepseek_v3": "deepseek_v3", "deepseek_v2": "deepseek_v3",
+               "qwen3": "qwen3", "qwen3_moe": "qwen3", "gpt_oss": "gpt_oss", "llama4": "llama4"}
+# Keys written here that torchtitan 0.3's ParallelismConfig/TrainingConfig no longer have.
+V03_MISSING = {"expert_tensor_parallel_degree"}
+SCHEDULES = {
+    Schedule.one_f_one_b: "1F1B",
+    Schedule.gpipe: "GPipe",
+    Schedule.interleaved: "Interleaved1F1B",
+    Schedule.zb_h1: "ZBVZeroBubble",
+    Schedule.dualpipe: "DualPipeV",
+}
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def to_toml(sections: dict[str, dict]) -> str:
+    """A flat TOML writer for section -> {key: scalar or list}; dotted section names are TOML tables."""
+    out = []
+    for name, table in sections.items():
+        out.append(f"[{name}]")
+        out += [f"{key} = {_toml_value(value)}" for key, value in table.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+def _layers_per_stage(model: ModelSpec, cfg: ParallelConfig) -> int | None:
+    """pipeline_parallel_layers_per_stage giving pp*vpp stages (torchtitan counts embedding and head as one layer each)."""
+    if cfg.vpp <= 2:
+        return None  # torchtitan's default for looped schedules is two stages per rank
+    effective = model.num_layers + 2
+    for per_stage in range(1, effective + 1):
+        if math.ceil(effective / per_stage) == cfg.pp * cfg.vpp:
+            return per_stage
+    raise ExportError(
+        f"torchtitan cannot split {model.num_layers} layers (+ embedding and head) into pp*vpp={cfg.pp * cfg.vpp}"
+        " stages of equal size: choose another --vpp")
+
+
+def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> ExportResult:
+    notes: list[str] = []
+    if cfg.optimizer_offload and cfg.zero == 0:
+        raise ExportError("optimizer offload in torchtitan is FSDP CPU offload: use --zero 1 or more")
+    if cfg.ep > 1 and cfg.zero == 0 and cfg.cp % cfg.ep:
+        raise ExportError(
+            f"ep={cfg.ep}: torchtitan takes expert-parallel ranks from the FSDP group (dp_shard*cp), which"
+            f" is cp={cfg.cp} with zero=0: use --zero 1 or more")
+    batch = batch_of(cfg)
+    name, flavor = FLAVORS.get(model.name, (MODEL_NAMES.get(model.model_type, model.model_type), model.name))
+    model_table: dict = {"name": name, "flavor": flavor}
+    if model.name not in FLAVORS:
+        notes.append(f"torchtitan ships no flavor for {model.name}: register a '{flavor}' flavor in"
+                     f" torchtitan.models.{name} with this architecture, or change [model]")
+    notes.append("set [model] hf_assets_path to the folder with the tokenizer, and [training] dataset")
+
+    parallelism: dict = {}
+    if cfg.zero == 0:
+        parallelism.update(data_parallel_replicate_degree=cfg.dp, data_parallel_shard_degree=1)
+        if cfg.cp > 1:
+            notes.append("torchtitan applies FSDP over the context-parallel ranks even with zero=0")
+    else:
+        parallelism.update(data_parallel_replicate_degree=1, data_parallel_shard_degree=cfg.dp,
+                           fsdp_reshard_after_forward="always" if cfg.zero == 3 else "never")
+        if cfg.zero == 1:
+            notes.append("FSDP2 has no ZeRO-1: zero=1 is written as ZeRO-2 (fsdp_reshard_after_forward=never),"
+                         " which also shards gradients and needs no more memory")
+    parallelism.update(tensor_parallel_degree=cfg.tp, pipeline_parallel_degree=cfg.pp,
+                       context_parallel_degree=cfg.cp, expert_parallel_degree=cfg.ep)
+    if cfg.ep > 1:
+        parallelism["expert_tensor_parallel_degree"] = cfg.tp
+    if cfg.tp > 1 and not cfg.sequence_parallel:
+        notes.append("torchtitan always uses sequence parallelism with tensor parallelism")
+
+    training: dict = {"seq_len": cfg.seq}
+    if cfg.pp > 1:
+        parallelism["pipeline_parallel_schedule"] = SCHEDULES[cfg.schedule]
+        parallelism["pipeline_parallel_microbatch_size"] = batch.micro
+        per_stage = _layers_per_stage(model, cfg)
+        if per_stage is not None:
+            parallelism["pipeline_parallel_layers_per_stage"] = per_stage
+        training.update(local_batch_size=batch.micro * batch.accumulation, global_batch_size=batch.global_)
+        notes.append(f"with pp={cfg.pp} each step splits local_batch_size={batch.micro * batch.accumulation} into"
+                     f" {batch.accumulation} pipeline micro-batches of {batch.micro}; {batch.identity()}")
+        if cfg.schedule is Schedule.zb_h1:
+            notes.append("zb-h1 is written as ZBVZeroBubble (ZB-V from the same paper: two stages per rank,"
+                         " near-zero bubble); torch has no single-chunk ZB-H1, so step time differs from trainplan's")
+        if cfg.schedule is Schedule.dualpipe:
+            notes.append("dualpipe is written as DualPipeV (the V-shaped DualPipe: two stages per rank, one"
+                         " copy of the weights, where DualPipe keeps two)")
+        notes.append("torchtitan splits layers with pipeline_parallel_first/last_stage_less_layers=1 (embedding"
+                     " and head count as a layer), which may differ from trainplan's split")
+    else:
+        training.update(local_batch_size=batch.micro, global_batch_size=batch.global_)
+        if cfg.schedule is not Schedule.one_f_one_b:
+            notes.append(f"schedule={cfg.schedule.value} has no effect without pipeline parallelism")
+    if cfg.optimizer_offload:
+        training["enable_cpu_offload"] = True
+        notes.append("torchtitan's CPU offload is FSDP's: parameters and gradients move to the CPU too")
+    if cfg.bf16_grads:
+        notes.append("torchtitan reduces gradients in fp32 (mixed_precision_reduce); bf16 gradients are not a setting")
+
+    checkpoint: dict = {"mode": cfg.recompute.value}
+    if cfg.recompute is Recompute.selective:
+        checkpoint["selective_ac_option"] = "op"
+        notes.append("selective recompute is torchtitan's op-level policy (keeps matmul and attention outputs,"
+                     " recomputes the rest), not exactly Megatron's attention-core recompute")
+
+    sections: dict[str, dict] = {"model": model_table, "parallelism": parallelism, "training": training,
+                                 "activation_checkpoint": checkpoint}
+    if cfg.precision is Precision.fp8:
+        model_table["converters"] = ["quantize.linear.float8"]
+        sections["quantize.linear.float8"] = {
+            "recipe_name": "tensorwise",
+            "enable_fsdp_float8_all_gather": cfg.zero >= 1,
+            "precompute_float8_dynamic_scale_for_fsdp": cfg.zero >= 1,
+        }
+        notes.append("fp8 is torchao float8 on nn.Linear with the tensorwise recipe; MoE grouped GEMMs stay bf16")
+
+    overrides = " ".join(f"--{section}.{key} {_toml_value(value)}" for section in ("parallelism", "training")
+                         for key, value in sections[section].items() if key not in V03_MISSING)
+    notes.append("torchtitan >= 0.3 reads no TOML: pick --module/--config from its registry and pass"
+                 f" {overrides} (activation checkpointing and fp8 are chosen in the registry there)")
+    lines = header("torchtitan", model, cfg, model_ref)
+    lines.append("usage: torchrun --nproc-per-node ... -m torchtitan.train --job.config_file this-file")
+    return ExportResult(engine="torchtitan", filename_suggestion=f"{slug(model_ref)}-torchtitan.toml",
+                        content=comment_block(lines) + "\n" + to_toml(sections), format="toml", notes=notes)
