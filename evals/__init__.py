@@ -1,0 +1,17 @@
+"""trainplan.evals: published training runs as reference cases, and the runner that scores the tools.
+
+Dataset -> Case -> Evaluator -> Report (after pydantic_evals):
+- runs/*.yaml: one published run per file; every figure with its source, every assumption marked
+  (dataset.py);
+- cases.py: the evaluators for the three kinds: prediction (published layout -> predicted figures),
+  planning (request only -> the planner's layout, scored), claims (the lesson's arithmetic);
+- runner.py: runs the cases and summarises (MAPE per quantity, held-out MAPE, pass counts);
+- report.py: the Markdown report with a text plot of predicted against published.
+
+`trainplan eval` is the command line; benchmarks/bench_accuracy.py prints the accuracy table.
+"""
+
+from .dataset import Dataset, load_dataset
+from .runner import run_eval
+
+__all__ = ["Dataset", "load_dataset", "run_eval"]

@@ -1,0 +1,131 @@
+"""trainplan.prompts: the jinja2 templates of the agent, rendered with StrictUndefined.
+
+- system.md.j2: the system prompt (the method, the rules, the conventions, the defaults);
+- tool_guide.md.j2: each tool's purpose and arguments, rendered from trainplan.tools.registry;
+- report.md.j2: the Markdown plan report (agent/report.py's PlanReport);
+- rationale.md.j2: the offline planner's rationale, written from the tools' numbers;
+- shipped.md.j2: outputs/prompt-distributed-training-planner.md, the shipped prompt.
+
+A missing variable raises jinja2.UndefinedError: nothing renders half-filled.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+TEMPLATE_DIR = Path(__file__).resolve().parent
+SHIPPED_NAME = "prompt-distributed-training-planner.md"
+SHIPPED_PATH = TEMPLATE_DIR.parent / "outputs" / SHIPPED_NAME
+"""Where `trainplan prompt` writes the shipped prompt: outputs/ at the repository root."""
+
+DEFAULT_SEQ_CAP = 8192
+"""seq, when not given: the model's default sequence length, capped here (pretraining runs train at
+4K-8K tokens and extend the context afterwards; Llama 3 405B pretrained at 8K)."""
+DEFAULT_TOKENS_PER_PARAM = 20
+"""tokens, when not given: 20 per parameter, the compute-optimal ratio of Hoffmann et al. 2022."""
+
+
+def _gib(value: float) -> str:
+    return f"{value:,.2f}"
+
+
+def _pct(value: float, digits: int = 1) -> str:
+    return f"{value * 100:.{digits}f}%"
+
+
+def _num(value: float, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def _sig(value: float, digits: int = 4) -> str:
+    return f"{value:.{digits}g}"
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.0f}"
+
+
+def _tokens(value: float) -> str:
+    """15e12 -> '15T', 2.5e11 -> '250B', keeping the digits the number has (up to four)."""
+    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.4g}{suffix}"
+    return f"{value:g}"
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters.update(gib=_gib, pct=_pct, num=_num, sig=_sig, usd=_usd, tokens=_tokens)
+    return env
+
+
+def render(template: str, **variables: Any) -> str:
+    """Render one template; a variable the template uses but is not given raises UndefinedError."""
+    return environment().get_template(template).render(**variables)
+
+
+# --- the tool guide, from the registry ------------------------------------------------------------
+
+
+def _type_name(schema: dict) -> str:
+    if "anyOf" in schema:
+        names = [_type_name(s) for s in schema["anyOf"] if s.get("type") != "null"]
+        return " or ".join(names)
+    if "enum" in schema:
+        return " | ".join(str(v) for v in schema["enum"])
+    return {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean"}.get(
+        schema.get("type", ""), schema.get("type", "any"))
+
+
+def tool_specs() -> list[dict]:
+    """Each tool's name, description and arguments (name, type, required, description), from the registry."""
+    from trainplan.tools.registry import TOOLS
+
+    specs = []
+    for tool in TOOLS:
+        schema = tool.args.model_json_schema()
+        required = set(schema.get("required", []))
+        args = [{"name": name, "type": _type_name(prop), "required": name in required,
+                 "description": prop.get("description", "")}
+                for name, prop in schema.get("properties", {}).items()]
+        specs.append({"name": tool.name, "description": tool.description, "args": args})
+    return specs
+
+
+def _defaults() -> dict:
+    from trainplan.tools.cost import DEFAULT_GOODPUT
+    from trainplan.tools.registry import DEFAULT_GBS_RULE
+
+    return {
+        "default_gbs_rule": DEFAULT_GBS_RULE,
+        "default_seq_rule": f"the model's default sequence length, capped at {DEFAULT_SEQ_CAP}",
+        "default_tokens_rule": f"{DEFAULT_TOKENS_PER_PARAM} tokens per parameter (compute-optimal, Hoffmann "
+                               "et al. 2022); say so",
+        "goodput": DEFAULT_GOODPUT,
+    }
+
+
+def tool_guide() -> str:
+    return render("tool_guide.md.j2", tools=tool_specs())
+
+
+def system_prompt() -> str:
+    return render("system.md.j2", tools=tool_specs(), **_defaults())
+
+
+def shipped_prompt() -> str:
+    """The text of outputs/prompt-distributed-training-planner.md."""
+    return render("shipped.md.j2", system_prompt=system_prompt().strip(), tool_guide=tool_guide().strip(),
+                  tools=tool_specs(), **_defaults())

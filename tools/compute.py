@@ -22,11 +22,11 @@ from .specs import GPUSpec, ModelSpec, ParallelConfig, Precision
 # Output tile of the GEMM kernels (cuBLAS/CUTLASS default class for large bf16 GEMMs).
 GEMM_TILE_M = 128
 GEMM_TILE_N = 128
-# Fraction of HBM bandwidth that streaming kernels (norms, activations, Adam) reach.
-# Source: STREAM-like copy kernels reach 80-90% of HBM peak on A100/H100 (NVIDIA's
-# "CUDA C++ Best Practices Guide", effective bandwidth section); we take the low end because
-# many of these kernels are short.
-MEMORY_BOUND_EFFICIENCY = 0.8
+# Fraction of HBM bandwidth that streaming kernels (norms, activations, softmax, Adam) reach.
+# STREAM-like kernels reach 80-90% of HBM peak on A100/H100 (CUDA C++ Best Practices Guide,
+# effective bandwidth). Fitted within that range, jointly with the A100 GEMM efficiency, on the
+# odd rows of Megatron SC21 Table 1 (public-runs.yaml); the even rows are held out.
+MEMORY_BOUND_EFFICIENCY = 0.9
 # Fixed cost of one kernel launch (host launch + tail), seconds. CUDA graphs hide some of it.
 KERNEL_LAUNCH_S = 4e-6
 
@@ -110,12 +110,47 @@ def attention_time_s(tokens_q: float, tokens_kv: float, heads: float, qk_dim: in
     return forward, 2.5 * forward
 
 
+# Bytes per score element that eager attention streams through HBM: forward fused scale-mask-softmax
+# (read 2, write 2) and dropout (read 2, write 2 + a 1-byte mask) = 9; backward dropout (read 2 + mask
+# 1, write 2) and softmax (read output 2 and gradient 2, write 2) = 11. Megatron's fused kernels
+# (Narayanan et al. 2021 §4.2; Korthikanti et al. 2022 count the same 5 bytes kept per element).
+EAGER_SCORE_BYTES_FORWARD = 9
+EAGER_SCORE_BYTES_BACKWARD = 11
+
+
+def eager_attention_time_s(batch: float, tokens_q: float, tokens_kv: float, heads: float, qk_dim: int,
+                           v_dim: int, gpu: GPUSpec) -> tuple[float, float]:
+    """Forward and backward seconds of unfused attention: batched GEMMs plus memory-bound softmax/dropout.
+
+    The full s x s score matrix is computed and masked (no causal saving), one GEMM per head and
+    sequence: scores (Tq x d) @ (d x Tkv) and values (Tq x Tkv) @ (Tkv x dv). Backward runs two
+    GEMMs per forward GEMM.
+    """
+    count = max(1, round(batch * heads))
+    scores = gemm_time_s(tokens_q, tokens_kv, qk_dim, gpu, Precision.bf16, count)
+    values = gemm_time_s(tokens_q, v_dim, tokens_kv, gpu, Precision.bf16, count)
+    elements = batch * heads * tokens_q * tokens_kv
+    forward = scores + values + memory_bound_time_s(EAGER_SCORE_BYTES_FORWARD * elements, gpu, kernels=2)
+    backward = 2 * (scores + values) + memory_bound_time_s(EAGER_SCORE_BYTES_BACKWARD * elements, gpu, kernels=2)
+    return forward, backward
+
+
+# FP8 GEMMs read FP8 copies of their inputs: each activation entering a GEMM is scaled and cast
+# (read 2 B, write 1 B, plus an amax pass reading 2 B), in the forward for the input and in the
+# backward for the output gradient (Transformer Engine's delayed/current scaling recipes;
+# DeepSeek-V3 report §3.3 quantises 1x128 activation tiles online the same way).
+FP8_CAST_BYTES_PER_ELEMENT = 5
+
+
 def linear(times: OpTimes, key: str, tokens: float, k_in: float, n_out: float, gpu: GPUSpec,
            precision: Precision, count: int = 1) -> None:
     """A Linear layer: forward (T x k) @ (k x n); backward input grad and weight grad of the same size."""
     forward = gemm_time_s(tokens, n_out, k_in, gpu, precision, count)
     backward_input = gemm_time_s(tokens, k_in, n_out, gpu, precision, count)
     backward_weight = gemm_time_s(k_in, n_out, tokens, gpu, precision, count)
+    if precision is Precision.fp8:
+        forward += memory_bound_time_s(FP8_CAST_BYTES_PER_ELEMENT * count * tokens * k_in, gpu)
+        backward_input += memory_bound_time_s(FP8_CAST_BYTES_PER_ELEMENT * count * tokens * n_out, gpu)
     times.add(key, forward, backward_input, backward_weight)
 
 
@@ -153,7 +188,10 @@ def layer_times(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, layer_index
         linear(times, "attention/out", tokens, heads * model.head_dim, h, gpu, precision)
 
     # Attention core: queries of this CP rank against the whole sequence (ring attention).
-    forward, backward = attention_time_s(tokens, cfg.seq, heads, qk_dim, v_dim, gpu, causal=True)
+    if model.attention_dropout > 0:
+        forward, backward = eager_attention_time_s(cfg.mbs, tokens / cfg.mbs, cfg.seq, heads, qk_dim, v_dim, gpu)
+    else:
+        forward, backward = attention_time_s(tokens, cfg.seq, heads, qk_dim, v_dim, gpu, causal=True)
     times.add("attention/core", forward, backward)
 
     # MLP or MoE.

@@ -486,6 +486,19 @@ def _check(spec: dict, c: _Config) -> None:
             )
 
 
+# HF's own defaults when a config omits the attention-dropout probability (GPT2Config attn_pdrop=0.1).
+ATTENTION_DROPOUT_DEFAULTS = {"gpt2": 0.1}
+
+
+def _attention_dropout(config: dict, model_type: str) -> float:
+    """Attention-probability dropout of the config; > 0 means eager attention that keeps the s^2 scores."""
+    for key in ("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob"):
+        value = config.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return ATTENTION_DROPOUT_DEFAULTS.get(model_type, 0.0)
+
+
 def spec_from_config(config: dict, name: str) -> ModelSpec:
     """Read an HF config.json (as a dict) into a ModelSpec; ``name`` is reported and used in errors."""
     if not isinstance(config, dict):
@@ -503,6 +516,9 @@ def spec_from_config(config: dict, name: str) -> ModelSpec:
     c = _Config(config, name, model_type)
     fields = reader(c)
     _check(fields, c)
+    fields["attention_dropout"] = _attention_dropout(config, model_type)
+    if fields.get("num_experts") and c.count("n_group", default=1) > 1:
+        fields["routing_group_limit"] = c.count("topk_group", default=0)
     try:
         return ModelSpec(name=name, model_type=model_type, **fields)
     except ValidationError as exc:

@@ -72,10 +72,11 @@ TEMPORARIES_FRACTION = 0.05
 """Allocator fragmentation and temporaries, as a share of activations: Megatron's theoretical
 memory adds 5% "for optimizer and miscellaneous temporaries" (theoretical_memory_usage.py)."""
 
-DROPOUT_MODEL_TYPES = ("gpt2", "opt")
-"""HF model types trained with dropout (their configs carry p = 0.1). ModelSpec has no dropout
-flag; these GPT-3-style models are modelled as in the paper (eager attention that keeps the
-a s^2 softmax, its dropout mask and output). Every other model: flash attention, no dropout."""
+# Dropout and eager attention: ModelSpec.attention_dropout > 0 (from the HF config's attn_pdrop /
+# attention_dropout; GPT2Config defaults to 0.1) marks a GPT-3-style recipe, modelled as in the paper:
+# eager attention keeping the a s^2 softmax, its dropout mask and output, plus hidden dropout masks.
+# Every other model: flash attention, no dropout. compute.py times attention by the same rule.
+
 
 RECOMPUTE_CODES = {mode: i for i, mode in enumerate(Recompute)}    # none 0, selective 1, full 2
 SCHEDULE_CODES = {sched: i for i, sched in enumerate(Schedule)}    # gpipe 0, 1f1b 1, interleaved 2, zb-h1 3, dualpipe 4
@@ -159,7 +160,7 @@ def _rank_layouts(num_layers: int, pp: int, vpp: int, dualpipe: bool) -> list[tu
     starts = np.concatenate([[0], np.cumsum(counts)])
     ranks = []
     for i in range(pp):
-        layers = [l for k in range(i, pp * vpp, pp) for l in range(starts[k], starts[k + 1])]
+        layers = [layer for k in range(i, pp * vpp, pp) for layer in range(starts[k], starts[k + 1])]
         ranks.append((layers, i == 0, i == pp - 1))
     return ranks
 
@@ -183,10 +184,11 @@ def _layer_param_parts(model: ModelSpec, lp: LayerParams) -> dict[str, float]:
     repl += h if (model.shared_expert_gate and lp.shared_experts) else 0
     kv = 0
     if model.attention_type == "mla":
-        down = h * (model.kv_lora_rank + model.qk_rope_head_dim) + norm_params(model, model.kv_lora_rank)
+        bias = 1 if model.qkv_bias else 0
+        kv_down = model.kv_lora_rank + model.qk_rope_head_dim
+        repl += (h + bias) * kv_down + norm_params(model, model.kv_lora_rank)
         if model.q_lora_rank:
-            down += h * model.q_lora_rank + norm_params(model, model.q_lora_rank)
-        repl += down
+            repl += (h + bias) * model.q_lora_rank + norm_params(model, model.q_lora_rank)
     else:
         repl += 2 * norm_params(model, model.head_dim) if model.qk_norm else 0
         kv = 2 * model.head_dim * (h + (1 if model.qkv_bias else 0))
@@ -242,12 +244,12 @@ def _rank_data(m: _Model, pp: int, vpp: int, dualpipe: bool) -> dict[str, np.nda
     and the largest dense and MoE layer (for ZeRO transients and the recompute working set)."""
     rows = []
     for layers, first, last in _rank_layouts(m.spec.num_layers, pp, vpp, dualpipe):
-        row = {k: sum(m.layer_parts[l][k] for l in layers) for k in _PARAM_KEYS}
+        row = {k: sum(m.layer_parts[i][k] for i in layers) for k in _PARAM_KEYS}
         for kind, moe in (("dense", False), ("moe", True)):
-            members = [l for l in layers if m.is_moe[l] == moe]
+            members = [i for i in layers if m.is_moe[i] == moe]
             row[f"n_{kind}"] = len(members)
             for k in _PARAM_KEYS:
-                row[f"{kind}_{k}"] = max((m.layer_parts[l][k] for l in members), default=0)
+                row[f"{kind}_{k}"] = max((m.layer_parts[i][k] for i in members), default=0)
         row.update(first=first, last=last, num_layers=len(layers))
         rows.append(row)
     data = {k: np.array([[row[k] for row in rows]], dtype=float) for k in rows[0]}
@@ -266,7 +268,7 @@ def _per_rank_params(m: _Model, parts, t, ep):
 
 
 def _has_dropout(model: ModelSpec) -> bool:
-    return model.model_type in DROPOUT_MODEL_TYPES
+    return model.attention_dropout > 0
 
 
 def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8) -> dict[str, np.ndarray]:
@@ -277,14 +279,17 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8) -> dict[st
     inside the TP region (heads, MLP width) by t. GEMM inputs take 1 B per element with fp8
     (Transformer Engine caches the fp8 cast for wgrad), else 2.
 
-    GPT-3 style (Korthikanti et al. 2022, Sec. 4.1): norm inputs 2 x 2sbh; attention: QKV input
-    2sbh, Q and K 4sbh, V 2sbh, softmax 2as^2b, its dropout mask as^2b and output 2as^2b, out-proj
-    input 2sbh, dropout mask sbh (= 11sbh + 5as^2b); MLP: fc1 input 2sbh, GeLU input 8sbh, fc2
+    GPT-3 style (Korthikanti et al. 2022, Eq. (1) and Table 2): norm inputs 2 x 2sbh; attention:
+    QKV input 2sbh, Q and K 4sbh, V 2sbh, softmax 2as^2b, its dropout mask as^2b and output
+    2as^2b, out-proj input 2sbh, dropout mask sbh (= 11sbh + 5as^2b); MLP: fc1 input 2sbh, GeLU input 8sbh, fc2
     input 8sbh, mask sbh (= 19sbh). Total sbh(34 + 5as/h); with TP the norm inputs, the QKV and
     fc1 inputs and the masks (10sbh) are not divided by t unless sequence parallel.
     Llama style: no dropout; flash attention saves Q, K, V (g kv heads), its output O (also the
     out-proj input; with fp8 TE keeps an extra fp8 copy) and the fp32 log-sum-exp 4sab, no s^2
-    tensor. SwiGLU keeps gate and up outputs (4sbf) and the down-proj input (2sbf).
+    tensor. SwiGLU keeps gate and up outputs (4sbf) and the down-proj input (2sbf), as Megatron's
+    fused bias_swiglu and TE's fused activation, which save only their input (unfused PyTorch
+    also keeps silu(gate) for the product: + 2sbf). Norm statistics (4 B per token) are left out,
+    as in the paper.
     MLA: the down-projection input 2sbh, the q and kv latents twice each (norm input and
     up-proj input: 4sb r_q, 4sb r_kv), Q and K with a (d_nope + d_rope), V and O with a d_v.
     MoE: the MoE input 2sbh (router, shared experts and dispatch read it), fp32 router scores 4sbE,
@@ -355,10 +360,14 @@ def _knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
     return {k: np.array([[v]], dtype=float) for k, v in values.items()}
 
 
+def _seq_divisor(k: dict):
+    """r: residual-stream tensors are split over t with sequence parallelism, else replicated."""
+    return np.where((k["sequence_parallel"] > 0) & (k["tp"] > 1), k["tp"], 1.0)
+
+
 def _activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]:
     """(stored tensors, no-recompute tensors) of one block for knob arrays k."""
-    t = k["tp"]
-    r = np.where((k["sequence_parallel"] > 0) & (t > 1), t, 1.0)
+    t, r = k["tp"], _seq_divisor(k)
     s = k["seq"] / k["cp"]
     full = _layer_tensors(model, moe, s, k["seq"], k["mbs"], t, r, k["precision"] == PRECISION_CODES[Precision.fp8])
     layer_input = 2 * s * k["mbs"] * model.hidden_size / r
@@ -393,18 +402,21 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
         "mtp": (last * mtp_ne, last * mtp_ex),
     }
     grad_bytes = np.where(k["bf16_grads"] > 0, GRAD_BYTES_BF16, GRAD_BYTES)
+
+    def sharded(ne, ex, min_zero):
+        """Parameters per GPU once ZeRO stage >= min_zero shards them over their data-parallel group."""
+        return ne / np.where(zero >= min_zero, group, 1) + ex / np.where(zero >= min_zero, expert_group, 1)
+
     out: dict[str, np.ndarray] = {}
     for name, (ne, ex) in modules.items():
-        out[f"weights/{name}"] = WEIGHT_BYTES * (ne / np.where(zero >= 3, group, 1) + ex / np.where(zero >= 3, expert_group, 1))
-        out[f"gradients/{name}"] = grad_bytes * (ne / np.where(zero >= 2, group, 1) + ex / np.where(zero >= 2, expert_group, 1))
-        opt = OPTIMIZER_BYTES * (ne / np.where(zero >= 1, group, 1) + ex / np.where(zero >= 1, expert_group, 1))
-        out[f"optimizer/{name}"] = np.where(k["optimizer_offload"] > 0, 0.0, opt)
+        out[f"weights/{name}"] = WEIGHT_BYTES * sharded(ne, ex, 3)
+        out[f"gradients/{name}"] = grad_bytes * sharded(ne, ex, 2)
+        out[f"optimizer/{name}"] = np.where(k["optimizer_offload"] > 0, 0.0, OPTIMIZER_BYTES * sharded(ne, ex, 1))
     # fp8: TE's fp8 weight + transpose for GEMM weights (blocks and MTP), sharded like the weights.
     gemm_ne = layers_ne - rank["norm_router"] + last * (mtp_ne - m.mtp_parts["norm_router"])
     gemm_ex = layers_ex + last * mtp_ex
     fp8 = k["precision"] == PRECISION_CODES[Precision.fp8]
-    out["weights/fp8_cache"] = np.where(fp8, FP8_WEIGHT_CACHE_BYTES, 0.0) * (
-        gemm_ne / np.where(zero >= 3, group, 1) + gemm_ex / np.where(zero >= 3, expert_group, 1))
+    out["weights/fp8_cache"] = np.where(fp8, FP8_WEIGHT_CACHE_BYTES, 0.0) * sharded(gemm_ne, gemm_ex, 3)
     # ZeRO transients: the largest block of the rank, unsharded over the groups that shard it.
     unit = 0.0
     for kind in ("dense", "moe"):
@@ -427,8 +439,7 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
         extra = sum(full.values()) - sum(stored.values())
         working = np.maximum(working, np.where(count > 0, extra, 0.0))
     out["activations/recompute_working_set"] = working
-    s, b, h, r = k["seq"] / k["cp"], k["mbs"], model.hidden_size, np.where((k["sequence_parallel"] > 0) & (t > 1), t, 1.0)
-    tok = s * b
+    tok, h, r = k["seq"] / k["cp"] * k["mbs"], model.hidden_size, _seq_divisor(k)
     dropout_mask = tok * h / r if _has_dropout(model) else 0.0
     out["activations/embedding"] = first * inflight * chunk * (8 * tok + dropout_mask)   # int64 ids (+ mask)
     # Last stage: final-norm input, LM-head input (2sbh/r each) and the fp32 softmax of the

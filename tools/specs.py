@@ -94,6 +94,10 @@ class ModelSpec(BaseModel):
         default=0, description="hidden width of one shared expert"
     )
     shared_expert_gate: bool = Field(default=False, description="sigmoid gate Linear(h, 1) on the shared expert")
+    routing_group_limit: int = Field(
+        default=0, description="group-limited routing: a token's experts lie in at most this many groups/nodes "
+                               "(DeepSeek topk_group); 0 means unlimited"
+    )
     moe_layers: tuple[int, ...] = Field(default=(), description="indices of the MoE layers")
     # Norms and positions.
     norm_type: Literal["rmsnorm", "layernorm"] = Field(default="rmsnorm", description="normalisation kind")
@@ -106,6 +110,11 @@ class ModelSpec(BaseModel):
         default=0, description="word-embedding width when it differs from h (OPT word_embed_proj_dim); 0: h"
     )
     learned_position_embeddings: int = Field(default=0, description="rows of a learned position table")
+    attention_dropout: float = Field(
+        default=0.0, ge=0, lt=1,
+        description="attention-probability dropout; > 0 means eager attention that materialises the s x s scores "
+                    "(the GPT-3/Megatron-2021 recipe), 0 means a fused flash kernel",
+    )
     parallel_attention_mlp: bool = Field(default=False, description="attention and MLP read the same input")
     num_mtp_layers: int = Field(default=0, description="multi-token-prediction modules, counted apart")
     extra_params: int = Field(default=0, description="parameters outside the blocks not covered above")

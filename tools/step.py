@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from . import compute
 from .collectives import collective_time_s, group_layout
-from .counting import count_params, flops_per_token, layer_flops_per_token
+from .counting import count_params, flops_per_token
 from .layout import layers_per_stage
 from .pipeline import simulate
 from .specs import ClusterSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
@@ -69,7 +69,8 @@ class StepResult:
             "hfu": self.hfu,
             "bubble_fraction": self.bubble_fraction,
             "peak_tflops": self.peak_tflops,
-            "mfu_denominator": f"dense {'FP8' if self.peak_tflops and self.pipeline.get('precision') == 'fp8' else 'BF16'} peak, {self.peak_tflops:g} TFLOP/s per GPU",
+            "mfu_denominator": (f"dense {self.pipeline['precision'].upper()} peak, {self.peak_tflops:g} TFLOP/s per GPU; "
+                                "model FLOPs = 3 x forward, attention without the causal discount"),
             "breakdown": self.breakdown,
         }
 
@@ -113,6 +114,10 @@ def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, g
     if is_moe and cfg.ep > 1:
         # Dispatch and combine, forward and backward: each moves T*k token vectors over the EP group.
         routed = tokens * model.experts_per_token * h
+        if model.routing_group_limit and groups["ep"].size > groups["ep"].ranks_per_node:
+            # Group-limited routing sends each token across the network at most once per node it
+            # targets, then fans out over NVLink (DeepSeek-V3 report §3.2.2: at most 4 nodes).
+            routed *= min(model.experts_per_token, model.routing_group_limit) / model.experts_per_token
         dispatch_bytes = routed * (1 if cfg.precision is Precision.fp8 else 2)
         combine_bytes = routed * 2
         one_way = (collective_time_s("all_to_all", dispatch_bytes, groups["ep"], cluster)
@@ -149,6 +154,18 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
         times = times.merged(compute.embedding_times(model, cfg, gpu))
     if stage == cfg.pp - 1:
         times = times.merged(compute.head_times(model, cfg, gpu))
+        for _ in range(model.num_mtp_layers):
+            # A DeepSeek-V3 MTP module trains with the model: eh_proj (2h -> h), one more block
+            # (shaped like the last main block) and another pass through the shared LM head.
+            mtp = compute.OpTimes()
+            tokens = cfg.mbs * cfg.seq / cfg.cp
+            compute.linear(mtp, "mtp", tokens, 2 * model.hidden_size, model.hidden_size / cfg.tp, gpu, cfg.precision)
+            last = model.num_layers - 1
+            times = times.merged(mtp).merged(compute.layer_times(model, cfg, gpu, last)).merged(
+                compute.head_times(model, cfg, gpu))
+            attention_s = 3.5 * compute.layer_times(model, cfg, gpu, last).forward_s.get("attention/core", 0.0)
+            for kind, seconds in _layer_comm_s(model, cfg, cluster, groups, last, attention_s, 0.0).items():
+                comm[kind] += seconds
 
     layers_forward = sum(v for k, v in times.forward_s.items() if k not in ("embedding", "lm_head", "loss"))
     if cfg.recompute is Recompute.full:
@@ -258,8 +275,12 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     )
     makespan = result.makespan_s
 
-    critical = max(range(cfg.pp), key=lambda s: result.stage_busy_s[s])
-    crit = work[critical]
+    critical = max(range(cfg.pp), key=lambda r: result.stage_busy_s[r])
+    if cfg.schedule is Schedule.dualpipe and cfg.pp > 1:
+        # DualPipe rank r runs stage r for half the micro-batches and stage pp-1-r for the other half.
+        rank_stages = [(critical, m / 2), (cfg.pp - 1 - critical, m / 2)]
+    else:
+        rank_stages = [(critical, m)]
     stage_params = [_stage_params(model, cfg, ids, s) for s, ids in enumerate(stages)]
     dp_exposed = max(
         _dp_exchange_s(model, cfg, cluster, groups, stage_params[s], work[s].forward_s, work[s].backward_s, m)
@@ -268,8 +289,8 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     optimizer = max(_optimizer_s(cfg, cluster, p) for p in stage_params)
     step_s = makespan + dp_exposed + optimizer
 
-    compute_s = m * crit.compute_s
-    comm = {f"comm/{k}": m * v for k, v in crit.comm_s.items()}
+    compute_s = sum(n * work[s].compute_s for s, n in rank_stages)
+    comm = {f"comm/{k}": sum(n * work[s].comm_s[k] for s, n in rank_stages) for k in work[critical].comm_s}
     bubble_s = makespan - compute_s - sum(comm.values())
     breakdown = {"compute": compute_s, **comm, "bubble": bubble_s, "comm/dp": dp_exposed, "optimizer": optimizer}
 

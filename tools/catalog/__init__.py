@@ -32,6 +32,10 @@ MODEL_ALIASES = {
     "dsv3": "deepseek-v3",
     "gpt3": "gpt3-175b",
     "gpt3175b": "gpt3-175b",
+    "llama8b": "llama3-8b",
+    "llama70b": "llama3-70b",
+    "llama405b": "llama3-405b",
+    "deepseekv3671b": "deepseek-v3",
 }
 GPU_ALIASES = {
     "a100": "a100-sxm-80gb",

@@ -21,8 +21,8 @@ Mapping decisions:
 from __future__ import annotations
 
 import json
-import math
 
+from ..layout import layers_per_stage
 from ..specs import ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 from .common import ExportError, ExportResult, batch_of, comment_block, header, slug
 
@@ -71,17 +71,34 @@ def to_toml(sections: dict[str, dict]) -> str:
     return "\n".join(out)
 
 
-def _layers_per_stage(model: ModelSpec, cfg: ParallelConfig) -> int | None:
-    """pipeline_parallel_layers_per_stage giving pp*vpp stages (torchtitan counts embedding and head as one layer each)."""
-    if cfg.vpp <= 2:
-        return None  # torchtitan's default for looped schedules is two stages per rank
-    effective = model.num_layers + 2
-    for per_stage in range(1, effective + 1):
-        if math.ceil(effective / per_stage) == cfg.pp * cfg.vpp:
-            return per_stage
-    raise ExportError(
-        f"torchtitan cannot split {model.num_layers} layers (+ embedding and head) into pp*vpp={cfg.pp * cfg.vpp}"
-        " stages of equal size: choose another --vpp")
+def model_parts(model: ModelSpec, cfg: ParallelConfig) -> list[list[str]]:
+    """module_fqns_per_model_part in stage order, following trainplan's layers per rank (layout.layers_per_stage).
+
+    Each rank's layers split evenly over its chunks: vpp chunks at stages p + v*pp for looped schedules,
+    two chunks at stages p and 2*pp-1-p for the V schedules. Module names are those of torchtitan's LLMs.
+    """
+    pp = cfg.pp
+    v_shape = cfg.schedule in (Schedule.zb_h1, Schedule.dualpipe)
+    per_rank = 2 if v_shape else cfg.vpp
+    sizes = [0] * (pp * per_rank)
+    for p, n in enumerate(layers_per_stage(model.num_layers, pp)):
+        stage_ids = (p, 2 * pp - 1 - p) if v_shape else tuple(p + c * pp for c in range(per_rank))
+        base, extra = divmod(n, per_rank)
+        for c, stage in enumerate(stage_ids):
+            sizes[stage] = base + (1 if c < extra else 0)
+    parts, layer = [], 0
+    for stage, size in enumerate(sizes):
+        part = [f"layers.{i}" for i in range(layer, layer + size)]
+        layer += size
+        if stage == 0:
+            part.insert(0, "tok_embeddings")
+        if stage == len(sizes) - 1:
+            part += ["norm", "output"]
+        if not part:
+            raise ExportError(f"pipeline stage {stage} of {len(sizes)} gets no layer ({model.num_layers} layers,"
+                              f" pp={pp}, {per_rank} stages per rank): use a smaller --pp or --vpp")
+        parts.append(part)
+    return parts
 
 
 def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> ExportResult:
@@ -122,9 +139,7 @@ def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) 
     if cfg.pp > 1:
         parallelism["pipeline_parallel_schedule"] = SCHEDULES[cfg.schedule]
         parallelism["pipeline_parallel_microbatch_size"] = batch.micro
-        per_stage = _layers_per_stage(model, cfg)
-        if per_stage is not None:
-            parallelism["pipeline_parallel_layers_per_stage"] = per_stage
+        parallelism["module_fqns_per_model_part"] = model_parts(model, cfg)
         training.update(local_batch_size=batch.micro * batch.accumulation, global_batch_size=batch.global_)
         notes.append(f"with pp={cfg.pp} each step splits local_batch_size={batch.micro * batch.accumulation} into"
                      f" {batch.accumulation} pipeline micro-batches of {batch.micro}; {batch.identity()}")
@@ -134,8 +149,8 @@ def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) 
         if cfg.schedule is Schedule.dualpipe:
             notes.append("dualpipe is written as DualPipeV (the V-shaped DualPipe: two stages per rank, one"
                          " copy of the weights, where DualPipe keeps two)")
-        notes.append("torchtitan splits layers with pipeline_parallel_first/last_stage_less_layers=1 (embedding"
-                     " and head count as a layer), which may differ from trainplan's split")
+        notes.append("module_fqns_per_model_part places trainplan's layers per stage, using the module names"
+                     " of torchtitan's LLMs (tok_embeddings, layers.N, norm, output)")
     else:
         training.update(local_batch_size=batch.micro, global_batch_size=batch.global_)
         if cfg.schedule is not Schedule.one_f_one_b:

@@ -1,0 +1,432 @@
+"""Evaluators: one per kind of case. Each takes a Case and returns a CaseResult.
+
+- prediction: trainplan.estimate on the published layout, each published figure compared with the
+  matching result key (QUANTITIES); relative error = predicted / published - 1.
+- planning: the planner (search, or the agent once it exists) gets only the request; the plan is
+  scored on fit, throughput against the published layout's predicted throughput, GPU-hours and
+  cost against the published figures, structure, and the share of grounded numbers.
+- claims: the lesson's arithmetic reproduced from the tools' own components (CLAIM_CHECKS).
+
+Thresholds are reported, never hidden: every compared figure has a tolerance (DEFAULT_TOLERANCE
+unless the YAML sets one) and the case passes when all of its checks are inside it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trainplan
+
+from .dataset import Case, Dataset
+
+GiB = 2.0**30
+GB = 1e9
+
+# quantity -> (extractor from an estimate result and the request, description with unit)
+QUANTITIES: dict[str, tuple[Callable[[dict, dict], float], str]] = {
+    "params_b": (lambda r, k: r["params"]["total"] / 1e9, "parameters, billions"),
+    "step_s": (lambda r, k: r["time"]["step_s"], "seconds per step"),
+    "tflops_per_gpu": (lambda r, k: r["time"]["tflops_per_gpu"], "model TFLOP/s per GPU (no recompute)"),
+    "hardware_tflops_per_gpu": (lambda r, k: r["time"]["hardware_tflops_per_gpu"],
+                                "hardware TFLOP/s per GPU (with recompute)"),
+    "mfu": (lambda r, k: r["time"]["mfu"], "model FLOPs utilisation"),
+    "hfu": (lambda r, k: r["time"]["hfu"], "hardware FLOPs utilisation"),
+    "aggregate_pflops": (lambda r, k: r["time"]["hardware_tflops_per_gpu"] * k["gpus"] / 1e3,
+                         "hardware PFLOP/s over all GPUs"),
+    "gpu_hours": (lambda r, k: r["training"]["gpu_hours"], "GPU-hours"),
+    "cost_usd": (lambda r, k: r["training"]["cost_usd"], "dollars"),
+    "days": (lambda r, k: r["training"]["days"], "wall-clock days"),
+}
+
+# Default relative tolerances: a throughput model built bottom-up is doing well inside 15%;
+# GPU-hours also carry goodput, batch ramps and phases the single layout does not model.
+DEFAULT_TOLERANCE: dict[str, float] = {
+    "params_b": 0.05,
+    "step_s": 0.15,
+    "tflops_per_gpu": 0.15,
+    "hardware_tflops_per_gpu": 0.15,
+    "mfu": 0.15,
+    "hfu": 0.15,
+    "aggregate_pflops": 0.15,
+    "gpu_hours": 0.25,
+    "cost_usd": 0.25,
+    "days": 0.25,
+    "throughput_ratio": 0.05,  # planning: plan >= (1 - 0.05) x the published layout's predicted tokens/s
+    "claim": 1e-3,             # claims: the lesson's arithmetic is reproduced to 0.1%
+}
+
+
+@dataclass
+class CaseResult:
+    """One case's outcome. `to_dict` is the JSON shape of `trainplan eval --json`."""
+
+    id: str
+    kind: str
+    run: str
+    status: str = "ok"                     # ok | skipped | error (a crash)
+    predicted: dict[str, Any] = field(default_factory=dict)
+    published: dict[str, float] = field(default_factory=dict)
+    error: dict[str, float] = field(default_factory=dict)      # relative: predicted / published - 1
+    tolerance: dict[str, float] = field(default_factory=dict)
+    checks: dict[str, bool] = field(default_factory=dict)      # per compared figure or trait
+    source: dict[str, str] = field(default_factory=dict)
+    used_for_calibration: bool = False
+    assumptions: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    message: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool | None:
+        if self.status != "ok":
+            return None
+        return all(self.checks.values())
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id, "kind": self.kind, "run": self.run, "status": self.status,
+            "predicted": self.predicted, "published": self.published, "error": self.error,
+            "tolerance": self.tolerance, "checks": self.checks, "pass": self.passed, "source": self.source,
+            "used_for_calibration": self.used_for_calibration, "assumptions": self.assumptions,
+            "notes": self.notes, "message": self.message, "seconds": round(self.seconds, 3),
+        }
+
+
+def _new(case: Case) -> CaseResult:
+    return CaseResult(id=case.id, kind=case.kind, run=case.run, used_for_calibration=case.used_for_calibration,
+                      source=case.sources(), assumptions=case.assumptions(), notes=list(case.notes))
+
+
+def _compare(out: CaseResult, name: str, predicted: float, published: float, tolerance: float) -> None:
+    out.published[name] = published
+    out.error[name] = predicted / published - 1
+    out.tolerance[name] = tolerance
+    out.checks[name] = math.isfinite(out.error[name]) and abs(out.error[name]) <= tolerance
+
+
+def _tolerance(case: Case, name: str, default_key: str | None = None) -> float:
+    figure = case.published[name]
+    return figure.tolerance if figure.tolerance is not None else DEFAULT_TOLERANCE[default_key or name]
+
+
+# ---------------------------------------------------------------------------------------------
+# prediction
+
+def evaluate_prediction(case: Case, dataset: Dataset | None = None) -> CaseResult:
+    out = _new(case)
+    kwargs = case.kwargs()
+    result = trainplan.estimate(**kwargs)
+    out.predicted["fits"] = result["fits"]
+    out.checks["fits"] = bool(result["fits"])
+    if not result["fits"]:
+        out.notes.append(f"the published layout does not fit in the model: {result.get('reason')}")
+    for name in case.published:
+        extract, _ = QUANTITIES[name]
+        value = extract(result, kwargs)
+        out.predicted[name] = value
+        _compare(out, name, value, case.published[name].value, _tolerance(case, name))
+    out.predicted["config"] = result["config"]
+    out.predicted["memory_gib_total"] = result["memory_gib"]["total"]
+    if "time" in result:
+        out.predicted["bubble_fraction"] = result["time"]["bubble_fraction"]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# planning
+
+class PlannerUnavailable(Exception):
+    """No planner is installed yet for the chosen backend."""
+
+
+# Where each backend's planner lives: (module, function), tried in order. The function takes the
+# request (DESIGN.md vocabulary as keyword arguments, plus `backend`) and returns a search result
+# {"candidates": [...]}, a PlanReport-like {"recommended": {...}, "markdown"?, "grounding"?}, or
+# one estimate object. Point these at the real planner when it lands.
+PLANNERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "offline": (("trainplan.agent.offline", "plan"), ("trainplan.tools.search", "search")),
+    "openai": (("trainplan.agent.planner", "plan"), ("trainplan.agent", "plan")),
+}
+
+
+def resolve_planner(backend: str) -> Callable[..., Any]:
+    """The planner function for a backend, or PlannerUnavailable naming what was looked for."""
+    if backend not in PLANNERS:
+        raise PlannerUnavailable(f"unknown backend '{backend}': use {', '.join(PLANNERS)}")
+    tried = []
+    for module_name, attr in PLANNERS[backend]:
+        tried.append(f"{module_name}.{attr}")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue
+            raise
+        if hasattr(module, attr):
+            return getattr(module, attr)
+    raise PlannerUnavailable(f"planner not available for backend '{backend}' (looked for {', '.join(tried)})")
+
+
+def _plain(obj: Any) -> Any:
+    return obj.model_dump(mode="json") if hasattr(obj, "model_dump") else obj
+
+
+def normalise_plan(raw: Any) -> tuple[dict, float | None]:
+    """(the recommended estimate object, share of grounded numbers or None when not measured)."""
+    plan = _plain(raw)
+    share = None
+    grounding = plan.get("grounding") if isinstance(plan, dict) else None
+    if isinstance(grounding, dict):
+        share = grounding.get("share_grounded", grounding.get("share"))
+    if isinstance(plan, dict) and "candidates" in plan:
+        if not plan["candidates"]:
+            raise ValueError("the planner returned no candidate layout")
+        best = _plain(plan["candidates"][0])
+    elif isinstance(plan, dict) and "recommended" in plan:
+        best = _plain(plan["recommended"])
+    else:
+        best = plan
+    if share is None and isinstance(plan, dict) and plan.get("markdown") and plan.get("tool_results") is not None:
+        from trainplan.agent.grounding import check_grounding
+
+        share = check_grounding(plan["markdown"], [plan["tool_results"], plan.get("request", {})]).share_grounded
+    return best, share
+
+
+LAYOUT_KEYS = ("gpus", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute", "schedule",
+               "precision", "sequence_parallel", "optimizer_offload", "bf16_grads", "gpus_per_node",
+               "intra_node_bw", "inter_node_bw")
+
+
+def estimate_config(config: dict, request: dict) -> dict:
+    """Re-run a plan's layout through trainplan.estimate with the request's model, gpu, tokens and price."""
+    kwargs = {k: config[k] for k in LAYOUT_KEYS if config.get(k) is not None}
+    kwargs.update({k: request[k] for k in ("model", "gpu", "tokens", "price") if k in request})
+    return trainplan.estimate(**kwargs)
+
+
+# trait -> test on a config dict; the YAML says which value the reference layout has.
+STRUCTURE_CHECKS: dict[str, Callable[[dict], bool]] = {
+    "tp_within_node": lambda c: c["tp"] <= c["gpus_per_node"],
+    "uses_ep": lambda c: c["ep"] > 1,
+    "no_tp": lambda c: c["tp"] == 1,
+    "uses_pp": lambda c: c["pp"] > 1,
+}
+
+
+def evaluate_planning(case: Case, dataset: Dataset, planner: Callable[..., Any] | None = None,
+                      backend: str = "offline") -> CaseResult:
+    out = _new(case)
+    if planner is None:
+        try:
+            planner = resolve_planner(backend)
+        except PlannerUnavailable as exc:
+            out.status = "skipped"
+            out.message = str(exc)
+            return out
+    request = case.kwargs()
+    accepts = inspect.signature(planner).parameters
+    extra = {"backend": backend} if "backend" in accepts or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in accepts.values()) else {}
+    plan, share = normalise_plan(planner(**request, **extra))
+    if "training" not in plan and "tokens" in request:
+        plan = estimate_config(plan["config"], request)
+    config = plan["config"]
+    out.predicted["config"] = config
+    out.predicted["fits"] = plan["fits"]
+    out.checks["fits"] = bool(plan["fits"])
+    tokens_per_s = plan["time"]["tokens_per_s"]
+    out.predicted["tokens_per_s"] = tokens_per_s
+    if case.reference_case:
+        reference = dataset.case(case.reference_case)
+        ref = trainplan.estimate(**reference.kwargs())
+        ratio = tokens_per_s / ref["time"]["tokens_per_s"]
+        out.predicted["reference_tokens_per_s"] = ref["time"]["tokens_per_s"]
+        out.predicted["throughput_ratio"] = ratio
+        out.tolerance["throughput_ratio"] = DEFAULT_TOLERANCE["throughput_ratio"]
+        out.checks["throughput_ratio"] = ratio >= 1 - DEFAULT_TOLERANCE["throughput_ratio"]
+    for name in case.published:
+        value = QUANTITIES[name][0](plan, request)
+        out.predicted[name] = value
+        _compare(out, name, value, case.published[name].value, _tolerance(case, name))
+    for trait, expected in case.structure.items():
+        actual = STRUCTURE_CHECKS[trait](config)
+        out.predicted[f"structure.{trait}"] = actual
+        out.checks[f"structure.{trait}"] = actual == expected
+    out.predicted["grounded_share"] = share
+    if share is None:
+        out.notes.append("grounded share not measured: this backend returns tool results, not prose")
+    else:
+        out.checks["grounded_share"] = share >= 1.0
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# claims: the lesson's arithmetic through the tools' components
+
+def tool_bytes_per_param(model: str = "llama3-405b") -> dict[str, float]:
+    """Bytes per parameter of each model-state component, read back from the memory tool.
+
+    One GPU, no parallelism, ZeRO-0: every rank holds every state, so component / params is the
+    tool's convention: bf16 weights, fp32 gradient buffer (or bf16 with bf16_grads), and the
+    optimizer's fp32 master + Adam m + Adam v. A large model keeps the GiB rounding negligible.
+    """
+    base = trainplan.estimate(model=model, gpu="h100-sxm-80gb", gpus=1, zero=0)
+    bf16 = trainplan.estimate(model=model, gpu="h100-sxm-80gb", gpus=1, zero=0, bf16_grads=True)
+    params = base["params"]["total"]
+
+    def per_param(result: dict, key: str) -> float:
+        return round(result["memory_gib"][key] * GiB / params, 2)
+
+    return {
+        "weights": per_param(base, "weights"),
+        "gradients_fp32": per_param(base, "gradients"),
+        "gradients_bf16": per_param(bf16, "gradients"),
+        "optimizer": per_param(base, "optimizer"),   # fp32 master + m + v, 4 B each (DESIGN.md)
+    }
+
+
+def _lesson_conventions(b: dict[str, float]) -> dict[str, float]:
+    """Bytes per parameter of each convention, built from the tool's components."""
+    adam_moments = b["optimizer"] * 2 / 3   # Adam m and v: two of the optimizer's three fp32 tensors
+    fp32_master = b["optimizer"] / 3
+    return {
+        # the lesson's mixed precision: bf16 weights + bf16 grads + fp32 Adam m, v (no fp32 master copy)
+        "lesson_mixed": b["weights"] + b["gradients_bf16"] + adam_moments,
+        # the lesson's FP32: fp32 weights (the master copy is the weight) + fp32 grads + m, v
+        "lesson_fp32": fp32_master + b["gradients_fp32"] + adam_moments,
+        # the tool's default (Megatron): bf16 weights + fp32 grads + fp32 master, m, v
+        "tool_megatron": b["weights"] + b["gradients_fp32"] + b["optimizer"],
+        # the tool with bf16_grads (DeepSpeed): bf16 weights + bf16 grads + fp32 master, m, v
+        "tool_bf16_grads": b["weights"] + b["gradients_bf16"] + b["optimizer"],
+    }
+
+
+def claim_model_states(params: float) -> tuple[dict, list[str]]:
+    b = tool_bytes_per_param()
+    conv = _lesson_conventions(b)
+    predicted = {
+        "mixed_precision_gb": params * conv["lesson_mixed"] / GB,
+        "fp32_gb": params * conv["lesson_fp32"] / GB,
+        "tool_megatron_gb": params * conv["tool_megatron"] / GB,
+        "tool_bf16_grads_gb": params * conv["tool_bf16_grads"] / GB,
+        "bytes_per_param": {**b, **conv},
+    }
+    explain = [
+        f"memory tool components, B/param: weights {b['weights']:g}, gradients {b['gradients_fp32']:g} "
+        f"(bf16_grads: {b['gradients_bf16']:g}), optimizer {b['optimizer']:g} = fp32 master + Adam m + v",
+        f"lesson mixed precision = weights {b['weights']:g} + bf16 grads {b['gradients_bf16']:g} + Adam m,v "
+        f"{b['optimizer'] * 2 / 3:g} = {conv['lesson_mixed']:g} B/param -> {predicted['mixed_precision_gb']:.0f} GB",
+        f"lesson FP32 = fp32 weights {b['optimizer'] / 3:g} + fp32 grads {b['gradients_fp32']:g} + Adam m,v "
+        f"{b['optimizer'] * 2 / 3:g} = {conv['lesson_fp32']:g} B/param -> {predicted['fp32_gb']:.0f} GB",
+        f"the tool's default (Megatron) adds the fp32 master copy to the lesson's mixed precision and keeps "
+        f"fp32 gradients: {conv['tool_megatron']:g} B/param -> {predicted['tool_megatron_gb']:.0f} GB; "
+        f"with bf16_grads (DeepSpeed) {conv['tool_bf16_grads']:g} B/param -> {predicted['tool_bf16_grads_gb']:.0f} GB. "
+        "The lesson's 12 B/param omits the fp32 master weights that mixed-precision Adam keeps",
+    ]
+    return predicted, explain
+
+
+def claim_min_gpus_for_states(params: float, gpu_memory_gb: float) -> tuple[dict, list[str]]:
+    b = tool_bytes_per_param()
+    conv = _lesson_conventions(b)
+    exact = params * conv["lesson_mixed"] / (gpu_memory_gb * GB)
+    tool = params * conv["tool_megatron"] / (gpu_memory_gb * GB)
+    predicted = {
+        "gpus_exact": exact, "min_gpus": math.ceil(exact),
+        "tool_megatron_min_gpus": math.ceil(tool), "tool_megatron_gpus_exact": tool,
+    }
+    explain = [
+        f"{params / 1e9:g}B params x {conv['lesson_mixed']:g} B/param (bf16 weights + bf16 grads + Adam m,v) "
+        f"/ {gpu_memory_gb:g} GB = {exact:.2f} -> at least {math.ceil(exact)} GPUs, states perfectly sharded, "
+        "nothing else in memory",
+        f"with the tool's default {conv['tool_megatron']:g} B/param (fp32 grads and fp32 master): "
+        f"{tool:.2f} -> {math.ceil(tool)} GPUs; activations, buffers and the usable HBM (79.6 GiB on H100) "
+        "raise it further",
+    ]
+    return predicted, explain
+
+
+def claim_pipeline_bubble(schedule: str, pp: int, m: int, vpp: int = 1) -> tuple[dict, list[str]]:
+    from trainplan.tools.pipeline import simulate
+
+    sim = simulate(schedule, pp, m, vpp=vpp, forward_s=1.0, backward_s=2.0, p2p_s=0.0, record_timeline=False)
+    ratio = sim.bubble_fraction / (1 - sim.bubble_fraction)
+    predicted = {"bubble_over_compute": ratio, "bubble_fraction_of_step": sim.bubble_fraction}
+    explain = [f"simulate('{schedule}', pp={pp}, m={m}, vpp={vpp}), equal stages, F=1 B=2, no p2p: idle share of "
+               f"the step {sim.bubble_fraction:.4f}; idle / compute = f/(1-f) = {ratio:.4f}; the paper's "
+               f"(1/v)(p-1)/m = {(pp - 1) / (vpp * m):.4f}"]
+    return predicted, explain
+
+
+def claim_fsdp_per_gpu(model: str, gpu: str, gpus: int, params: float, seq: int, mbs: int = 1,
+                       recompute: str = "selective") -> tuple[dict, list[str]]:
+    b = tool_bytes_per_param()
+    conv = _lesson_conventions(b)
+    lesson = params * conv["lesson_mixed"] / gpus / GB
+    full = trainplan.estimate(model=model, gpu=gpu, gpus=gpus, zero=3, seq=seq, mbs=mbs, recompute=recompute)
+    mem = full["memory_gib"]
+    states = (mem["weights"] + mem["gradients"] + mem["optimizer"]) * GiB / GB
+    predicted = {
+        "per_gpu_gb": lesson,
+        "tool_model_states_gb": states,
+        "tool_activations_gb": mem["activations"] * GiB / GB,
+        "tool_other_gb": mem["other"] * GiB / GB,
+        "tool_total_gb": mem["total"] * GiB / GB,
+        "tool_fits": full["fits"],
+    }
+    exact = full["params"]["total"]
+    explain = [
+        f"the lesson's simplified calculator: {params / 1e9:g}B params x {conv['lesson_mixed']:g} B/param / {gpus} GPUs "
+        f"= {lesson:.2f} GB per GPU (model states only)",
+        f"the memory tool (ZeRO-3, dp={gpus}, seq {seq}, mbs {mbs}, {recompute} recompute): model states "
+        f"{states:.2f} GB, activations {predicted['tool_activations_gb']:.2f} GB, other {predicted['tool_other_gb']:.2f} GB, "
+        f"total {predicted['tool_total_gb']:.2f} GB",
+        f"why they differ: {conv['tool_megatron']:g} vs {conv['lesson_mixed']:g} B/param (fp32 master and fp32 "
+        f"gradient buffer), the exact count {exact / 1e9:.2f}B, activations that FSDP does not shard, and the "
+        "gathered full-layer weights and buffers in 'other'",
+    ]
+    return predicted, explain
+
+
+CLAIM_CHECKS: dict[str, Callable[..., tuple[dict, list[str]]]] = {
+    "model_states": claim_model_states,
+    "min_gpus_for_states": claim_min_gpus_for_states,
+    "pipeline_bubble": claim_pipeline_bubble,
+    "fsdp_per_gpu": claim_fsdp_per_gpu,
+}
+
+
+def evaluate_claims(case: Case, dataset: Dataset | None = None) -> CaseResult:
+    out = _new(case)
+    predicted, explain = CLAIM_CHECKS[case.check](**case.arg_values())
+    out.predicted.update(predicted)
+    out.notes.extend(explain)
+    for name in case.published:
+        _compare(out, name, float(predicted[name]), case.published[name].value, _tolerance(case, name, "claim"))
+    return out
+
+
+def run_case(case: Case, dataset: Dataset, *, backend: str = "offline",
+             planner: Callable[..., Any] | None = None) -> CaseResult:
+    """Run one case; a crash becomes status 'error' with the message (the runner exits non-zero)."""
+    start = time.perf_counter()
+    try:
+        if case.kind == "prediction":
+            out = evaluate_prediction(case, dataset)
+        elif case.kind == "planning":
+            out = evaluate_planning(case, dataset, planner=planner, backend=backend)
+        else:
+            out = evaluate_claims(case, dataset)
+    except Exception as exc:  # noqa: BLE001 - a crashing case is reported, and the run exits non-zero
+        out = _new(case)
+        out.status = "error"
+        out.message = f"{type(exc).__name__}: {exc}"
+    out.seconds = time.perf_counter() - start
+    return out

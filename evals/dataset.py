@@ -1,0 +1,246 @@
+"""Reference runs as data: one YAML file per published run, each figure with its source.
+
+Structure (after pydantic_evals): Dataset -> Case -> Evaluator -> Report. This module holds the
+Dataset and the Cases; cases.py the evaluators; runner.py runs them; report.py renders the result.
+
+A run file (evals/runs/*.yaml):
+
+    id: llama3-405b                     # the run; file stem
+    public_runs_id: llama3_405b         # its id in ../shared/references/public-runs.yaml
+    name: ...
+    sources: {key: full citation}       # copied from ../shared/references/public-runs.yaml
+    context: [{name, value, source}]    # published figures kept for the record, not compared
+    cases:
+      - id: ...                         # unique across files
+        kind: prediction | planning | claims
+        used_for_calibration: false     # true when an efficiency constant in tools/ was set from it
+        request: {name: {value, source} | {value, assumed}}   # trainplan.estimate keyword arguments
+        published: {quantity: {value, source, tolerance?}}    # compared with the prediction
+        ...
+
+Every input is either published (`source`, a key of `sources` followed by the section) or an
+assumption (`assumed`: why). Every published figure has a `source`. tests/test_evals.py checks both.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+RUNS_DIR = Path(str(resources.files("trainplan.evals") / "runs"))
+
+Kind = Literal["prediction", "planning", "claims"]
+
+
+class Input(BaseModel):
+    """One request argument: published (with a source) or assumed (with the reason)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: Any = Field(description="the argument, in the DESIGN.md vocabulary")
+    source: str | None = Field(default=None, description="where the value was published")
+    assumed: str | None = Field(default=None, description="why this value was assumed (not published)")
+
+    @model_validator(mode="after")
+    def _sourced(self) -> Input:
+        if not (self.source or self.assumed):
+            raise ValueError(f"value {self.value!r} needs a 'source' or an 'assumed' reason")
+        return self
+
+
+class Figure(BaseModel):
+    """A published figure the case compares with (or, for claims, the figure the lesson states)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: float = Field(description="the figure, in the unit named by its quantity key")
+    source: str = Field(min_length=1, description="citation: a key of the file's sources plus the section")
+    tolerance: float | None = Field(default=None, gt=0, description="relative tolerance; default per quantity")
+    derived: bool = Field(default=False, description="computed from published figures (formula in note)")
+    note: str | None = Field(default=None, description="how to read the figure")
+
+
+class ContextFigure(BaseModel):
+    """A published figure kept for the record (not comparable with one layout's prediction)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    value: float | str
+    source: str = Field(min_length=1)
+    note: str | None = None
+
+
+class Case(BaseModel):
+    """One evaluation: a request, the published figures, and how to compare them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$", description="unique across all run files")
+    kind: Kind
+    description: str = Field(description="what the case checks, in one line")
+    used_for_calibration: bool = Field(
+        default=False, description="an efficiency constant in tools/ was set from this run (not held out)"
+    )
+    request: dict[str, Input] = Field(default_factory=dict, description="trainplan.estimate / planner arguments")
+    published: dict[str, Figure] = Field(default_factory=dict, description="quantity -> published figure")
+    # planning
+    reference_case: str | None = Field(default=None, description="planning: the prediction case of the published layout")
+    structure: dict[str, bool] = Field(default_factory=dict, description="planning: expected structural traits")
+    # claims
+    check: str | None = Field(default=None, description="claims: name of the check in cases.CLAIM_CHECKS")
+    args: dict[str, Input] = Field(default_factory=dict, description="claims: the check's arguments")
+    notes: list[str] = Field(default_factory=list, description="assumptions and caveats shown in the report")
+    # filled by the loader
+    run: str = Field(default="", description="id of the run file")
+    run_dir: str = Field(default="", description="directory of the run file (relative model paths)")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Case:
+        if self.kind == "claims" and not self.check:
+            raise ValueError(f"claims case {self.id} needs 'check'")
+        if self.kind != "claims" and not self.request:
+            raise ValueError(f"{self.kind} case {self.id} needs 'request'")
+        return self
+
+    def kwargs(self) -> dict[str, Any]:
+        """The request as keyword arguments; a model path ending in .json is resolved against the run file."""
+        out = {name: item.value for name, item in self.request.items()}
+        model = out.get("model")
+        if isinstance(model, str) and model.endswith(".json") and not Path(model).is_absolute():
+            out["model"] = str(Path(self.run_dir) / model)
+        return out
+
+    def arg_values(self) -> dict[str, Any]:
+        return {name: item.value for name, item in self.args.items()}
+
+    def assumptions(self) -> dict[str, str]:
+        """Inputs that were assumed, with the reason."""
+        items = {**self.request, **self.args}
+        return {name: item.assumed for name, item in items.items() if item.assumed}
+
+    def sources(self) -> dict[str, str]:
+        """Published quantity -> citation."""
+        return {name: fig.source for name, fig in self.published.items()}
+
+
+class RunFile(BaseModel):
+    """One YAML file: a published run (or the lesson's claims) and its cases."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    public_runs_id: str | None = Field(default=None, description="the run's id in shared/references/public-runs.yaml")
+    name: str
+    sources: dict[str, str] = Field(description="citation key -> full citation (public-runs.yaml)")
+    context: list[ContextFigure] = Field(default_factory=list)
+    cases: list[Case]
+
+    @model_validator(mode="after")
+    def _cited(self) -> RunFile:
+        """Every source string starts with one of this file's citation keys."""
+        def check(text: str, where: str) -> None:
+            if not any(text.startswith(key) for key in self.sources):
+                raise ValueError(f"{where}: source '{text}' does not start with a key of 'sources' "
+                                 f"({', '.join(self.sources)})")
+        for fig in self.context:
+            check(fig.source, f"context {fig.name}")
+        for case in self.cases:
+            for name, fig in case.published.items():
+                check(fig.source, f"{case.id}.published.{name}")
+            for name, item in {**case.request, **case.args}.items():
+                if item.source:
+                    check(item.source, f"{case.id}.request.{name}")
+        return self
+
+
+class Dataset(BaseModel):
+    """All run files; cases in file order."""
+
+    runs: list[RunFile]
+
+    @cached_property
+    def cases(self) -> list[Case]:
+        return [case for run in self.runs for case in run.cases]
+
+    def case(self, case_id: str) -> Case:
+        for case in self.cases:
+            if case.id == case_id:
+                return case
+        known = ", ".join(c.id for c in self.cases)
+        raise KeyError(f"unknown case '{case_id}': known: {known}")
+
+    def select(self, kind: str | None = None, case_id: str | None = None) -> list[Case]:
+        cases = self.cases
+        if kind:
+            cases = [c for c in cases if c.kind == kind]
+        if case_id:
+            cases = [c for c in cases if c.id == case_id]
+        return cases
+
+    def citation(self, case: Case, source: str) -> str:
+        """The full citation of a source string's key."""
+        run = next(r for r in self.runs if r.id == case.run)
+        key = max((k for k in run.sources if source.startswith(k)), key=len)
+        return run.sources[key]
+
+
+def load_run(path: Path) -> RunFile:
+    data = yaml.safe_load(path.read_text())
+    run = RunFile.model_validate(data)
+    if run.id != path.stem:
+        raise ValueError(f"{path.name}: id '{run.id}' must equal the file stem '{path.stem}'")
+    for case in run.cases:
+        case.run = run.id
+        case.run_dir = str(path.parent)
+    return run
+
+
+def load_dataset(directory: Path | None = None) -> Dataset:
+    """Every evals/runs/*.yaml file; case ids must be unique."""
+    directory = directory or RUNS_DIR
+    runs = [load_run(p) for p in sorted(directory.glob("*.yaml"))]
+    seen: set[str] = set()
+    for run in runs:
+        for case in run.cases:
+            if case.id in seen:
+                raise ValueError(f"case id '{case.id}' appears twice (run {run.id})")
+            seen.add(case.id)
+    dataset = Dataset(runs=runs)
+    for case in dataset.cases:
+        if case.reference_case:
+            dataset.case(case.reference_case)
+    return dataset
+
+
+# Words that mark a line in tools/ as recording where a constant was set from.
+CALIBRATION_WORDS = ("calibrat", "fitted", "fit on", "fit to")
+
+
+def calibration_mentions(dataset: Dataset, tools_dir: Path | None = None) -> dict[str, list[str]]:
+    """Runs named on a line about calibration in tools/ (GPU JSON sources, Python comments).
+
+    tools/ records which published run set an efficiency constant ("fitted ... on ..."); a run
+    named on such a line should have the cases it was fitted on marked `used_for_calibration: true`.
+    Returns run id -> the lines.
+    """
+    tools_dir = tools_dir or Path(str(resources.files("trainplan.tools")))
+    lines: list[str] = []
+    for path in sorted(tools_dir.rglob("*")):
+        if path.suffix not in (".py", ".json") or not path.is_file():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            if any(word in line.lower() for word in CALIBRATION_WORDS):
+                lines.append(f"{path.relative_to(tools_dir)}: {line.strip()}")
+    found: dict[str, list[str]] = {}
+    for run in dataset.runs:
+        names = [run.id, *([run.public_runs_id] if run.public_runs_id else []), *(c.id for c in run.cases)]
+        hits = [line for line in lines if any(name in line for name in names)]
+        if hits:
+            found[run.id] = hits
+    return found

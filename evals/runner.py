@@ -1,0 +1,106 @@
+"""Run the cases and summarise: errors per case, MAPE per quantity, held-out MAPE, pass counts.
+
+MAPE (mean absolute percentage error) per quantity is taken over the prediction cases that publish
+that quantity. The overall MAPE pools the headline quantities only (OVERALL_QUANTITIES): MFU, HFU
+and aggregate PFLOP/s restate a TFLOP/s figure over a constant, and params_b is a count, so pooling
+them would count one error several times. Hold-out honesty: a case whose run set an efficiency constant in tools/
+(`used_for_calibration: true` in its YAML) is in `mape` but not in `mape_held_out`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from .cases import DEFAULT_TOLERANCE, CaseResult, run_case
+from .dataset import Dataset, calibration_mentions, load_dataset
+
+
+OVERALL_QUANTITIES = ("step_s", "tflops_per_gpu", "hardware_tflops_per_gpu", "gpu_hours", "cost_usd", "days")
+
+
+def _mape(errors: list[float]) -> float | None:
+    return sum(abs(e) for e in errors) / len(errors) if errors else None
+
+
+def summarise(results: list[CaseResult], dataset: Dataset | None = None) -> dict:
+    """Pass counts by kind, MAPE per quantity (all and held-out) over prediction cases.
+
+    With the dataset, also the runs that tools/ names on a calibration line but none of whose
+    cases is marked used_for_calibration (hold-out honesty: the report warns about them).
+    """
+    by_kind: dict[str, dict[str, int]] = {}
+    for r in results:
+        counts = by_kind.setdefault(r.kind, {"cases": 0, "pass": 0, "fail": 0, "skipped": 0, "error": 0})
+        counts["cases"] += 1
+        if r.status == "ok":
+            counts["pass" if r.passed else "fail"] += 1
+        else:
+            counts[r.status] += 1
+    mape: dict[str, dict[str, Any]] = {}
+    all_errors: list[float] = []
+    held_errors: list[float] = []
+    for r in results:
+        if r.kind != "prediction" or r.status != "ok":
+            continue
+        for quantity, error in r.error.items():
+            entry = mape.setdefault(quantity, {"errors": [], "held_out": []})
+            entry["errors"].append(error)
+            overall = quantity in OVERALL_QUANTITIES
+            if overall:
+                all_errors.append(error)
+            if not r.used_for_calibration:
+                entry["held_out"].append(error)
+                if overall:
+                    held_errors.append(error)
+    per_quantity = {
+        q: {"mape": _mape(e["errors"]), "n": len(e["errors"]),
+            "mape_held_out": _mape(e["held_out"]), "n_held_out": len(e["held_out"])}
+        for q, e in sorted(mape.items())
+    }
+    return {
+        "cases": len(results),
+        "pass": sum(1 for r in results if r.passed),
+        "fail": sum(1 for r in results if r.passed is False),
+        "skipped": sum(1 for r in results if r.status == "skipped"),
+        "errors": sum(1 for r in results if r.status == "error"),
+        "by_kind": by_kind,
+        "mape": per_quantity,
+        "mape_overall": _mape(all_errors),
+        "mape_overall_held_out": _mape(held_errors),
+        "mape_overall_quantities": list(OVERALL_QUANTITIES),
+        "calibration_cases": sorted(r.id for r in results if r.used_for_calibration),
+        "calibration_unmarked": _unmarked(dataset) if dataset else {},
+        "tolerances": DEFAULT_TOLERANCE,
+    }
+
+
+def _unmarked(dataset: Dataset) -> dict[str, list[str]]:
+    mentions = calibration_mentions(dataset)
+    return {run.id: mentions[run.id] for run in dataset.runs
+            if run.id in mentions and not any(c.used_for_calibration for c in run.cases)}
+
+
+def run_eval(dataset: Dataset | None = None, *, kind: str | None = None, case_id: str | None = None,
+             backend: str = "offline", planner: Callable[..., Any] | None = None,
+             on_case: Callable[[CaseResult], None] | None = None) -> dict:
+    """Run the selected cases; returns {"cases": [...], "summary": {...}} (the `--json` shape)."""
+    dataset = dataset or load_dataset()
+    cases = dataset.select(kind=kind, case_id=case_id)
+    results = []
+    for case in cases:
+        result = run_case(case, dataset, backend=backend, planner=planner)
+        results.append(result)
+        if on_case:
+            on_case(result)
+    return {"cases": [r.to_dict() for r in results], "summary": summarise(results, dataset)}
+
+
+def crashed(report: dict) -> bool:
+    """True when any case crashed (the CLI's only non-zero exit)."""
+    return any(c["status"] == "error" for c in report["cases"])
+
+
+def finite_errors(report: dict) -> bool:
+    return all(math.isfinite(e) for c in report["cases"] for e in c["error"].values())

@@ -1,0 +1,70 @@
+"""Shared test setup: no real network, and no LLM settings leaking in from the environment."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import pytest
+
+_LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+
+class NetworkBlocked(ConnectionRefusedError):
+    """A test tried to reach a non-loopback address."""
+
+
+def _is_loopback(host: object) -> bool:
+    if not isinstance(host, str):
+        return False
+    if host.lower() in _LOCAL_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _check(address: object) -> None:
+    """Raise NetworkBlocked unless `address` is a Unix socket path or a loopback (host, port)."""
+    if isinstance(address, (str, bytes)):
+        return  # AF_UNIX
+    host = address[0] if isinstance(address, tuple) and address else address
+    if not _is_loopback(host):
+        raise NetworkBlocked(f"network access blocked in tests: {address!r}")
+
+
+@pytest.fixture(autouse=True)
+def _block_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refuse connections and name lookups for anything but loopback."""
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+    real_create, real_getaddrinfo = socket.create_connection, socket.getaddrinfo
+
+    def connect(self: socket.socket, address: object) -> None:
+        _check(address)
+        return real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: object) -> int:
+        _check(address)
+        return real_connect_ex(self, address)
+
+    def create_connection(address: tuple, *args: object, **kwargs: object) -> socket.socket:
+        _check(address)
+        return real_create(address, *args, **kwargs)
+
+    def getaddrinfo(host: object, *args: object, **kwargs: object) -> list:
+        if host is not None:
+            _check((host.decode() if isinstance(host, bytes) else host,))
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(socket, "create_connection", create_connection)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+@pytest.fixture(autouse=True)
+def _no_llm_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests start with no LLM configured; a test that needs one sets the variables itself."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TRAINPLAN_MODEL"):
+        monkeypatch.delenv(name, raising=False)

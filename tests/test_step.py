@@ -1,0 +1,88 @@
+"""The step-time model: invariants of the breakdown and the mechanisms it models."""
+
+import pytest
+
+import trainplan
+from trainplan.tools.catalog import load_gpu, load_model
+from trainplan.tools.layout import resolve_config
+from trainplan.tools.specs import ClusterSpec
+from trainplan.tools.step import step_time
+
+JOB = dict(model="llama3-8b", gpu="h100-sxm-80gb", gpus=64, seq=4096, gbs=256)
+
+
+def timed(**overrides):
+    return trainplan.estimate(**{**JOB, **overrides})["time"]
+
+
+@pytest.mark.parametrize("layout", [
+    dict(tp=1, pp=1), dict(tp=2, pp=2), dict(tp=4, pp=2, vpp=2), dict(tp=1, pp=4, schedule="zb-h1"),
+    dict(tp=8, pp=1, recompute="full"), dict(tp=2, pp=4, schedule="dualpipe"), dict(tp=1, cp=2, pp=1, zero=3),
+])
+def test_breakdown_sums_to_step_and_metrics_agree(layout):
+    t = timed(**layout)
+    assert sum(t["breakdown"].values()) == pytest.approx(t["step_s"], rel=1e-9)
+    assert all(v >= -1e-9 for v in t["breakdown"].values())
+    assert t["mfu"] == pytest.approx(t["tflops_per_gpu"] / t["peak_tflops"])
+    assert t["tokens_per_s"] == pytest.approx(JOB["gbs"] * JOB["seq"] / t["step_s"])
+    assert t["tokens_per_s_per_gpu"] * JOB["gpus"] == pytest.approx(t["tokens_per_s"])
+    assert t["hfu"] >= t["mfu"]
+
+
+def test_recompute_costs_time_and_shows_in_hfu():
+    none, selective, full = (timed(tp=2, recompute=r) for r in ("none", "selective", "full"))
+    assert none["step_s"] < selective["step_s"] < full["step_s"]
+    assert full["hfu"] > full["mfu"]
+    assert none["hfu"] == pytest.approx(none["mfu"])
+    # Full recompute adds about one forward: hardware FLOPs ~ 4/3 of model FLOPs.
+    assert full["hardware_tflops_per_gpu"] / full["tflops_per_gpu"] == pytest.approx(4 / 3, rel=0.05)
+
+
+def test_more_microbatches_shrink_the_bubble():
+    small = trainplan.estimate(**{**JOB, "gbs": 64}, pp=4)["time"]
+    large = trainplan.estimate(**{**JOB, "gbs": 512}, pp=4)["time"]
+    assert large["bubble_fraction"] < small["bubble_fraction"]
+    assert large["mfu"] > small["mfu"]
+
+
+def test_interleaving_and_zero_bubble_beat_plain_1f1b():
+    plain = timed(pp=4)
+    assert timed(pp=4, vpp=2)["bubble_fraction"] < plain["bubble_fraction"]
+    assert timed(pp=4, schedule="zb-h1")["step_s"] < plain["step_s"]
+
+
+def test_fp8_is_faster_but_not_twice_as_fast():
+    bf16 = timed(tp=2, precision="bf16")
+    fp8 = timed(tp=2, precision="fp8")
+    assert 1.0 < bf16["step_s"] / fp8["step_s"] < 2.0
+    assert fp8["peak_tflops"] > 1.9 * bf16["peak_tflops"]
+
+
+def test_tensor_parallel_across_nodes_is_slower_than_inside():
+    model, gpu = load_model("llama3-8b"), load_gpu("h100-sxm-80gb")
+    cfg = resolve_config(model, 64, tp=8, gbs=256, seq=4096)
+    inside = step_time(model, cfg, ClusterSpec.build(gpu, 64, gpus_per_node=8))
+    across = step_time(model, cfg, ClusterSpec.build(gpu, 64, gpus_per_node=4))
+    assert across.breakdown["comm/tp"] > inside.breakdown["comm/tp"]
+    assert across.step_s > inside.step_s
+
+
+def test_dualpipe_hides_expert_all_to_all_better_than_1f1b():
+    job = dict(model="deepseek-v3", gpu="h800-sxm-80gb", gpus=2048, pp=16, ep=64, seq=4096, gbs=15360,
+               precision="fp8")
+    one_f_one_b = trainplan.estimate(**job, schedule="1f1b")["time"]
+    dualpipe = trainplan.estimate(**job, schedule="dualpipe")["time"]
+    assert dualpipe["breakdown"]["comm/ep"] < one_f_one_b["breakdown"]["comm/ep"]
+    assert dualpipe["step_s"] < one_f_one_b["step_s"]
+
+
+def test_slower_network_exposes_more_data_parallel_time():
+    fast = trainplan.estimate(**JOB, zero=0, inter_node_bw=50)["time"]
+    slow = trainplan.estimate(**JOB, zero=0, inter_node_bw=1)["time"]
+    assert slow["breakdown"]["comm/dp"] > fast["breakdown"]["comm/dp"]
+
+
+def test_optimizer_offload_is_slower_per_step():
+    on_gpu = timed(tp=8, zero=1)
+    offloaded = trainplan.estimate(**JOB, tp=8, zero=1, optimizer_offload=True)["time"]
+    assert offloaded["breakdown"]["optimizer"] > 10 * on_gpu["breakdown"]["optimizer"]
