@@ -84,7 +84,7 @@ def _type_name(schema: dict) -> str:
         names = [_type_name(s) for s in schema["anyOf"] if s.get("type") != "null"]
         return " or ".join(names)
     if "enum" in schema:
-        return " | ".join(str(v) for v in schema["enum"])
+        return ", ".join(str(v) for v in schema["enum"])
     return {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean"}.get(
         schema.get("type", ""), schema.get("type", "any"))
 

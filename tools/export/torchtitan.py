@@ -13,6 +13,8 @@ Mapping decisions:
 - Batch: torchtitan's gradient-accumulation steps are global / (local x dp). With pp > 1 the
   local batch is split into pipeline micro-batches of pipeline_parallel_microbatch_size, so
   local = mbs x m and there is one accumulation step.
+- Layers: module_fqns_per_model_part places trainplan's layers per stage (layout.layers_per_stage),
+  because torchtitan's own default split (embedding and head weighted as a layer) differs.
 - Schedules are torch.distributed.pipelining names: 1F1B, GPipe, Interleaved1F1B, and the V-shaped
   ZBVZeroBubble and DualPipeV for zb-h1 and dualpipe (torch has no single-chunk ZB-H1 and no
   two-copy DualPipe; both V schedules place two stages on each rank).
@@ -38,8 +40,9 @@ FLAVORS = {
 # HF model_type -> torchtitan model name, for models without a shipped flavor.
 MODEL_NAMES = {"llama": "llama3", "deepseek_v3": "deepseek_v3", "deepseek_v2": "deepseek_v3",
                "qwen3": "qwen3", "qwen3_moe": "qwen3", "gpt_oss": "gpt_oss", "llama4": "llama4"}
-# Keys written here that torchtitan 0.3's ParallelismConfig/TrainingConfig no longer have.
-V03_MISSING = {"expert_tensor_parallel_degree"}
+# Keys left out of the torchtitan 0.3 override line: gone from its ParallelismConfig, or a nested list
+# that does not fit on a command line (0.3 then uses its default layer split).
+V03_MISSING = {"expert_tensor_parallel_degree", "module_fqns_per_model_part"}
 SCHEDULES = {
     Schedule.one_f_one_b: "1F1B",
     Schedule.gpipe: "GPipe",
@@ -181,7 +184,8 @@ def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) 
     overrides = " ".join(f"--{section}.{key} {_toml_value(value)}" for section in ("parallelism", "training")
                          for key, value in sections[section].items() if key not in V03_MISSING)
     notes.append("torchtitan >= 0.3 reads no TOML: pick --module/--config from its registry and pass"
-                 f" {overrides} (activation checkpointing and fp8 are chosen in the registry there)")
+                 f" {overrides} (names as in 0.3.0's ParallelismConfig/TrainingConfig; activation checkpointing,"
+                 " fp8 and the layer split are chosen in the registry there)")
     lines = header("torchtitan", model, cfg, model_ref)
     lines.append("usage: torchrun --nproc-per-node ... -m torchtitan.train --job.config_file this-file")
     return ExportResult(engine="torchtitan", filename_suggestion=f"{slug(model_ref)}-torchtitan.toml",

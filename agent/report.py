@@ -1,0 +1,257 @@
+"""The plan report: a pydantic PlanReport, built from the tools' results, rendered to Markdown
+(prompts/report.md.j2) and to JSON.
+
+JSON shape (`trainplan plan --json`):
+    backend, llm_model, request_text,
+    request:      the request as understood (model, gpu, gpus, tokens, seq, gbs, price, precision,
+                  deadline_days, budget_usd, pins), every default filled in,
+    recommended:  the estimate object of the recommended layout, with its `config`; exactly what
+                  trainplan.estimate returns for that config and the request's tokens and price,
+    layout, memory_table, time_table, timeline (schedule, bubble, ASCII and Mermaid renders),
+    alternatives: [{layout, result, why_not}], risks, rationale, assumptions,
+    search:       evaluated / feasible / rejected counts, when a search ran,
+    grounding:    the check of the LLM's text (openai backend), tool_calls.
+
+Risk thresholds (named constants below): memory headroom under 10% of capacity, a communication
+part above 20% of the step, a pipeline bubble above 10% of the step.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from trainplan.prompts import render
+from trainplan.tools.pipeline import PipelineEvent, PipelineResult, render_ascii, render_mermaid
+
+HEADROOM_RISK = 0.10
+"""memory headroom below this share of capacity is a risk (fragmentation, spikes, longer sequences)"""
+COMM_RISK = 0.20
+"""an exposed communication part above this share of the step is a risk (communication-bound)"""
+BUBBLE_RISK = 0.10
+"""a pipeline bubble above this share of the step is a risk"""
+MERMAID_MAX_EVENTS = 1200
+"""ops drawn in the Mermaid gantt; more are left out with a note"""
+MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "other")
+
+
+class MemoryRow(BaseModel):
+    component: str = Field(description="weights, gradients, optimizer, activations, other or total")
+    gib: float = Field(description="GiB (2^30 B) per GPU on the most loaded rank")
+    share_of_capacity: float = Field(description="gib / the GPU's capacity")
+
+
+class TimeRow(BaseModel):
+    part: str = Field(description="a key of time.breakdown (compute, comm/tp, bubble, ...)")
+    seconds: float = Field(description="seconds per step on the critical stage")
+    share: float = Field(description="seconds / step_s")
+
+
+class Timeline(BaseModel):
+    schedule: str = Field(description="pipeline schedule")
+    pp: int = Field(description="pipeline stages")
+    num_microbatches: int = Field(description="micro-batches per step")
+    vpp: int = Field(description="virtual stages per rank")
+    makespan_s: float = Field(description="pipeline makespan, seconds")
+    bubble_fraction: float = Field(description="idle share of the pipeline")
+    ascii: str = Field(description="rank x time grid (tools.pipeline.render_ascii)")
+    mermaid: str = Field(description="a ```mermaid gantt block (tools.pipeline.render_mermaid)")
+
+
+class Alternative(BaseModel):
+    layout: str = Field(description="the layout in one line")
+    result: dict = Field(description="its estimate object, with config")
+    why_not: str = Field(description="why it lost to the recommended layout, in the tools' numbers")
+
+
+class Grounding(BaseModel):
+    ok: bool = Field(description="every number in the LLM's text was found in a tool result or the request")
+    share_grounded: float = Field(description="grounded numbers / checked numbers")
+    grounded: int = Field(description="numbers found")
+    ungrounded: list[str] = Field(default_factory=list, description="numbers not found, as written")
+    reasked: bool = Field(default=False, description="whether the model was asked once to fix them")
+
+
+class PlanReport(BaseModel):
+    """A training plan. Numbers are the tools' numbers for the recommended layout."""
+
+    backend: Literal["offline", "openai"] = Field(description="which planner produced the report")
+    llm_model: str | None = Field(default=None, description="the chat model, for the openai backend")
+    request_text: str = Field(description="the request as written")
+    request: dict = Field(description="the request as understood, defaults filled in")
+    recommended: dict | None = Field(description="estimate object of the recommended layout; None: none fits")
+    layout: str | None = Field(default=None, description="the recommended layout in one line")
+    memory_table: list[MemoryRow] = Field(default_factory=list, description="memory per component")
+    time_table: list[TimeRow] = Field(default_factory=list, description="step time per part")
+    timeline: Timeline | None = Field(default=None, description="the recommended layout's pipeline")
+    alternatives: list[Alternative] = Field(default_factory=list, description="runners-up and why they lost")
+    risks: list[str] = Field(default_factory=list, description="what could go wrong")
+    rationale: str = Field(default="", description="why this layout (the LLM's text for the openai backend)")
+    assumptions: list[str] = Field(default_factory=list, description="everything the request did not say")
+    search: dict | None = Field(default=None, description="evaluated, feasible, rejected, objective, wall_s")
+    grounding: Grounding | None = Field(default=None, description="grounding check of the LLM's text")
+    tool_calls: list[dict] = Field(default_factory=list, description="the LLM's tool calls: name, arguments")
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=indent)
+
+    def to_markdown(self) -> str:
+        return render("report.md.j2", report=self, r=self.recommended, config=(self.recommended or {}).get("config"))
+
+
+# --- pieces --------------------------------------------------------------------------------------
+
+
+def layout_line(config: dict) -> str:
+    """'TP8 x PP4 x DP16 x CP1 x EP1, vpp 1, ZeRO-1, mbs 1, gbs 512, seq 8192, selective recompute, 1f1b, bf16'."""
+    return (f"TP{config['tp']} x PP{config['pp']} x DP{config['dp']} x CP{config['cp']} x EP{config['ep']}, "
+            f"vpp {config['vpp']}, ZeRO-{config['zero']}, mbs {config['mbs']}, gbs {config['gbs']}, "
+            f"seq {config['seq']}, {config['recompute']} recompute, {config['schedule']}, {config['precision']}")
+
+
+def memory_rows(result: dict) -> list[MemoryRow]:
+    memory = result["memory_gib"]
+    capacity = memory["capacity"]
+    return [MemoryRow(component=key, gib=memory[key], share_of_capacity=memory[key] / capacity)
+            for key in (*MEMORY_COMPONENTS, "total")]
+
+
+def time_rows(result: dict) -> list[TimeRow]:
+    time = result.get("time")
+    if not time:
+        return []
+    step = time["step_s"]
+    return [TimeRow(part=key, seconds=seconds, share=seconds / step) for key, seconds in time["breakdown"].items()]
+
+
+def timeline_from(pipeline: dict) -> Timeline:
+    """Render the pipeline record of an estimate made with timeline=True."""
+    result = PipelineResult(
+        schedule=pipeline["schedule"], pp=pipeline["pp"], num_microbatches=pipeline["num_microbatches"],
+        vpp=pipeline["vpp"], makespan_s=pipeline["makespan_s"], bubble_fraction=pipeline["bubble_fraction"],
+        stage_busy_s=pipeline["stage_busy_s"], peak_inflight_microbatches=pipeline["peak_inflight_microbatches"],
+        timeline=[PipelineEvent(**event) for event in pipeline["timeline"]],
+    )
+    return Timeline(schedule=result.schedule, pp=result.pp, num_microbatches=result.num_microbatches,
+                    vpp=result.vpp, makespan_s=result.makespan_s, bubble_fraction=result.bubble_fraction,
+                    ascii=render_ascii(result), mermaid=render_mermaid(result, max_events=MERMAID_MAX_EVENTS))
+
+
+def risks_of(result: dict, request: dict) -> list[str]:
+    """Memory headroom, communication-bound parts, bubble, cross-node TP, deadline and budget."""
+    risks = []
+    memory, config = result["memory_gib"], result["config"]
+    headroom = memory["capacity"] - memory["total"]
+    if headroom < HEADROOM_RISK * memory["capacity"]:
+        risks.append(f"memory headroom is {headroom:.2f} GiB, {headroom / memory['capacity']:.1%} of the "
+                     f"{memory['capacity']:.2f} GiB capacity (under {HEADROOM_RISK:.0%}): allocator "
+                     "fragmentation or a spike can run out of memory; full recompute, a larger tp/pp or a "
+                     "higher ZeRO stage buys room")
+    time = result.get("time")
+    if time:
+        step = time["step_s"]
+        for key, seconds in time["breakdown"].items():
+            if key.startswith("comm/") and seconds > COMM_RISK * step:
+                risks.append(f"{key} is {seconds:.3f} s, {seconds / step:.1%} of the {step:.3f} s step "
+                             f"(over {COMM_RISK:.0%}): this part is communication-bound, and a slower "
+                             "network than assumed slows the step directly")
+        comm = sum(v for k, v in time["breakdown"].items() if k.startswith("comm/"))
+        if comm > COMM_RISK * step and not any(k.startswith("comm/") and v > COMM_RISK * step
+                                               for k, v in time["breakdown"].items()):
+            risks.append(f"exposed communication totals {comm:.3f} s, {comm / step:.1%} of the step (over "
+                         f"{COMM_RISK:.0%})")
+        bubble = time["breakdown"].get("bubble", 0.0)
+        if bubble > BUBBLE_RISK * step:
+            risks.append(f"the pipeline bubble is {bubble:.3f} s, {bubble / step:.1%} of the step (over "
+                         f"{BUBBLE_RISK:.0%}): more micro-batches (a larger gbs), vpp>1 or a zero-bubble "
+                         "schedule would shrink it")
+    if config["tp"] > config["gpus_per_node"]:
+        risks.append(f"tp={config['tp']} spans nodes of {config['gpus_per_node']} GPUs: tensor-parallel traffic "
+                     "crosses the network")
+    training = result.get("training")
+    if training and request.get("deadline_days") and training["days"] > request["deadline_days"]:
+        risks.append(f"training takes {training['days']:.1f} days, past the {request['deadline_days']:g}-day "
+                     "deadline")
+    if training and request.get("budget_usd") and training["cost_usd"] > request["budget_usd"]:
+        risks.append(f"training costs ${training['cost_usd']:,.0f}, over the ${request['budget_usd']:,.0f} budget")
+    return risks
+
+
+def why_not(alt: dict, best: dict, objective: str = "throughput") -> str:
+    """Why `alt` lost to `best`, in the tools' numbers."""
+    if not alt["fits"]:
+        return f"does not fit: {alt.get('reason')}"
+    reasons = []
+    ta, tb = alt.get("time"), best.get("time")
+    if ta and tb:
+        slower = 1 - ta["tokens_per_s"] / tb["tokens_per_s"]
+        if slower > 0:
+            reasons.append(f"{slower:.1%} lower throughput ({ta['tokens_per_s']:,.0f} vs "
+                           f"{tb['tokens_per_s']:,.0f} tokens/s, MFU {ta['mfu']:.1%} vs {tb['mfu']:.1%})")
+        elif slower < 0:
+            reasons.append(f"{-slower:.1%} higher throughput ({ta['tokens_per_s']:,.0f} vs "
+                           f"{tb['tokens_per_s']:,.0f} tokens/s) but ranked lower on {objective}")
+        else:
+            reasons.append("the same throughput; ranked lower by the search's tie-break")
+        deltas = {k: ta["breakdown"].get(k, 0.0) - tb["breakdown"].get(k, 0.0) for k in ta["breakdown"]}
+        key, delta = max(deltas.items(), key=lambda kv: kv[1])
+        if delta > 0 and slower > 0:
+            reasons.append(f"mostly {key} (+{delta:.3f} s per step)")
+    ca, cb = alt.get("training"), best.get("training")
+    if ca and cb and ca["cost_usd"] > cb["cost_usd"] and objective == "cost":
+        reasons.append(f"costs ${ca['cost_usd']:,.0f} vs ${cb['cost_usd']:,.0f}")
+    ma, mb = alt["memory_gib"], best["memory_gib"]
+    if ma["total"] < mb["total"]:
+        reasons.append(f"though it uses less memory ({ma['total']:.2f} vs {mb['total']:.2f} GiB per GPU)")
+    elif ma["total"] > mb["total"]:
+        reasons.append(f"and uses more memory ({ma['total']:.2f} vs {mb['total']:.2f} GiB per GPU)")
+    return "; ".join(reasons)
+
+
+def build_report(*, backend: str, request_text: str, request: dict, recommended: dict | None,
+                 alternatives: list[dict], rationale: str, assumptions: list[str], search: dict | None = None,
+                 extra_risks: list[str] = (), objective: str = "throughput", llm_model: str | None = None,
+                 grounding: Grounding | None = None, tool_calls: list[dict] = ()) -> PlanReport:
+    """Assemble a PlanReport. `recommended` is an estimate made with timeline=True: its pipeline
+    record becomes the timeline, and the rest is kept as the tools returned it."""
+    timeline = None
+    if recommended is not None:
+        recommended = dict(recommended)
+        pipeline = recommended.pop("pipeline", None)
+        if pipeline and pipeline.get("timeline"):
+            timeline = timeline_from(pipeline)
+    risks = [*extra_risks, *(risks_of(recommended, request) if recommended else [])]
+    return PlanReport(
+        backend=backend, llm_model=llm_model, request_text=request_text, request=request,
+        recommended=recommended,
+        layout=layout_line(recommended["config"]) if recommended else None,
+        memory_table=memory_rows(recommended) if recommended else [],
+        time_table=time_rows(recommended) if recommended else [],
+        timeline=timeline,
+        alternatives=[Alternative(layout=layout_line(a["config"]), result=a,
+                                  why_not=why_not(a, recommended, objective)) for a in alternatives] if recommended else [],
+        risks=risks, rationale=rationale, assumptions=list(assumptions), search=search, grounding=grounding,
+        tool_calls=list(tool_calls),
+    )
+
+
+def summary_line(report: PlanReport) -> str:
+    """One line for a chat: layout, memory, step time, MFU, days and cost."""
+    r = report.recommended
+    if r is None:
+        return "no layout fits: " + "; ".join(report.risks[:1])
+    parts = [report.layout or "", f"{r['memory_gib']['total']:.2f} of {r['memory_gib']['capacity']:.2f} GiB per GPU"]
+    if "time" in r:
+        parts.append(f"step {r['time']['step_s']:.3f} s, MFU {r['time']['mfu']:.1%}, "
+                     f"{r['time']['tokens_per_s']:,.0f} tokens/s")
+    if "training" in r:
+        parts.append(f"{r['training']['days']:.1f} days, {r['training']['gpu_hours']:,.0f} GPU-hours, "
+                     f"${r['training']['cost_usd']:,.0f}")
+    return " | ".join(parts)
+
+
+def as_plain(value: Any) -> Any:
+    """JSON-safe copy (tuples to lists)."""
+    return json.loads(json.dumps(value))
