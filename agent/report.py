@@ -19,7 +19,8 @@ part above 20% of the step, a pipeline bubble above 10% of the step.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+import re
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -98,7 +99,11 @@ class PlanReport(BaseModel):
         return json.dumps(self.model_dump(mode="json"), indent=indent)
 
     def to_markdown(self) -> str:
-        return render("report.md.j2", report=self, r=self.recommended, config=(self.recommended or {}).get("config"))
+        recommended = self.recommended or {}
+        comm_s = sum(row.seconds for row in self.time_table if row.part.startswith("comm/"))
+        text = render("report.md.j2", report=self, r=self.recommended, config=recommended.get("config"),
+                      comm_s=comm_s)
+        return re.sub(r"\n{3,}", "\n\n", text)
 
 
 # --- pieces --------------------------------------------------------------------------------------
@@ -250,8 +255,3 @@ def summary_line(report: PlanReport) -> str:
         parts.append(f"{r['training']['days']:.1f} days, {r['training']['gpu_hours']:,.0f} GPU-hours, "
                      f"${r['training']['cost_usd']:,.0f}")
     return " | ".join(parts)
-
-
-def as_plain(value: Any) -> Any:
-    """JSON-safe copy (tuples to lists)."""
-    return json.loads(json.dumps(value))

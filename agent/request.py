@@ -55,6 +55,7 @@ class PlanRequest(BaseModel):
     deadline_days: float | None = Field(default=None, description="longest acceptable training time, days")
     budget_usd: float | None = Field(default=None, description="largest acceptable training cost, dollars")
     precision: str | None = Field(default=None, description="bf16 or fp8")
+    goodput: float | None = Field(default=None, description="share of wall-clock time that trains")
     tp: int | None = Field(default=None, description="pinned tensor-parallel size")
     pp: int | None = Field(default=None, description="pinned pipeline-parallel size")
     cp: int | None = Field(default=None, description="pinned context-parallel size")

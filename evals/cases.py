@@ -28,6 +28,16 @@ from .dataset import Case, Dataset
 GiB = 2.0**30
 GB = 1e9
 
+def _causal_tflops(result: dict, request: dict) -> float:
+    """Model TFLOP/s per GPU when attention scores count only the unmasked half (causal=True)."""
+    from trainplan.tools.catalog import load_model
+    from trainplan.tools.counting import flops_per_token
+
+    seq = result["config"]["seq"]
+    per_token = flops_per_token(load_model(request["model"]), seq, causal=True).training()
+    return per_token * result["time"]["tokens_per_s_per_gpu"] / 1e12
+
+
 # quantity -> (extractor from an estimate result and the request, description with unit)
 QUANTITIES: dict[str, tuple[Callable[[dict, dict], float], str]] = {
     "params_b": (lambda r, k: r["params"]["total"] / 1e9, "parameters, billions"),
@@ -35,7 +45,11 @@ QUANTITIES: dict[str, tuple[Callable[[dict, dict], float], str]] = {
     "tflops_per_gpu": (lambda r, k: r["time"]["tflops_per_gpu"], "model TFLOP/s per GPU (no recompute)"),
     "hardware_tflops_per_gpu": (lambda r, k: r["time"]["hardware_tflops_per_gpu"],
                                 "hardware TFLOP/s per GPU (with recompute)"),
+    "tflops_per_gpu_causal": (lambda r, k: _causal_tflops(r, k),
+                              "model TFLOP/s per GPU, attention counted with the causal discount"),
     "mfu": (lambda r, k: r["time"]["mfu"], "model FLOPs utilisation"),
+    "mfu_causal": (lambda r, k: _causal_tflops(r, k) / r["time"]["peak_tflops"],
+                   "model FLOPs utilisation, attention counted with the causal discount"),
     "hfu": (lambda r, k: r["time"]["hfu"], "hardware FLOPs utilisation"),
     "aggregate_pflops": (lambda r, k: r["time"]["hardware_tflops_per_gpu"] * k["gpus"] / 1e3,
                          "hardware PFLOP/s over all GPUs"),
@@ -52,6 +66,8 @@ DEFAULT_TOLERANCE: dict[str, float] = {
     "tflops_per_gpu": 0.15,
     "hardware_tflops_per_gpu": 0.15,
     "mfu": 0.15,
+    "mfu_causal": 0.15,
+    "tflops_per_gpu_causal": 0.15,
     "hfu": 0.15,
     "aggregate_pflops": 0.15,
     "gpu_hours": 0.25,

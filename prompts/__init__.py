@@ -42,6 +42,8 @@ def _num(value: float, digits: int = 0) -> str:
 
 
 def _sig(value: float, digits: int = 4) -> str:
+    if abs(value) < 1e-9:
+        return "0"  # float dust (e.g. a bubble of 4e-16 s)
     return f"{value:.{digits}g}"
 
 

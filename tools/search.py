@@ -424,7 +424,8 @@ def pipeline_makespan(schedule, pp, m, vpp, forward_s, backward_s, weight_grad_s
     one_f_one_b = (m - 1) * x_max + x_sum
     gpipe = (m - 1) * f.max(axis=1) + f.sum(axis=1) + (m - 1) * b.max(axis=1) + b.sum(axis=1)
     interleaved = m * x_max + (x_sum - x_max) / v
-    zb = m * x_max + (p - 1) * np.maximum(x + 0 - 2 * w, 0).mean(axis=1)
+    zb = np.maximum(m * x_max + (p - 1) * np.maximum(x - 2 * w, 0).mean(axis=1),
+                    (m - 1) * (x - w).max(axis=1) + (x - w).sum(axis=1) + w[:, 0])
     pair = (x + x[:, ::-1]) / 2
     dual = m * pair.max(axis=1) + max(p / 2 - 1, 0) * np.maximum(x + b - 3 * w, 0).mean(axis=1)
     ideal = np.select([schedule == _GPIPE, schedule == _INTER, schedule == _ZB, schedule == _DUAL],

@@ -1,0 +1,312 @@
+"""`plan`: a plain-language request in, a PlanReport out, by the offline planner or the LLM agent.
+
+- offline: parse the request (agent/request.py), fill the defaults (stated as assumptions),
+  `search` the layouts, re-run `estimate` with timeline=True on the winner and on two or three
+  runners-up, and write the report. No LLM, no network.
+- openai: run the function-calling loop (agent/llm.py) with the rendered system prompt and the
+  registry's tools. The recommended layout is the one the model's final answer names (its layout
+  tokens, e.g. "TP8 PP4", matched against the configs in this conversation's tool results), then
+  re-evaluated with `estimate`; the model's text is the rationale and its grounding check goes in
+  the report.
+- auto: openai when an LLM is configured (agent.config.llm_configured), else offline.
+
+Defaults when the request does not say (each becomes a line of the report's assumptions):
+seq: the model's default capped at 8192; gbs: tools.registry.default_gbs; tokens: 20 per
+parameter; precision: bf16; price: the GPU's catalog price; goodput: tools.cost.DEFAULT_GOODPUT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trainplan.prompts import DEFAULT_SEQ_CAP, DEFAULT_TOKENS_PER_PARAM, render, system_prompt
+from trainplan.tools import catalog
+from trainplan.tools.cost import DEFAULT_GOODPUT, parse_tokens
+from trainplan.tools.counting import count_params
+from trainplan.tools.errors import InputError
+from trainplan.tools.estimate import estimate
+from trainplan.tools.registry import DEFAULT_GBS_RULE, default_gbs, dispatch, estimate_kwargs, openai_tools
+
+from .report import Grounding, PlanReport, build_report
+from .request import PINS, PlanRequest, merge, parse_partial, require_complete, resolve_gbs
+
+__all__ = ["plan", "plan_offline", "plan_openai", "resolve_backend", "complete_request"]
+
+ALTERNATIVES = 3
+SEARCH_TOP_K = 1 + ALTERNATIVES
+OBJECTIVE = "throughput"
+
+
+def resolve_backend(backend: str, client: Any = None) -> str:
+    from .config import llm_configured
+
+    if backend not in ("auto", "offline", "openai"):
+        raise InputError(f"backend='{backend}' is not one of: auto, offline, openai")
+    if backend == "auto":
+        return "openai" if client is not None or llm_configured() else "offline"
+    return backend
+
+
+def _request_from(request_text: str | None, request: PlanRequest | None, fields: dict) -> PlanRequest:
+    """The parsed text, over `request` (a previous one), under explicit `fields`."""
+    base = request or PlanRequest()
+    if request_text:
+        base = merge(base, parse_partial(request_text))
+    unknown = set(fields) - set(PlanRequest.model_fields)
+    if unknown:
+        raise InputError(f"unknown request field(s) {', '.join(sorted(unknown))}: use "
+                         f"{', '.join(PlanRequest.model_fields)}")
+    given = {k: v for k, v in fields.items() if v is not None}
+    if "tokens" in given:
+        given["tokens"] = parse_tokens(given["tokens"])
+    return merge(base, PlanRequest(**given)) if given else base
+
+
+def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
+    """Every field the tools need, defaults filled in, and the assumptions that names them."""
+    require_complete(request)
+    spec = catalog.load_model(request.model)
+    gpu = catalog.load_gpu(request.gpu)
+    assumptions = []
+    seq = request.seq
+    if seq is None:
+        seq = min(spec.max_seq_len, DEFAULT_SEQ_CAP)
+        assumptions.append(f"seq not given: {seq} tokens, the model's default ({spec.max_seq_len}) capped at "
+                           f"{DEFAULT_SEQ_CAP}")
+    gbs, how = resolve_gbs(request, seq)
+    if how:
+        assumptions.append(f"global batch from the request: {how}")
+    if gbs is None:
+        gbs = default_gbs(seq, request.gpus)
+        assumptions.append(f"gbs not given: {gbs} sequences ({gbs * seq:,} tokens per step) by the default rule: "
+                           f"{DEFAULT_GBS_RULE}")
+    tokens = request.tokens
+    if tokens is None:
+        params = count_params(spec).total
+        tokens = float(DEFAULT_TOKENS_PER_PARAM * params)
+        assumptions.append(f"tokens not given: {tokens:.4g}, {DEFAULT_TOKENS_PER_PARAM} per parameter "
+                           "(compute-optimal, Hoffmann et al. 2022)")
+    precision = request.precision or "bf16"
+    if request.precision is None:
+        assumptions.append("precision not given: bf16")
+    price = request.price
+    if price is None:
+        price = gpu.price
+        assumptions.append(f"price not given: ${price:.2f} per GPU-hour, the {gpu.name} catalog price")
+    goodput = request.goodput if request.goodput is not None else DEFAULT_GOODPUT
+    if request.goodput is None:
+        assumptions.append(f"goodput {goodput:.0%}: the share of wall-clock time that trains (Llama 3 reports "
+                           "more than 90% effective training time)")
+    full = {"model": request.model, "gpu": request.gpu, "gpus": request.gpus, "tokens": tokens, "seq": seq,
+            "gbs": gbs, "precision": precision, "price": price, "goodput": goodput,
+            "deadline_days": request.deadline_days, "budget_usd": request.budget_usd,
+            **{pin: getattr(request, pin) for pin in PINS}}
+    return full, assumptions
+
+
+def _evaluate(config: dict, job: dict, timeline: bool = False) -> dict:
+    """The estimate of a config for the job's model/gpu names, tokens, price and goodput."""
+    kwargs = estimate_kwargs(config)
+    kwargs.update(model=job["model"], gpu=job["gpu"])
+    return estimate(**kwargs, tokens=job["tokens"], price=job["price"], goodput=job["goodput"], timeline=timeline)
+
+
+def _search(job: dict, top_k: int, with_limits: bool = True) -> dict:
+    from trainplan.tools.search import search
+
+    kwargs: dict[str, Any] = {pin: job[pin] for pin in PINS if job[pin] is not None}
+    if with_limits:
+        kwargs.update({k: job[k] for k in ("deadline_days", "budget_usd") if job[k] is not None})
+    return search(job["model"], job["gpu"], job["gpus"], gbs=job["gbs"], seq=job["seq"], tokens=job["tokens"],
+                  price=job["price"], precision=job["precision"], objective=OBJECTIVE, top_k=top_k,
+                  goodput=job["goodput"], **kwargs)
+
+
+def _search_summary(result: dict) -> dict:
+    return {"objective": result.get("objective", OBJECTIVE), "evaluated": result.get("evaluated", 0),
+            "feasible": result.get("feasible", 0), "rejected": dict(result.get("rejected", {})),
+            "wall_s": result.get("wall_s")}
+
+
+def _rationale(recommended: dict, search: dict | None, alternatives: list[dict]) -> str:
+    comm_s = sum(v for k, v in recommended.get("time", {}).get("breakdown", {}).items() if k.startswith("comm/"))
+    return render("rationale.md.j2", r=recommended, config=recommended["config"], search=search,
+                  alternatives=alternatives, objective=OBJECTIVE, comm_s=comm_s).strip()
+
+
+def _distinct(results: list[dict], exclude: dict | None) -> list[dict]:
+    seen = [] if exclude is None else [exclude["config"]]
+    out = []
+    for result in results:
+        if result["config"] not in seen:
+            seen.append(result["config"])
+            out.append(result)
+    return out
+
+
+def plan_offline(request: PlanRequest, request_text: str = "") -> PlanReport:
+    """Parse, search, re-evaluate the winner with its timeline, and report."""
+    job, assumptions = complete_request(request)
+    risks = []
+    result = _search(job, SEARCH_TOP_K)
+    if not result.get("candidates") and (job["deadline_days"] or job["budget_usd"]):
+        limits = " and ".join(s for s in (f"the {job['deadline_days']:g}-day deadline" if job["deadline_days"] else "",
+                                          f"the ${job['budget_usd']:,.0f} budget" if job["budget_usd"] else "") if s)
+        risks.append(f"no layout meets {limits}: the plan below is the best without it")
+        result = _search(job, SEARCH_TOP_K, with_limits=False)
+    search = _search_summary(result)
+    candidates = result.get("candidates", [])
+    if not candidates:
+        rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"
+        risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); use more "
+                     "GPUs, GPUs with more memory, a shorter sequence or a smaller global batch")
+        return build_report(backend="offline", request_text=request_text, request=job, recommended=None,
+                            alternatives=[], rationale="", assumptions=assumptions, search=search,
+                            extra_risks=risks)
+    recommended = _evaluate(candidates[0]["config"], job, timeline=True)
+    alternatives = _distinct([_evaluate(c["config"], job) for c in candidates[1:]], recommended)[:ALTERNATIVES]
+    return build_report(backend="offline", request_text=request_text, request=job, recommended=recommended,
+                        alternatives=alternatives, rationale=_rationale(recommended, search, alternatives),
+                        assumptions=assumptions, search=search, extra_risks=risks, objective=OBJECTIVE)
+
+
+# --- the LLM backend -------------------------------------------------------------------------------
+
+_LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp", "zero")
+_CONFIG_TOOLS = ("estimate_step_time", "calculate_memory", "search_configs")
+
+
+def _configs_in(calls: list[dict]) -> list[tuple[int, str, dict]]:
+    """(order, tool, config) of every layout in the tool results, latest last."""
+    out = []
+    for i, call in enumerate(calls):
+        result = call.get("result")
+        if call["name"] not in _CONFIG_TOOLS or not isinstance(result, dict) or "error" in result:
+            continue
+        if call["name"] == "search_configs":
+            for rank, candidate in enumerate(result.get("candidates", [])):
+                out.append((i - rank * 1e-3, "search_configs", candidate["config"]))
+        elif result.get("fits", True):
+            out.append((i, call["name"], result["config"]))
+    return out
+
+
+def _named_layout(text: str) -> dict[str, float]:
+    """Layout tokens the text names ("TP8", "PP 4", "ZeRO-1"), the last mention of each key winning."""
+    from .grounding import extract_numbers
+
+    named: dict[str, float] = {}
+    for mention in extract_numbers(text):
+        if mention.layout_key:
+            named[mention.layout_key] = mention.value
+    return named
+
+
+def _choose_config(text: str, calls: list[dict]) -> dict | None:
+    """The config the answer names: most layout tokens matched; then estimate_step_time over search
+    candidates over calculate_memory; then the latest."""
+    named = _named_layout(text)
+    best, best_key = None, None
+    for order, tool, config in _configs_in(calls):
+        score = sum(1 for k, v in named.items() if config.get(k) == v)
+        misses = sum(1 for k, v in named.items() if config.get(k) != v)
+        key = (score - misses, {"estimate_step_time": 2, "search_configs": 1}.get(tool, 0), order)
+        if best_key is None or key > best_key:
+            best, best_key = config, key
+    return best
+
+
+def _job_from_calls(partial: PlanRequest, config: dict, calls: list[dict]) -> PlanRequest:
+    """The request as the conversation settled it: the chosen config's job, tokens/price from the calls."""
+    given: dict[str, Any] = {"model": partial.model or config["model"], "gpu": partial.gpu or config["gpu"],
+                             "gpus": config["gpus"], "seq": config["seq"], "gbs": config["gbs"],
+                             "precision": config["precision"]}
+    if partial.model and catalog.load_model(partial.model).name != config["model"]:
+        given["model"] = config["model"]
+    if partial.gpu and catalog.load_gpu(partial.gpu).name != config["gpu"]:
+        given["gpu"] = config["gpu"]
+    for call in calls:
+        args = call.get("parsed_arguments") or {}
+        for key in ("tokens", "price", "goodput"):
+            if args.get(key) is not None and getattr(partial, key) is None:
+                given[key] = parse_tokens(args[key]) if key == "tokens" else args[key]
+    data = partial.model_dump()
+    data.update({k: v for k, v in given.items() if v is not None})
+    return PlanRequest(**data)
+
+
+def plan_openai(request_text: str, partial: PlanRequest, *, llm_model: str | None = None, client: Any = None,
+                stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
+                history: list[dict] | None = None, max_turns: int = 12) -> tuple[PlanReport, Any]:
+    """Run the agent and build the report from its tool results; returns (report, AgentResult)."""
+    import json
+
+    from .config import load_settings
+    from .llm import run_agent
+
+    model_name = llm_model or load_settings().model
+    result = run_agent(request_text, system_prompt=system_prompt(), tools=openai_tools(strict=True),
+                       dispatch=dispatch, client=client, model=model_name, max_turns=max_turns, stream=stream,
+                       on_event=on_event, history=history)
+    calls = []
+    for call in result.tool_calls:
+        try:
+            parsed = json.loads(call["arguments"] or "{}")
+        except json.JSONDecodeError:
+            parsed = {}
+        calls.append({**call, "parsed_arguments": parsed if isinstance(parsed, dict) else {}})
+    grounding = Grounding(ok=result.grounding.ok, share_grounded=result.grounding.share_grounded,
+                          grounded=len(result.grounding.grounded),
+                          ungrounded=[m.text for m in result.grounding.ungrounded], reasked=result.reasked)
+    tool_calls = [{"name": c["name"], "arguments": c["parsed_arguments"]} for c in calls]
+    config = _choose_config(result.text, calls)
+    assumptions: list[str] = []
+    if config is None:
+        # The model named no layout the tools evaluated: the offline search supplies it.
+        report = plan_offline(partial, request_text)
+        report = report.model_copy(update={
+            "backend": "openai", "llm_model": result.model, "rationale": result.text, "grounding": grounding,
+            "tool_calls": tool_calls,
+            "assumptions": [*report.assumptions, "the LLM's tool calls named no evaluated layout: the "
+                            "recommended layout is the offline search's"]})
+        return report, result
+    job, assumptions = complete_request(_job_from_calls(partial, config, calls))
+    recommended = _evaluate(config, job, timeline=True)
+    others = []
+    for _, _, other in _configs_in(calls):
+        if other != config and all(other.get(k) == job[k] for k in ("seq", "gbs")):
+            try:
+                others.append(_evaluate(other, job))
+            except InputError:
+                continue
+    others = _distinct(sorted(others, key=lambda r: -r.get("time", {}).get("tokens_per_s", 0.0)), recommended)
+    report = build_report(backend="openai", llm_model=result.model, request_text=request_text, request=job,
+                          recommended=recommended, alternatives=others[:ALTERNATIVES], rationale=result.text,
+                          assumptions=assumptions, grounding=grounding, tool_calls=tool_calls)
+    return report, result
+
+
+def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: str | None = None,
+         client: Any = None, stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
+         request: PlanRequest | None = None, **fields: Any) -> PlanReport:
+    """Plan a training run from plain language (and/or DESIGN.md fields: model=, gpu=, gpus=, ...).
+
+    backend: 'offline', 'openai' or 'auto' (openai when an LLM is configured). Raises InputError when
+    the request lacks a model or the hardware (offline), AgentError when the LLM server fails.
+    """
+    chosen = resolve_backend(backend, client)
+    parsed = _request_from(request_text, request, fields)
+    text = request_text or _describe(parsed)
+    if chosen == "offline":
+        return plan_offline(require_complete(parsed), text)
+    report, _ = plan_openai(text, parsed, llm_model=llm_model, client=client, stream=stream, on_event=on_event)
+    return report
+
+
+def _describe(request: PlanRequest) -> str:
+    """A request written out from fields, for the report and the LLM."""
+    given = request.given()
+    head = f"Plan training {given.pop('model', '?')} on {given.pop('gpus', '?')} x {given.pop('gpu', '?')}"
+    rest = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in given.items())
+    return f"{head}{', ' + rest if rest else ''}"

@@ -1,0 +1,93 @@
+"""`trainplan tools schema|list|call` (the function-calling API from a shell) and `trainplan prompt`
+(render or check the shipped prompt)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def _fail(message: str, code: int = 2) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def _read_args(value: str) -> str:
+    """--args: JSON text, '-' for standard input, or @FILE."""
+    if value == "-":
+        return sys.stdin.read()
+    if value.startswith("@"):
+        path = Path(value[1:])
+        if not path.is_file():
+            _fail(f"--args file '{path}' does not exist")
+        return path.read_text()
+    return value
+
+
+def render_prompt_file() -> str:
+    from trainplan.prompts import shipped_prompt
+
+    return shipped_prompt()
+
+
+def register(app: typer.Typer) -> None:
+    tools_app = typer.Typer(no_args_is_help=True, help="The agent's tools: schemas and calls from a shell.")
+    app.add_typer(tools_app, name="tools")
+
+    @tools_app.command("schema")
+    def schema_command(
+        strict: Annotated[bool, typer.Option("--strict/--no-strict",
+                                             help="OpenAI strict mode (every argument required, nullable)")] = True,
+    ) -> None:
+        """Print the OpenAI function-tool schemas of every tool as JSON."""
+        from trainplan.tools.registry import openai_tools
+
+        print(json.dumps(openai_tools(strict=strict), indent=2))
+
+    @tools_app.command("list")
+    def list_command() -> None:
+        """List the tools with their descriptions."""
+        from trainplan.tools.registry import TOOLS
+
+        for tool in TOOLS:
+            print(f"{tool.name}: {tool.description}")
+
+    @tools_app.command("call")
+    def call_command(
+        name: Annotated[str, typer.Argument(help="tool name (see `trainplan tools list`)")],
+        args: Annotated[str, typer.Option("--args", help="arguments as a JSON object; '-' reads standard input, "
+                                                         "@FILE reads a file")] = "{}",
+    ) -> None:
+        """Call one tool and print its JSON result; an invalid call prints `error: ...` and exits 2."""
+        from trainplan.tools.registry import dispatch
+
+        result = dispatch(name, _read_args(args))
+        if set(result) == {"error"}:
+            _fail(result["error"])
+        print(json.dumps(result, indent=2))
+
+    @app.command("prompt")
+    def prompt_command(
+        check: Annotated[bool, typer.Option("--check", help="exit 1 when the file is out of step; write nothing")] = False,
+        out: Annotated[Optional[Path], typer.Option("--out", help="where to write (default: the repository's "
+                                                                   "outputs/prompt-distributed-training-planner.md)")] = None,
+    ) -> None:
+        """Render the shipped prompt from prompts/*.j2 and the tool registry, or check that it is current."""
+        from trainplan.prompts import SHIPPED_PATH
+
+        path = out or SHIPPED_PATH
+        text = render_prompt_file()
+        if check:
+            current = path.read_text() if path.is_file() else None
+            if current != text:
+                state = "is missing" if current is None else "is out of step with prompts/ and the tool registry"
+                _fail(f"{path} {state}: run `trainplan prompt` and commit the result", code=1)
+            print(f"{path} is up to date")
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path}")
