@@ -17,6 +17,7 @@ parameter; precision: bf16; price: the GPU's catalog price; goodput: tools.cost.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -236,54 +237,87 @@ def _job_from_calls(partial: PlanRequest, config: dict, calls: list[dict]) -> Pl
     return PlanRequest(**data)
 
 
-def plan_openai(request_text: str, partial: PlanRequest, *, llm_model: str | None = None, client: Any = None,
-                stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
-                history: list[dict] | None = None, max_turns: int = 12) -> tuple[PlanReport, Any]:
-    """Run the agent and build the report from its tool results; returns (report, AgentResult)."""
-    import json
-
-    from .config import load_settings
-    from .llm import run_agent
-
-    model_name = llm_model or load_settings().model
-    result = run_agent(request_text, system_prompt=system_prompt(), tools=openai_tools(strict=True),
-                       dispatch=dispatch, client=client, model=model_name, max_turns=max_turns, stream=stream,
-                       on_event=on_event, history=history)
+def calls_from_messages(messages: list[dict]) -> list[dict]:
+    """Tool calls of a conversation, each with its result: {id, name, arguments, result}."""
+    results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
     calls = []
-    for call in result.tool_calls:
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            content = results.get(call["id"])
+            try:
+                result = json.loads(content) if isinstance(content, str) else content
+            except json.JSONDecodeError:
+                result = None
+            calls.append({"id": call["id"], "name": call["function"]["name"],
+                          "arguments": call["function"]["arguments"], "result": result})
+    return calls
+
+
+def grounding_of(report: Any, reasked: bool = False) -> Grounding:
+    """A Grounding from agent.grounding's GroundingReport."""
+    return Grounding(ok=report.ok, share_grounded=report.share_grounded, grounded=len(report.grounded),
+                     ungrounded=[m.text for m in report.ungrounded], reasked=reasked)
+
+
+def report_from_conversation(request_text: str, partial: PlanRequest, *, text: str, calls: list[dict],
+                             grounding: Grounding | None, llm_model: str | None) -> PlanReport:
+    """The report of an LLM conversation: the layout its answer names, re-evaluated with the tools."""
+    parsed_calls = []
+    for call in calls:
         try:
             parsed = json.loads(call["arguments"] or "{}")
         except json.JSONDecodeError:
             parsed = {}
-        calls.append({**call, "parsed_arguments": parsed if isinstance(parsed, dict) else {}})
-    grounding = Grounding(ok=result.grounding.ok, share_grounded=result.grounding.share_grounded,
-                          grounded=len(result.grounding.grounded),
-                          ungrounded=[m.text for m in result.grounding.ungrounded], reasked=result.reasked)
-    tool_calls = [{"name": c["name"], "arguments": c["parsed_arguments"]} for c in calls]
-    config = _choose_config(result.text, calls)
-    assumptions: list[str] = []
+        parsed_calls.append({**call, "parsed_arguments": parsed if isinstance(parsed, dict) else {}})
+    tool_calls = [{"name": c["name"], "arguments": c["parsed_arguments"]} for c in parsed_calls]
+    config = _choose_config(text, parsed_calls)
     if config is None:
+        if partial.missing():
+            raise InputError("the conversation has no layout evaluated by the tools yet, and the request "
+                             f"lacks {', '.join(partial.missing())}: ask for a plan first")
         # The model named no layout the tools evaluated: the offline search supplies it.
         report = plan_offline(partial, request_text)
-        report = report.model_copy(update={
-            "backend": "openai", "llm_model": result.model, "rationale": result.text, "grounding": grounding,
+        return report.model_copy(update={
+            "backend": "openai", "llm_model": llm_model, "rationale": text, "grounding": grounding,
             "tool_calls": tool_calls,
-            "assumptions": [*report.assumptions, "the LLM's tool calls named no evaluated layout: the "
-                            "recommended layout is the offline search's"]})
-        return report, result
-    job, assumptions = complete_request(_job_from_calls(partial, config, calls))
+            "assumptions": [*report.assumptions, "the LLM's tool calls evaluated no layout: the recommended "
+                            "layout is the offline search's"]})
+    job, assumptions = complete_request(_job_from_calls(partial, config, parsed_calls))
     recommended = _evaluate(config, job, timeline=True)
     others = []
-    for _, _, other in _configs_in(calls):
+    for _, _, other in _configs_in(parsed_calls):
         if other != config and all(other.get(k) == job[k] for k in ("seq", "gbs")):
             try:
                 others.append(_evaluate(other, job))
             except InputError:
                 continue
     others = _distinct(sorted(others, key=lambda r: -r.get("time", {}).get("tokens_per_s", 0.0)), recommended)
-    report = build_report(backend="openai", llm_model=result.model, request_text=request_text, request=job,
-                          recommended=recommended, alternatives=others[:ALTERNATIVES], rationale=result.text,
-                          assumptions=assumptions, grounding=grounding, tool_calls=tool_calls)
+    return build_report(backend="openai", llm_model=llm_model, request_text=request_text, request=job,
+                        recommended=recommended, alternatives=others[:ALTERNATIVES], rationale=text,
+                        assumptions=assumptions, grounding=grounding, tool_calls=tool_calls)
+
+
+def run_llm(request_text: str, *, llm_model: str | None = None, client: Any = None, stream: bool = False,
+            on_event: Callable[[str, dict], None] | None = None, history: list[dict] | None = None,
+            max_turns: int = 16) -> Any:
+    """One run of the function-calling loop with the system prompt and the registry's tools."""
+    from .config import load_settings
+    from .llm import run_agent
+
+    return run_agent(request_text, system_prompt=system_prompt(), tools=openai_tools(strict=True),
+                     dispatch=dispatch, client=client, model=llm_model or load_settings().model,
+                     max_turns=max_turns, stream=stream, on_event=on_event, history=history)
+
+
+def plan_openai(request_text: str, partial: PlanRequest, *, llm_model: str | None = None, client: Any = None,
+                stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
+                history: list[dict] | None = None) -> tuple[PlanReport, Any]:
+    """Run the agent and build the report from its tool results; returns (report, AgentResult)."""
+    result = run_llm(request_text, llm_model=llm_model, client=client, stream=stream, on_event=on_event,
+                     history=history)
+    report = report_from_conversation(request_text, partial, text=result.text, calls=result.tool_calls,
+                                      grounding=grounding_of(result.grounding, result.reasked),
+                                      llm_model=result.model)
     return report, result
 
 

@@ -424,10 +424,19 @@ def pipeline_makespan(schedule, pp, m, vpp, forward_s, backward_s, weight_grad_s
     one_f_one_b = (m - 1) * x_max + x_sum
     gpipe = (m - 1) * f.max(axis=1) + f.sum(axis=1) + (m - 1) * b.max(axis=1) + b.sum(axis=1)
     interleaved = m * x_max + (x_sum - x_max) / v
-    zb = np.maximum(m * x_max + (p - 1) * np.maximum(x - 2 * w, 0).mean(axis=1),
-                    (m - 1) * (x - w).max(axis=1) + (x - w).sum(axis=1) + w[:, 0])
+    # zb-h1: stage s starts after the forwards of the stages before it, runs m(F + B), and then
+    # the last input gradient walks back to stage 0 (sum of B - W, then W on stage 0), behind the
+    # min(s + 1, m) weight gradients stage s still owes after its last input gradient.
+    stages = np.arange(pp)
+    head = np.cumsum(f, axis=1) - f
+    tail = np.cumsum(b - w, axis=1) - (b - w) + w[:, :1]
+    held = np.minimum(stages[None, :] + 1, m[:, None]) * w
+    zb = (head + m[:, None] * x + np.maximum(0.0, tail - held)).max(axis=1)
+    # dualpipe: rank r runs m/2 micro-batches through stages r and p-1-r. Equal ranks: the paper's
+    # bubble on the mean rank; one dominant rank pair hides its bubble behind the others' slack.
     pair = (x + x[:, ::-1]) / 2
-    dual = m * pair.max(axis=1) + max(p / 2 - 1, 0) * np.maximum(x + b - 3 * w, 0).mean(axis=1)
+    dual = np.maximum(m * pair.max(axis=1),
+                      m * pair.mean(axis=1) + max(p / 2 - 1, 0) * np.maximum(x + b - 3 * w, 0).mean(axis=1))
     ideal = np.select([schedule == _GPIPE, schedule == _INTER, schedule == _ZB, schedule == _DUAL],
                       [gpipe, interleaved, zb, dual], one_f_one_b)
     hops = np.select([schedule == _GPIPE, schedule == _INTER, schedule == _ZB, schedule == _DUAL],

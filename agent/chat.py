@@ -1,0 +1,327 @@
+"""`trainplan chat`: an interactive planning session.
+
+LLM-backed when one is configured (streaming tokens, the function-calling loop keeps the
+conversation as history), offline otherwise: each line is parsed and merged into the previous
+request ("what if I only have 256 GPUs?", "use fp8", "seq 4k"), and the plan is re-made.
+
+Commands: /help, /tools, /report [FILE], /save FILE, /load FILE, /quit.
+
+Transcript: JSON lines, one record each: {"kind": "session", ...}, {"kind": "user", "text"},
+{"kind": "plan", "request", "summary"} (offline), {"kind": "message", "message"} (LLM
+conversation), {"kind": "error", "text"}. /save writes the whole transcript atomically (a temporary
+file, then a rename) and from then on appends each record as it happens, flushed to disk, so a
+saved session survives a crash. /load reads a transcript, restores the request (offline) or the
+conversation (LLM), and keeps appending to that file.
+
+`run_chat(input_stream, output_stream, ...)` drives a session from any streams, for tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.markup import escape
+
+from trainplan.tools.errors import InputError
+
+from .planner import plan_offline, plan_openai, resolve_backend
+from .report import PlanReport, summary_line
+from .request import PlanRequest, merge, parse_partial
+
+TRANSCRIPT_VERSION = 1
+HELP = ("Ask for a plan in plain language, e.g. \"Llama 3 70B on 512 H100s for 15T tokens\"; then revise it: "
+        "\"what if I only have 256 GPUs?\", \"use fp8\", \"seq 4k\", \"within 30 days\".\n"
+        "Commands: /tools (the tools), /report [FILE] (the full report), /save FILE and /load FILE (the "
+        "transcript, JSON lines), /quit.")
+
+
+class Transcript:
+    """The session's records; once saved, every new record is appended to the file as it happens."""
+
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+        self.path: Path | None = None
+
+    def add(self, record: dict) -> None:
+        self.records.append(record)
+        if self.path is not None:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+
+    def save(self, path: str | Path) -> Path:
+        """Write every record atomically, then keep appending to `path`."""
+        path = Path(path).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                for record in self.records:
+                    f.write(json.dumps(record) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.path = path
+        return path
+
+    @staticmethod
+    def read(path: str | Path) -> list[dict]:
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise InputError(f"transcript '{path}' does not exist: check the path")
+        records = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise InputError(f"transcript '{path}' line {number} is not JSON: is it a trainplan transcript?") from None
+            if not isinstance(record, dict) or "kind" not in record:
+                raise InputError(f"transcript '{path}' line {number} has no 'kind': is it a trainplan transcript?")
+            records.append(record)
+        return records
+
+
+class ChatSession:
+    """One session: the backend, the state the follow-ups revise, the transcript, the console."""
+
+    def __init__(self, console: Console, backend: str = "auto", llm_model: str | None = None,
+                 client: Any = None) -> None:
+        self.console = console
+        self.backend = resolve_backend(backend, client)
+        self.llm_model = llm_model
+        self.client = client
+        self.request: PlanRequest | None = None  # offline: the request the follow-ups revise
+        self.report: PlanReport | None = None
+        self.messages: list[dict] = []  # LLM: the conversation so far
+        self.transcript = Transcript()
+        self.transcript.add({"kind": "session", "version": TRANSCRIPT_VERSION, "backend": self.backend,
+                             "llm_model": llm_model})
+
+    # --- commands ---------------------------------------------------------------------------------
+
+    def handle(self, line: str) -> bool:
+        """Handle one input line; False ends the session."""
+        line = line.strip()
+        if not line:
+            return True
+        if line.startswith("/"):
+            command, _, argument = line.partition(" ")
+            argument = argument.strip()
+            if command in ("/quit", "/exit", "/q"):
+                return False
+            handler = {"/help": self.cmd_help, "/tools": self.cmd_tools, "/save": self.cmd_save,
+                       "/load": self.cmd_load, "/report": self.cmd_report}.get(command)
+            if handler is None:
+                self.error(f"unknown command {command}: use /help, /tools, /report, /save FILE, /load FILE, /quit")
+                return True
+            try:
+                handler(argument)
+            except (InputError, OSError) as exc:
+                self.error(str(exc))
+            return True
+        self.transcript.add({"kind": "user", "text": line})
+        if self.backend == "openai":
+            self.turn_llm(line)
+        else:
+            self.turn_offline(line)
+        return True
+
+    def cmd_help(self, _: str) -> None:
+        self.console.print(escape(HELP))
+
+    def cmd_tools(self, _: str) -> None:
+        from trainplan.tools.registry import TOOLS
+
+        for tool in TOOLS:
+            self.console.print(f"[bold]{tool.name}[/bold]: {escape(tool.description)}")
+
+    def cmd_save(self, argument: str) -> None:
+        if not argument:
+            raise InputError("/save needs a file name: /save session.jsonl")
+        path = self.transcript.save(argument)
+        self.console.print(f"saved {len(self.transcript.records)} records to {escape(str(path))}; "
+                           "new turns are appended to it")
+
+    def cmd_load(self, argument: str) -> None:
+        if not argument:
+            raise InputError("/load needs a file name: /load session.jsonl")
+        records = Transcript.read(argument)
+        self.transcript.records = records
+        self.transcript.path = Path(argument).expanduser()
+        self.request, self.report, self.messages = None, None, []
+        for record in records:
+            if record["kind"] == "plan":
+                self.request = PlanRequest(**record["request"])
+            elif record["kind"] == "message":
+                self.messages.append(record["message"])
+        turns = sum(1 for r in records if r["kind"] == "user")
+        self.console.print(f"loaded {turns} turns from {escape(argument)}; new turns are appended to it")
+        if self.backend == "offline" and self.request is not None:
+            self.console.print(f"current request: {escape(describe_request(self.request))}")
+
+    def cmd_report(self, argument: str) -> None:
+        report = self.current_report()
+        if report is None:
+            raise InputError("no plan yet: ask for one first, e.g. \"Llama 3 70B on 512 H100s for 15T tokens\"")
+        text = report.to_markdown()
+        if argument:
+            Path(argument).expanduser().write_text(text)
+            self.console.print(f"wrote the report to {escape(argument)}")
+        else:
+            self.console.print(text, markup=False, highlight=False)
+
+    def current_report(self) -> PlanReport | None:
+        if self.report is None and self.backend == "offline" and self.request is not None:
+            with self.console.status("planning..."):
+                self.report = plan_offline(self.request, describe_request(self.request))
+        return self.report
+
+    def error(self, message: str) -> None:
+        self.console.print(f"[red]error:[/red] {escape(message)}")
+        self.transcript.add({"kind": "error", "text": message})
+
+    # --- turns ------------------------------------------------------------------------------------
+
+    def turn_offline(self, line: str) -> None:
+        update = parse_partial(line)
+        if self.request is not None and not update.given():
+            self.error("nothing to change found in that: say e.g. \"what if I only have 256 GPUs?\", "
+                       "\"use fp8\", \"seq 4k\", \"for 2T tokens\", or a new model and hardware")
+            return
+        previous = self.request
+        self.request = update if previous is None else merge(previous, update)
+        try:
+            with self.console.status("searching layouts..."):
+                report = plan_offline(self.request, line)
+        except InputError as exc:
+            self.error(str(exc))
+            return
+        self.report = report
+        if previous is not None:
+            changes = changed_fields(previous, self.request)
+            if changes:
+                self.console.print(f"[dim]changed: {escape(changes)}[/dim]")
+        summary = summary_line(report)
+        self.console.print(f"[bold]plan[/bold] (offline): {escape(summary)}")
+        for risk in report.risks:
+            self.console.print(f"[yellow]risk:[/yellow] {escape(risk)}")
+        if report.alternatives:
+            alt = report.alternatives[0]
+            self.console.print(f"[dim]runner-up: {escape(alt.layout)}: {escape(alt.why_not)}[/dim]")
+        self.console.print("[dim]/report shows the full report[/dim]")
+        self.transcript.add({"kind": "plan", "request": self.request.model_dump(mode="json"), "summary": summary})
+
+    def turn_llm(self, line: str) -> None:
+        from .llm import AgentError
+
+        status = self.console.status("thinking...")
+        streamed = {"text": False}
+
+        def on_event(kind: str, data: dict) -> None:
+            if kind == "token":
+                if not streamed["text"]:
+                    status.stop()
+                    streamed["text"] = True
+                self.console.print(data["text"], end="", markup=False, highlight=False)
+            elif kind == "tool_call":
+                if streamed["text"]:
+                    self.console.print()
+                    streamed["text"] = False
+                status.update(f"running {data['name']}...")
+                status.start()
+            elif kind == "reask":
+                self.console.print(f"\n[dim](asking the model to ground: {escape(', '.join(data['numbers']))})[/dim]")
+            elif kind == "retry":
+                status.update(f"retrying the LLM server (attempt {data['attempt']})...")
+
+        before = len(self.messages)
+        status.start()
+        try:
+            report, result = plan_openai(line, parse_partial(line), llm_model=self.llm_model, client=self.client,
+                                         stream=True, on_event=on_event, history=self.messages)
+        except AgentError as exc:
+            status.stop()
+            self.error(str(exc))
+            return
+        except InputError as exc:
+            status.stop()
+            self.error(str(exc))
+            return
+        finally:
+            status.stop()
+        if streamed["text"]:
+            self.console.print()
+        if not result.grounding.ok:
+            marked = ", ".join(m.text for m in result.grounding.ungrounded)
+            self.console.print(f"[yellow]ungrounded numbers (not in any tool result):[/yellow] {escape(marked)}")
+        self.report = report
+        new = result.messages[1:] if before == 0 else result.messages[before + 1:]
+        self.messages = [m for m in result.messages if m.get("role") != "system"]
+        for message in new:
+            if message.get("role") != "system":
+                self.transcript.add({"kind": "message", "message": message})
+
+
+def describe_request(request: PlanRequest) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in request.given().items())
+
+
+def changed_fields(old: PlanRequest, new: PlanRequest) -> str:
+    a, b = old.model_dump(), new.model_dump()
+    parts = []
+    for key in b:
+        if a[key] != b[key]:
+            before = "-" if a[key] is None else (f"{a[key]:g}" if isinstance(a[key], float) else a[key])
+            after = "-" if b[key] is None else (f"{b[key]:g}" if isinstance(b[key], float) else b[key])
+            parts.append(f"{key} {before} -> {after}")
+    return ", ".join(parts)
+
+
+def _lines(stream: TextIO, console: Console, interactive: bool) -> Iterator[str]:
+    while True:
+        if interactive:
+            try:
+                line = console.input("[bold cyan]you>[/bold cyan] ")
+            except EOFError:
+                return
+        else:
+            console.print("you> ", end="")
+            line = stream.readline()
+            if not line:
+                return
+            console.print(line.rstrip("\n"), markup=False, highlight=False)
+        yield line
+
+
+def run_chat(input_stream: TextIO, output_stream: TextIO, *, backend: str = "auto", llm_model: str | None = None,
+             client: Any = None, width: int | None = None) -> ChatSession:
+    """Run a session reading lines from `input_stream` until /quit or end of input."""
+    interactive = input_stream.isatty() and output_stream.isatty()
+    console = Console(file=output_stream, width=width, highlight=False,
+                      force_terminal=None if interactive else False)
+    session = ChatSession(console, backend=backend, llm_model=llm_model, client=client)
+    mode = (f"LLM ({llm_model or _model_name()})" if session.backend == "openai"
+            else "offline planner (no LLM configured)")
+    console.print(f"[bold]trainplan chat[/bold]: {mode}. /help for commands.")
+    for line in _lines(input_stream, console, interactive):
+        if not session.handle(line):
+            break
+    return session
+
+
+def _model_name() -> str:
+    from .config import load_settings
+
+    return load_settings().model
