@@ -30,7 +30,8 @@ from rich.markup import escape
 
 from trainplan.tools.errors import InputError
 
-from .planner import plan_offline, plan_openai, resolve_backend
+from .planner import (calls_from_messages, grounding_of, plan_offline, report_from_conversation,
+                      resolve_backend, run_llm)
 from .report import PlanReport, summary_line
 from .request import PlanRequest, merge, parse_partial
 
@@ -105,6 +106,7 @@ class ChatSession:
         self.request: PlanRequest | None = None  # offline: the request the follow-ups revise
         self.report: PlanReport | None = None
         self.messages: list[dict] = []  # LLM: the conversation so far
+        self.grounding = None  # LLM: the check of the last answer
         self.transcript = Transcript()
         self.transcript.add({"kind": "session", "version": TRANSCRIPT_VERSION, "backend": self.backend,
                              "llm_model": llm_model})
@@ -155,17 +157,23 @@ class ChatSession:
                            "new turns are appended to it")
 
     def cmd_load(self, argument: str) -> None:
+        from .llm import REASK_PREFIX
+
         if not argument:
             raise InputError("/load needs a file name: /load session.jsonl")
         records = Transcript.read(argument)
         self.transcript.records = records
         self.transcript.path = Path(argument).expanduser()
-        self.request, self.report, self.messages = None, None, []
+        self.request, self.report, self.messages, self.grounding = None, None, [], None
         for record in records:
             if record["kind"] == "plan":
                 self.request = PlanRequest(**record["request"])
             elif record["kind"] == "message":
                 self.messages.append(record["message"])
+                content = record["message"].get("content") or ""
+                if record["message"].get("role") == "user" and not content.startswith(REASK_PREFIX):
+                    update = parse_partial(content)
+                    self.request = update if self.request is None else merge(self.request, update)
         turns = sum(1 for r in records if r["kind"] == "user")
         self.console.print(f"loaded {turns} turns from {escape(argument)}; new turns are appended to it")
         if self.backend == "offline" and self.request is not None:
@@ -183,9 +191,23 @@ class ChatSession:
             self.console.print(text, markup=False, highlight=False)
 
     def current_report(self) -> PlanReport | None:
-        if self.report is None and self.backend == "offline" and self.request is not None:
-            with self.console.status("planning..."):
+        """The last plan; rebuilt from the request (offline) or the conversation (LLM) when needed."""
+        if self.report is not None or self.request is None:
+            return self.report
+        with self.console.status("writing the report..."):
+            if self.backend == "offline":
                 self.report = plan_offline(self.request, describe_request(self.request))
+            elif self.messages:
+                from .grounding import check_grounding
+
+                text = next((m.get("content") or "" for m in reversed(self.messages)
+                             if m.get("role") == "assistant" and not m.get("tool_calls")), "")
+                sources = [m.get("content") for m in self.messages if m.get("role") in ("tool", "user")]
+                grounding = self.grounding or grounding_of(check_grounding(text, sources))
+                first = next(m["content"] for m in self.messages if m.get("role") == "user")
+                self.report = report_from_conversation(first, self.request, text=text,
+                                                       calls=calls_from_messages(self.messages),
+                                                       grounding=grounding, llm_model=self.llm_model or _model_name())
         return self.report
 
     def error(self, message: str) -> None:
@@ -246,17 +268,14 @@ class ChatSession:
             elif kind == "retry":
                 status.update(f"retrying the LLM server (attempt {data['attempt']})...")
 
+        update = parse_partial(line)
+        self.request = update if self.request is None else merge(self.request, update)
         before = len(self.messages)
         status.start()
         try:
-            report, result = plan_openai(line, parse_partial(line), llm_model=self.llm_model, client=self.client,
-                                         stream=True, on_event=on_event, history=self.messages)
+            result = run_llm(line, llm_model=self.llm_model, client=self.client, stream=True, on_event=on_event,
+                             history=self.messages)
         except AgentError as exc:
-            status.stop()
-            self.error(str(exc))
-            return
-        except InputError as exc:
-            status.stop()
             self.error(str(exc))
             return
         finally:
@@ -266,12 +285,11 @@ class ChatSession:
         if not result.grounding.ok:
             marked = ", ".join(m.text for m in result.grounding.ungrounded)
             self.console.print(f"[yellow]ungrounded numbers (not in any tool result):[/yellow] {escape(marked)}")
-        self.report = report
-        new = result.messages[1:] if before == 0 else result.messages[before + 1:]
+        self.report = None
+        self.grounding = grounding_of(result.grounding, result.reasked)
         self.messages = [m for m in result.messages if m.get("role") != "system"]
-        for message in new:
-            if message.get("role") != "system":
-                self.transcript.add({"kind": "message", "message": message})
+        for message in self.messages[before:]:
+            self.transcript.add({"kind": "message", "message": message})
 
 
 def describe_request(request: PlanRequest) -> str:

@@ -1,0 +1,87 @@
+"""`trainplan plan "..."` (a plain-language request in, a plan report out) and `trainplan chat`."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+
+class Backend(str, Enum):
+    """Who plans."""
+
+    auto = "auto"
+    """the LLM when one is configured (OPENAI_API_KEY or OPENAI_BASE_URL), else offline"""
+    offline = "offline"
+    """the built-in planner: parse, search, estimate; no LLM"""
+    openai = "openai"
+    """the LLM agent on any OpenAI-compatible server, calling the same tools"""
+
+
+BackendOpt = Annotated[Backend, typer.Option("--backend", help="auto (LLM when configured, else offline), "
+                                                                "offline or openai")]
+LlmModelOpt = Annotated[Optional[str], typer.Option("--llm-model", help="chat model name sent to the server "
+                                                                          "(default: TRAINPLAN_MODEL or gpt-4o-mini)")]
+
+
+def _fail(message: str, code: int) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan_command(
+        request: Annotated[str, typer.Argument(help='the request, e.g. "Llama 3 70B on 512 H100s for 15T tokens"')],
+        backend: BackendOpt = Backend.auto,
+        llm_model: LlmModelOpt = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+        out: Annotated[Optional[Path], typer.Option("--out", help="also write the report to this file "
+                                                                   "(Markdown; JSON with --json)")] = None,
+    ) -> None:
+        """Plan a training run from plain language: layout, memory, step time, MFU, days and cost."""
+        from trainplan.agent.llm import AgentError
+        from trainplan.agent.planner import plan, resolve_backend
+
+        err = Console(stderr=True)
+        chosen = resolve_backend(backend.value)
+        with err.status("planning with the LLM agent..." if chosen == "openai" else "searching layouts...") as status:
+            def on_event(kind: str, data: dict) -> None:
+                if kind == "tool_call":
+                    status.update(f"the LLM is calling {data['name']}...")
+                elif kind == "retry":
+                    status.update(f"retrying the LLM server (attempt {data['attempt']})...")
+
+            try:
+                report = plan(request, backend=chosen, llm_model=llm_model, on_event=on_event)
+            except AgentError as exc:
+                status.stop()
+                _fail(str(exc), 1)
+        text = report.to_json() if as_json else report.to_markdown()
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text if text.endswith("\n") else text + "\n")
+        if as_json or not sys.stdout.isatty():
+            print(text)
+        else:
+            from rich.markdown import Markdown
+
+            Console().print(Markdown(text))
+        backend_line = ("LLM agent " + (report.llm_model or "")) if report.backend == "openai" else "offline planner"
+        err.print(f"[dim]backend: {backend_line}" + (f"; report written to {out}" if out else "") + "[/dim]")
+        if report.recommended is None:
+            _fail(f"no layout fits: {report.risks[-1] if report.risks else 'see the report'}", 1)
+
+    @app.command("chat")
+    def chat_command(
+        backend: BackendOpt = Backend.auto,
+        llm_model: LlmModelOpt = None,
+    ) -> None:
+        """An interactive planning session; follow-ups revise the plan. /help lists the commands."""
+        from trainplan.agent.chat import run_chat
+
+        run_chat(sys.stdin, sys.stdout, backend=backend.value, llm_model=llm_model)
