@@ -22,7 +22,7 @@ def render_estimate(result: dict, console: Console) -> None:
     params = result["params"]
     console.print(f"parameters: {params['total'] / 1e9:.2f}B total, {params['active'] / 1e9:.2f}B active"
                   + (f", MTP {params['mtp'] / 1e9:.2f}B apart" if params.get("mtp") else ""))
-    table = Table(title="Memory per GPU, most loaded rank (GiB = 2^30 B)")
+    table = Table(title="Memory per GPU, most loaded rank (GiB)", min_width=44)
     table.add_column("part")
     table.add_column("GiB", justify="right")
     for key in ("weights", "gradients", "optimizer", "activations", "other", "total", "capacity"):
@@ -31,7 +31,7 @@ def render_estimate(result: dict, console: Console) -> None:
     console.print("fits: [green]yes[/green]" if result["fits"] else f"fits: [red]no[/red] - {result.get('reason')}")
     if "time" in result:
         t = result["time"]
-        time_table = Table(title="Step time")
+        time_table = Table(title="Step time (breakdown on the critical stage)")
         time_table.add_column("metric")
         time_table.add_column("value", justify="right")
         time_table.add_row("step_s", f"{t['step_s']:.3f}")
