@@ -301,8 +301,8 @@ def changed_fields(old: PlanRequest, new: PlanRequest) -> str:
     parts = []
     for key in b:
         if a[key] != b[key]:
-            before = "-" if a[key] is None else (f"{a[key]:g}" if isinstance(a[key], float) else a[key])
-            after = "-" if b[key] is None else (f"{b[key]:g}" if isinstance(b[key], float) else b[key])
+            before = "default" if a[key] is None else (f"{a[key]:g}" if isinstance(a[key], float) else a[key])
+            after = "default" if b[key] is None else (f"{b[key]:g}" if isinstance(b[key], float) else b[key])
             parts.append(f"{key} {before} -> {after}")
     return ", ".join(parts)
 

@@ -1,8 +1,9 @@
 """`plan`: a plain-language request in, a PlanReport out, by the offline planner or the LLM agent.
 
 - offline: parse the request (agent/request.py), fill the defaults (stated as assumptions),
-  `search` the layouts, re-run `estimate` with timeline=True on the winner and on two or three
-  runners-up, and write the report. No LLM, no network.
+  `search` the layouts (keeping 10% of GPU memory free when some layout can), re-run `estimate`
+  with timeline=True on the winner and on two or three runners-up, and write the report. No LLM,
+  no network.
 - openai: run the function-calling loop (agent/llm.py) with the rendered system prompt and the
   registry's tools. The recommended layout is the one the model's final answer names (its layout
   tokens, e.g. "TP8 PP4", matched against the configs in this conversation's tool results), then
@@ -29,7 +30,7 @@ from trainplan.tools.errors import InputError
 from trainplan.tools.estimate import estimate
 from trainplan.tools.registry import DEFAULT_GBS_RULE, default_gbs, dispatch, estimate_kwargs, openai_tools
 
-from .report import Grounding, PlanReport, build_report
+from .report import HEADROOM_RISK, Grounding, PlanReport, build_report
 from .request import PINS, PlanRequest, merge, parse_partial, require_complete, resolve_gbs
 
 __all__ = ["plan", "plan_offline", "plan_openai", "resolve_backend", "complete_request"]
@@ -37,6 +38,9 @@ __all__ = ["plan", "plan_offline", "plan_openai", "resolve_backend", "complete_r
 ALTERNATIVES = 3
 SEARCH_TOP_K = 1 + ALTERNATIVES
 OBJECTIVE = "throughput"
+PLAN_HEADROOM = HEADROOM_RISK
+"""Share of GPU memory the offline planner keeps free when some layout allows it (the report's
+headroom risk threshold)."""
 
 
 def resolve_backend(backend: str, client: Any = None) -> str:
@@ -113,7 +117,7 @@ def _evaluate(config: dict, job: dict, timeline: bool = False) -> dict:
     return estimate(**kwargs, tokens=job["tokens"], price=job["price"], goodput=job["goodput"], timeline=timeline)
 
 
-def _search(job: dict, top_k: int, with_limits: bool = True) -> dict:
+def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float = 0.0) -> dict:
     from trainplan.tools.search import search
 
     kwargs: dict[str, Any] = {pin: job[pin] for pin in PINS if job[pin] is not None}
@@ -121,7 +125,7 @@ def _search(job: dict, top_k: int, with_limits: bool = True) -> dict:
         kwargs.update({k: job[k] for k in ("deadline_days", "budget_usd") if job[k] is not None})
     return search(job["model"], job["gpu"], job["gpus"], gbs=job["gbs"], seq=job["seq"], tokens=job["tokens"],
                   price=job["price"], precision=job["precision"], objective=OBJECTIVE, top_k=top_k,
-                  goodput=job["goodput"], **kwargs)
+                  goodput=job["goodput"], headroom_gib=headroom_gib, **kwargs)
 
 
 def _search_summary(result: dict) -> dict:
@@ -147,15 +151,31 @@ def _distinct(results: list[dict], exclude: dict | None) -> list[dict]:
 
 
 def plan_offline(request: PlanRequest, request_text: str = "") -> PlanReport:
-    """Parse, search, re-evaluate the winner with its timeline, and report."""
+    """Parse, search, re-evaluate the winner with its timeline, and report.
+
+    The search first asks for layouts that leave PLAN_HEADROOM of the GPU's memory free and meet
+    the deadline and budget; when none does, it drops the deadline and budget (a risk), then the
+    headroom (an assumption), and reports the best that fits."""
     job, assumptions = complete_request(request)
+    capacity = catalog.load_gpu(job["gpu"]).memory_gib
+    headroom = PLAN_HEADROOM * capacity
     risks = []
-    result = _search(job, SEARCH_TOP_K)
-    if not result.get("candidates") and (job["deadline_days"] or job["budget_usd"]):
+    limited = bool(job["deadline_days"] or job["budget_usd"])
+    result = _search(job, SEARCH_TOP_K, headroom_gib=headroom)
+    if not result.get("candidates") and limited:
         limits = " and ".join(s for s in (f"the {job['deadline_days']:g}-day deadline" if job["deadline_days"] else "",
                                           f"the ${job['budget_usd']:,.0f} budget" if job["budget_usd"] else "") if s)
         risks.append(f"no layout meets {limits}: the plan below is the best without it")
-        result = _search(job, SEARCH_TOP_K, with_limits=False)
+        limited = False
+        result = _search(job, SEARCH_TOP_K, with_limits=False, headroom_gib=headroom)
+    if result.get("candidates"):
+        assumptions.append(f"layouts keep at least {PLAN_HEADROOM:.0%} of GPU memory free ({headroom:.2f} of "
+                           f"{capacity:.2f} GiB) for fragmentation and spikes")
+    else:
+        result = _search(job, SEARCH_TOP_K, with_limits=limited, headroom_gib=0.0)
+        if result.get("candidates"):
+            assumptions.append(f"no layout leaves {PLAN_HEADROOM:.0%} of GPU memory free: the plan uses the best "
+                               "that fits at all")
     search = _search_summary(result)
     candidates = result.get("candidates", [])
     if not candidates:

@@ -18,6 +18,7 @@ part above 20% of the step, a pipeline bubble above 10% of the step.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Literal
@@ -59,6 +60,10 @@ class Timeline(BaseModel):
     bubble_fraction: float = Field(description="idle share of the pipeline")
     ascii: str = Field(description="rank x time grid (tools.pipeline.render_ascii)")
     mermaid: str = Field(description="a ```mermaid gantt block (tools.pipeline.render_mermaid)")
+    num_events: int = Field(description="ops in the simulated step")
+    mermaid_events: int = Field(description="ops drawn in the gantt")
+    mermaid_window_s: float | None = Field(default=None, description="the gantt shows ops starting before this "
+                                                                     "time on every rank; None: the whole step")
 
 
 class Alternative(BaseModel):
@@ -110,10 +115,10 @@ class PlanReport(BaseModel):
 
 
 def layout_line(config: dict) -> str:
-    """'TP8 x PP4 x DP16 x CP1 x EP1, vpp 1, ZeRO-1, mbs 1, gbs 512, seq 8192, selective recompute, 1f1b, bf16'."""
+    """'TP8 x PP4 x DP16 x CP1 x EP1, vpp 1, ZeRO-1, mbs 1, gbs 512, seq 8192, recompute selective, 1f1b, bf16'."""
     return (f"TP{config['tp']} x PP{config['pp']} x DP{config['dp']} x CP{config['cp']} x EP{config['ep']}, "
             f"vpp {config['vpp']}, ZeRO-{config['zero']}, mbs {config['mbs']}, gbs {config['gbs']}, "
-            f"seq {config['seq']}, {config['recompute']} recompute, {config['schedule']}, {config['precision']}")
+            f"seq {config['seq']}, recompute {config['recompute']}, {config['schedule']}, {config['precision']}")
 
 
 def memory_rows(result: dict) -> list[MemoryRow]:
@@ -139,9 +144,16 @@ def timeline_from(pipeline: dict) -> Timeline:
         stage_busy_s=pipeline["stage_busy_s"], peak_inflight_microbatches=pipeline["peak_inflight_microbatches"],
         timeline=[PipelineEvent(**event) for event in pipeline["timeline"]],
     )
+    shown, window_s = result, None
+    if len(result.timeline) > MERMAID_MAX_EVENTS:
+        # The same time window on every rank: the ops that start before the cut.
+        window_s = sorted(e.start_s for e in result.timeline)[MERMAID_MAX_EVENTS]
+        shown = dataclasses.replace(result, timeline=[e for e in result.timeline if e.start_s < window_s])
     return Timeline(schedule=result.schedule, pp=result.pp, num_microbatches=result.num_microbatches,
                     vpp=result.vpp, makespan_s=result.makespan_s, bubble_fraction=result.bubble_fraction,
-                    ascii=render_ascii(result), mermaid=render_mermaid(result, max_events=MERMAID_MAX_EVENTS))
+                    ascii=render_ascii(result), mermaid=render_mermaid(shown, max_events=MERMAID_MAX_EVENTS),
+                    mermaid_window_s=window_s, num_events=len(result.timeline),
+                    mermaid_events=len(shown.timeline))
 
 
 def risks_of(result: dict, request: dict) -> list[str]:

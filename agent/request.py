@@ -216,8 +216,8 @@ def parse_partial(text: str) -> PlanRequest:
 
     budget = (_search(rf"\bbudget\s*(?:of|:|=|is)?\s*(?:under\s*|up\s*to\s*)?\$?\s*({_NUM})\s*({_MULT})?\b", text)
               or _search(rf"\$\s*({_NUM})\s*({_MULT})?\s*(?:budget|or\s*less|max(?:imum)?|total|cap)\b", text)
-              or _search(rf"\b(?:under|below|at\s*most|no\s*more\s*than|max(?:imum)?|within|up\s*to)\s*\$\s*({_NUM})\s*"
-                         rf"({_MULT})?(?!\s*(?:/|per)\s*(?:gpu|h))\b", text))
+              or _search(rf"\b(?:under|below|at\s*most|no\s*more\s*than|max(?:imum)?|within|up\s*to)\s*\$\s*({_NUM})"
+                         rf"(?![\d.,])\s*({_MULT})?\b(?!\s*(?:/|per|an?\s)\s*(?:gpu|h))", text))
     if budget:
         found["budget_usd"] = _scaled(budget.group(1), budget.group(2))
 

@@ -164,10 +164,10 @@ class PlannerUnavailable(Exception):
 # Where each backend's planner lives: (module, function), tried in order. The function takes the
 # request (DESIGN.md vocabulary as keyword arguments, plus `backend`) and returns a search result
 # {"candidates": [...]}, a PlanReport-like {"recommended": {...}, "markdown"?, "grounding"?}, or
-# one estimate object. Point these at the real planner when it lands.
+# one estimate object. Both backends go through the product's planner (agent/planner.py).
 PLANNERS: dict[str, tuple[tuple[str, str], ...]] = {
-    "offline": (("trainplan.agent.offline", "plan"), ("trainplan.tools.search", "search")),
-    "openai": (("trainplan.agent.planner", "plan"), ("trainplan.agent", "plan")),
+    "offline": (("trainplan.agent.planner", "plan"),),
+    "openai": (("trainplan.agent.planner", "plan"),),
 }
 
 

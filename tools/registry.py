@@ -50,9 +50,9 @@ GPUS_PER_SEQUENCE = 8
 """At least one sequence per 8 GPUs, so that even a TP8 layout gives every data-parallel rank a
 micro-batch (Llama 3 405B on 16K GPUs: 16M tokens per step at seq 8192 = 2048 sequences)."""
 DEFAULT_GBS_RULE = (
-    "gbs = the power of two nearest to 4M tokens / seq (4M = 2^22), raised to the next power of two "
-    "of gpus/8 when that is larger, so that data parallelism divides it (seq 8192 -> 512; "
-    "16,384 GPUs -> 2048)"
+    "the power of two nearest to 4M tokens / seq (4M = 2^22), raised to the next power of two of "
+    "gpus/8 when that is larger, so that data parallelism divides it (seq 8192: 512 sequences; "
+    "16,384 GPUs: 2048)"
 )
 
 
@@ -223,8 +223,9 @@ class SearchArgs(JobArgs):
                                       "and to report training cost")
     price: float | None = _opt("dollars per GPU-hour; null: the GPU's catalog price")
     precision: PrecisionName | None = _opt("GEMM precision: bf16 or fp8; null: bf16")
-    objective: str | None = _opt("what to rank by: throughput (tokens/s), or cost when tokens are given; "
-                                 "null: throughput")
+    objective: Literal["throughput", "cost", "time"] | None = _opt(
+        "what to rank by: throughput (most tokens/s), cost (fewest dollars; GPU-seconds per step without "
+        "tokens), time (fewest days); null: throughput")
     top_k: int | None = _opt("how many of the best layouts to return; null: 5")
     tp: int | None = _opt("pin the tensor-parallel size; null: search it")
     pp: int | None = _opt("pin the pipeline-parallel size; null: search it")
@@ -235,7 +236,8 @@ class SearchArgs(JobArgs):
     mbs: int | None = _opt("pin the micro-batch size; null: search it")
     recompute: RecomputeName | None = _opt("pin the recompute mode: none, selective or full; null: search it")
     schedule: ScheduleName | None = _opt("pin the pipeline schedule; null: search it")
-    max_gpus: int | None = _opt("also consider using fewer GPUs, up to this many; null: exactly gpus")
+    max_gpus: int | None = _opt("also try other GPU counts: max_gpus and halvings of it down to what the model "
+                                "needs, plus gpus; null: exactly gpus")
     deadline_days: float | None = _opt("reject layouts whose training takes longer than this many days "
                                        "(needs tokens); null: no deadline")
     budget_usd: float | None = _opt("reject layouts whose training costs more dollars than this "

@@ -40,8 +40,13 @@ How (for each GPU count tried; see gpu_counts):
     with numpy (_dp_exchange_and_optimizer) on the collectives model.
  5. Deadline (days) and budget (dollars), when given: they need tokens.
  6. Rank by the objective (ties: lower ZeRO stage, then less memory), then re-score the best
-    RESCORE distinct layouts with the exact scalar path (resolve_config + estimate.evaluate, which
-    runs the event-driven pipeline simulator), and rank by the exact figures.
+    max(3 top_k, RESCORE_MIN) layouts with the exact scalar path (resolve_config +
+    estimate.evaluate, which runs the event-driven pipeline simulator) and rank by the exact
+    figures. ZeRO twins (the same layout but the ZeRO stage, with the same time: step.py charges
+    ZeRO-1 and ZeRO-2 alike) are collapsed to the lowest stage that fits, so the top K differ.
+
+search_scalar runs the same space through the exact path layout by layout: the brute-force
+reference the tests compare against (same feasible set, same winner on small jobs).
 
 Objectives: throughput (most tokens/s), time (fewest days; with a fixed gbs the same order as
 throughput, reported in days when tokens are given) and cost (fewest dollars: GPUs x step time x
@@ -54,7 +59,6 @@ import math
 import time as _time
 from dataclasses import dataclass
 from enum import Enum
-from typing import Sequence
 
 import numpy as np
 
@@ -68,7 +72,7 @@ from .estimate import evaluate
 from .layout import layers_per_stage, resolve_config
 from .memory import PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES, memory_totals_vectorised
 from .specs import ClusterSpec, GPUSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
-from .step import ADAM_BYTES_PER_PARAM, model_flops_per_step, stage_work
+from .step import ADAM_BYTES_PER_PARAM, stage_work
 
 CP_MIN_TOKENS = 2048
 """Context parallelism only while each CP rank keeps >= 2048 tokens of the sequence. Ring attention
@@ -484,10 +488,10 @@ def _dp_exchange_and_optimizer(model: ModelSpec, cluster: ClusterSpec, job: _Job
 def _vector_times(model: ModelSpec, job: _Job, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """step_s and its parts for valid layouts (all on one GPU count), vectorised (module doc, 4)."""
     n = rows["tp"].size
-    cluster = job.cluster(int(rows["gpus"][0]))
     out = {k: np.zeros(n) for k in ("step_s", "makespan_s", "comm/dp", "optimizer")}
     if not n:
         return out
+    cluster = job.cluster(int(rows["gpus"][0]))
     dual = (rows["schedule"] == _DUAL) & (rows["pp"] > 1) & (rows["ep"] > 1) & model.is_moe
     work_keys = np.stack([rows["tp"], rows["cp"], rows["ep"], rows["mbs"], rows["recompute"], dual]).T
     unique_work, work_index = np.unique(work_keys, axis=0, return_inverse=True)
@@ -547,43 +551,48 @@ def _result_key(objective: Objective, result: dict, price: float, tokens) -> tup
 
 
 def label(config: dict) -> str:
-    """A short layout name: 'TP8 PP16 DP128 CP1 EP1 vpp2 zero1 mbs1 selective interleaved'."""
-    return (f"TP{config['tp']} PP{config['pp']} DP{config['dp']} CP{config['cp']} EP{config['ep']} "
-            f"vpp{config['vpp']} zero{config['zero']} mbs{config['mbs']} {config['recompute']} {config['schedule']}")
+    """A short layout name: 'TP8 PP16 DP128 interleaved/v2 zero1 mbs1 selective' (CP and EP
+    shown when above 1)."""
+    parts = [f"TP{config['tp']}", f"PP{config['pp']}", f"DP{config['dp']}"]
+    parts += [f"{k.upper()}{config[k]}" for k in ("cp", "ep") if config[k] > 1]
+    schedule = config["schedule"] + (f"/v{config['vpp']}" if config["vpp"] > 1 else "")
+    return " ".join(parts + [schedule, f"zero{config['zero']}", f"mbs{config['mbs']}", config["recompute"]])
 
 
 def explain_runner_up(best: dict, runner: dict, objective: Objective | str = Objective.throughput) -> str:
-    """One line on why the runner-up lost, e.g. 'runner-up TP8 PP8 ...: 6% slower: bubble 18% vs 9%'."""
+    """One line on why the runner-up lost, e.g.
+    'runner-up TP8 PP8 ...: 6.0% slower: bubble 18.0% vs 9.0%'."""
     objective = Objective(objective)
     b, r = best["time"], runner["time"]
     name = label(runner["config"])
     if runner["config"]["gpus"] != best["config"]["gpus"]:
         name += f" on {runner['config']['gpus']} GPUs"
     if objective is Objective.cost and "training" in best and "training" in runner:
-        ratio = runner["training"]["cost_usd"] / best["training"]["cost_usd"] - 1
-        verdict = f"{ratio:.1%} more expensive"
+        ratio, what = runner["training"]["cost_usd"] / best["training"]["cost_usd"] - 1, "more expensive"
     elif objective is Objective.cost:
         ratio = (r["step_s"] * runner["config"]["gpus"]) / (b["step_s"] * best["config"]["gpus"]) - 1
-        verdict = f"{ratio:.1%} more GPU-time per step"
+        what = "more GPU-time per step"
+    elif objective is Objective.time and "training" in best and "training" in runner:
+        ratio, what = runner["training"]["days"] / best["training"]["days"] - 1, "longer"
     else:
-        ratio = r["step_s"] / b["step_s"] - 1
-        verdict = f"{ratio:.1%} slower"
-    if abs(ratio) < 5e-4:
+        ratio, what = r["step_s"] / b["step_s"] - 1, "slower"
+    verdict = f"{ratio:.2%} {what}" if ratio < 0.01 else f"{ratio:.1%} {what}"
+    if ratio < 1e-9:
         if runner["config"]["zero"] != best["config"]["zero"]:
             return f"runner-up {name}: same time; the tie goes to the lower ZeRO stage"
-        return (f"runner-up {name}: same time; more memory ({runner['memory_gib']['total']:.1f} vs "
-                f"{best['memory_gib']['total']:.1f} GiB)")
-    shares = {}
-    for key in set(b["breakdown"]) | set(r["breakdown"]):
-        shares[key] = r["breakdown"].get(key, 0.0) - b["breakdown"].get(key, 0.0)
-    worst = max(shares, key=shares.get)
-    if shares[worst] <= 0:   # slower per GPU-count only (cost across GPU counts)
+        return (f"runner-up {name}: same time; more memory ({runner['memory_gib']['total']:.2f} vs "
+                f"{best['memory_gib']['total']:.2f} GiB)")
+    delta = {key: r["breakdown"].get(key, 0.0) - b["breakdown"].get(key, 0.0)
+             for key in set(b["breakdown"]) | set(r["breakdown"])}
+    worst = max(delta, key=delta.get)
+    if delta[worst] <= 0:   # as fast or faster per step, but on more GPUs (cost across GPU counts)
         return f"runner-up {name}: {verdict}: {runner['config']['gpus']} vs {best['config']['gpus']} GPUs"
     if worst == "bubble":
-        detail = f"bubble {r['bubble_fraction']:.0%} vs {b['bubble_fraction']:.0%}"
+        detail = f"bubble {r['bubble_fraction']:.1%} vs {b['bubble_fraction']:.1%}"
     else:
-        detail = (f"{worst} {r['breakdown'][worst] / r['step_s']:.0%} vs "
-                  f"{b['breakdown'].get(worst, 0.0) / b['step_s']:.0%} of the step")
+        detail = (f"{worst} {r['breakdown'][worst]:.3g} s vs {b['breakdown'].get(worst, 0.0):.3g} s "
+                  f"({r['breakdown'][worst] / r['step_s']:.1%} vs {b['breakdown'].get(worst, 0.0) / b['step_s']:.1%} "
+                  f"of the step)")
     return f"runner-up {name}: {verdict}: {detail}"
 
 
@@ -662,36 +671,57 @@ def _evaluate_count(job: _Job, gpus: int, objective: Objective) -> dict:
     return {"space": space, "reason": reason, "rows": rows}
 
 
+def _significant(x: np.ndarray, digits: int = 12) -> np.ndarray:
+    """x rounded to `digits` significant digits, so the model's exact ties compare equal."""
+    x = np.asarray(x, dtype=float)
+    scale = 10.0 ** (digits - 1 - np.floor(np.log10(np.maximum(np.abs(x), 1e-300))))
+    return np.round(x * scale) / scale
+
+
+_TWIN_KNOBS = ("gpus", "tp", "pp", "cp", "ep", "vpp", "mbs", "recompute", "schedule")
+"""A layout's knobs but the ZeRO stage: ZeRO twins with the same time are collapsed to the lowest stage."""
+
+
 def _best_rows(rows: dict[str, np.ndarray], limit: int) -> list[int]:
-    """Indices of the best `limit` rows with distinct (gpus, score): ties keep the lower ZeRO stage,
-    then the smaller memory, as the final ranking does."""
+    """Indices of the best `limit` rows, ZeRO twins of equal score collapsed; a tie keeps the lower
+    ZeRO stage, then the smaller memory, as the final ranking does."""
     if not rows["score"].size:
         return []
-    score = np.array([float(f"{s:.12g}") for s in rows["score"]]) if rows["score"].size < 2000 else \
-        np.round(rows["score"], 12)
+    score = _significant(rows["score"])
     order = np.lexsort((rows["memory_gib"], rows["zero"], score))
     chosen, seen = [], set()
     for i in order:
-        key = (int(rows["gpus"][i]), float(f"{rows['score'][i]:.9g}"))
-        if key in seen:
-            continue
-        seen.add(key)
-        chosen.append(int(i))
-        if len(chosen) >= limit:
-            break
+        key = (*(int(rows[k][i]) for k in _TWIN_KNOBS), float(score[i]))
+        if key not in seen:
+            seen.add(key)
+            chosen.append(int(i))
+            if len(chosen) >= limit:
+                break
     return chosen
 
 
-def search(model: str, gpu: str, gpus: int, *, gbs: int, seq: int | None = None, tokens: str | float | None = None,
-           price: float | None = None, precision: str = "bf16", objective: str = "throughput", top_k: int = 5,
-           tp=None, pp=None, cp=None, ep=None, vpp=None, zero=None, mbs=None, recompute=None, schedule=None,
-           max_gpus: int | None = None, deadline_days: float | None = None, budget_usd: float | None = None,
-           headroom_gib: float = 0.0, allow_cross_node_tp: bool = False, pareto: bool = False,
-           goodput: float | None = None, gpus_per_node: int | None = None, intra_node_bw: float | None = None,
-           inter_node_bw: float | None = None) -> dict:
-    """The best layouts for a job, best first; pins (tp=8, schedule='1f1b', ...) fix a knob, None
-    leaves it free. See the module docstring for the space, the rules and the time model."""
-    start = _time.perf_counter()
+def _collapse_twins(ranked: list[dict], objective: Objective, price: float, tokens) -> list[dict]:
+    """Drop a result whose ZeRO twin (same layout but zero, same objective) ranks above it."""
+    seen, out = set(), []
+    for result in ranked:
+        config = result["config"]
+        key = (*(config[k] for k in _TWIN_KNOBS),
+               _result_key(objective, result, price, tokens)[0])
+        if key not in seen:
+            seen.add(key)
+            out.append(result)
+    return out
+
+
+def prepare(model: str, gpu: str, gpus: int, *, gbs: int, seq: int | None = None,
+            tokens: str | float | None = None, price: float | None = None, precision: str = "bf16",
+            objective: str = "throughput", top_k: int = 5, tp=None, pp=None, cp=None, ep=None, vpp=None,
+            zero=None, mbs=None, recompute=None, schedule=None, max_gpus: int | None = None,
+            deadline_days: float | None = None, budget_usd: float | None = None, headroom_gib: float = 0.0,
+            allow_cross_node_tp: bool = False, pareto: bool = False, goodput: float | None = None,
+            gpus_per_node: int | None = None, intra_node_bw: float | None = None,
+            inter_node_bw: float | None = None) -> tuple[_Job, Objective, list[int]]:
+    """Check a search request (InputError on bad input) -> (job, objective, GPU counts to try)."""
     model_spec, gpu_spec = load_model(model), load_gpu(gpu)
     for name, value in (("gpus", gpus), ("gbs", gbs), ("top_k", top_k), ("max_gpus", max_gpus), ("seq", seq),
                         ("gpus_per_node", gpus_per_node)):
@@ -729,7 +759,76 @@ def search(model: str, gpu: str, gpus: int, *, gbs: int, seq: int | None = None,
                goodput=DEFAULT_GOODPUT if goodput is None else goodput, headroom_gib=float(headroom_gib),
                allow_cross_node_tp=allow_cross_node_tp, deadline_days=deadline_days, budget_usd=budget_usd,
                gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, pins=pins)
-    counts = gpu_counts(int(gpus), max_gpus, job.node, min_gpus(model_spec, gpu_spec))
+    return job, objective_enum, gpu_counts(int(gpus), max_gpus, job.node, min_gpus(model_spec, gpu_spec))
+
+
+def _job_dict(job: _Job, gpus: int, max_gpus: int | None, counts: list[int], top_k: int) -> dict:
+    return {"model": job.model.name, "gpu": job.gpu.name, "gpus": int(gpus), "max_gpus": max_gpus,
+            "gpu_counts": counts, "gbs": job.gbs, "seq": job.seq, "tokens": job.tokens, "price": job.price,
+            "precision": job.precision.value, "goodput": job.goodput, "top_k": top_k, "pins": _pins_dict(job.pins),
+            "deadline_days": job.deadline_days, "budget_usd": job.budget_usd, "headroom_gib": job.headroom_gib,
+            "allow_cross_node_tp": job.allow_cross_node_tp, "gpus_per_node": job.node}
+
+
+def _exact_failure(job: _Job, result: dict) -> str | None:
+    """Why an exactly scored layout is out: memory, deadline or budget; None when it is in."""
+    if not result["fits"]:
+        return R_MEMORY
+    if job.deadline_days is not None and result["training"]["days"] > job.deadline_days:
+        return R_DEADLINE
+    if job.budget_usd is not None and result["training"]["cost_usd"] > job.budget_usd:
+        return R_BUDGET
+    return None
+
+
+def _finish(job: _Job, objective: Objective, out: dict, scored: list[dict], top_k: int, pareto: bool,
+            start: float) -> dict:
+    """Rank the exactly scored layouts and add candidates, notes, the front and the timing."""
+    ranked = sorted(scored, key=lambda r: _result_key(objective, r, job.price, job.tokens))
+    candidates = _collapse_twins(ranked, objective, job.price, job.tokens)[:top_k]
+    out["candidates"] = candidates
+    out["rejected"] = dict(sorted(out["rejected"].items(), key=lambda kv: -kv[1]))
+    notes = []
+    if len(candidates) >= 2:
+        notes.append(explain_runner_up(candidates[0], candidates[1], objective))
+    if not candidates:
+        notes.append(no_feasible_hint(out["rejected"]))
+    if pareto:
+        points: dict[int, dict] = {}
+        for result in ranked:
+            n = result["config"]["gpus"]
+            if n not in points or result["time"]["step_s"] < points[n]["time"]["step_s"]:
+                points[n] = result
+        out["pareto"] = _pareto_front([
+            {"gpus": n, "days": r["training"]["days"], "cost_usd": r["training"]["cost_usd"],
+             "gpu_hours": r["training"]["gpu_hours"], "tokens_per_s": r["time"]["tokens_per_s"],
+             "config": r["config"]} for n, r in points.items()])
+    out["notes"] = notes
+    out["wall_s"] = _time.perf_counter() - start
+    out["layouts_per_s"] = out["evaluated"] / out["wall_s"] if out["wall_s"] > 0 else float("inf")
+    return out
+
+
+def search(model: str, gpu: str, gpus: int, *, gbs: int, seq: int | None = None, tokens: str | float | None = None,
+           price: float | None = None, precision: str = "bf16", objective: str = "throughput", top_k: int = 5,
+           tp=None, pp=None, cp=None, ep=None, vpp=None, zero=None, mbs=None, recompute=None, schedule=None,
+           max_gpus: int | None = None, deadline_days: float | None = None, budget_usd: float | None = None,
+           headroom_gib: float = 0.0, allow_cross_node_tp: bool = False, pareto: bool = False,
+           goodput: float | None = None, gpus_per_node: int | None = None, intra_node_bw: float | None = None,
+           inter_node_bw: float | None = None) -> dict:
+    """The best layouts for a job, best first; a pin (tp=8, schedule='1f1b', or a list of values)
+    fixes a knob, None leaves it free. See the module docstring for the space, rules and time model.
+
+    Returns {job, objective, candidates (estimate result objects, best first, at most top_k),
+    evaluated, feasible, rejected {reason: count}, notes, wall_s, layouts_per_s[, pareto]}.
+    """
+    start = _time.perf_counter()
+    job, objective_enum, counts = prepare(
+        model, gpu, gpus, gbs=gbs, seq=seq, tokens=tokens, price=price, precision=precision, objective=objective,
+        top_k=top_k, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero=zero, mbs=mbs, recompute=recompute,
+        schedule=schedule, max_gpus=max_gpus, deadline_days=deadline_days, budget_usd=budget_usd,
+        headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto, goodput=goodput,
+        gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw)
 
     rejected: dict[str, int] = {}
     evaluated = 0
@@ -740,68 +839,95 @@ def search(model: str, gpu: str, gpus: int, *, gbs: int, seq: int | None = None,
         for code, num in zip(*np.unique(result["reason"][result["reason"] >= 0], return_counts=True)):
             rejected[REASONS[code]] = rejected.get(REASONS[code], 0) + int(num)
         per_count.append(result["rows"])
+    if not evaluated:
+        _no_split(job, counts)
     rows = {k: np.concatenate([r[k] for r in per_count]) for k in per_count[0]}
     feasible = int(rows["score"].size)
 
     # Exact re-score of the best distinct layouts (and, for the front, the best few per GPU count).
-    limit = max(3 * top_k, RESCORE_MIN)
-    chosen = _best_rows(rows, limit)
+    chosen = _best_rows(rows, max(3 * top_k, RESCORE_MIN))
     if pareto:
         offset = 0
         for r in per_count:
             chosen += [offset + i for i in _best_rows(r, PARETO_RESCORE)]
             offset += r["score"].size
-    exact_results: dict[int, dict] = {}
+    scored = []
     for i in dict.fromkeys(chosen):
         result = exact(job, _row(rows, i))
-        failure = None
-        if not result["fits"]:
-            failure = R_MEMORY
-        elif deadline_days is not None and result["training"]["days"] > deadline_days:
-            failure = R_DEADLINE
-        elif budget_usd is not None and result["training"]["cost_usd"] > budget_usd:
-            failure = R_BUDGET
+        failure = _exact_failure(job, result)
         if failure:   # the vectorised model let it through; the exact path has the last word
             feasible -= 1
             rejected[failure] = rejected.get(failure, 0) + 1
-            continue
-        exact_results[i] = result
-    ranked = sorted(exact_results.values(), key=lambda r: _result_key(objective_enum, r, job.price, job.tokens))
-    candidates = ranked[:top_k]
+        else:
+            scored.append(result)
+    out = {"job": _job_dict(job, gpus, max_gpus, counts, top_k), "objective": objective_enum.value,
+           "candidates": [], "evaluated": int(evaluated), "feasible": feasible, "rejected": rejected}
+    return _finish(job, objective_enum, out, scored, top_k, pareto, start)
 
-    out: dict = {
-        "job": {"model": model_spec.name, "gpu": gpu_spec.name, "gpus": int(gpus), "max_gpus": max_gpus,
-                "gpu_counts": counts, "gbs": job.gbs, "seq": job.seq, "tokens": tokens_value, "price": job.price,
-                "precision": precision_enum.value, "goodput": job.goodput, "top_k": top_k,
-                "pins": {k: (list(v) if v is not None else None) for k, v in vars(pins).items()} | {
-                    "recompute": [ _RECOMPUTE_BY_CODE[c].value for c in pins.recompute] if pins.recompute else None,
-                    "schedule": [_SCHEDULE_BY_CODE[c].value for c in pins.schedule] if pins.schedule else None},
-                "deadline_days": deadline_days, "budget_usd": budget_usd, "headroom_gib": job.headroom_gib,
-                "allow_cross_node_tp": allow_cross_node_tp, "gpus_per_node": job.node},
-        "objective": objective_enum.value,
-        "candidates": candidates,
-        "evaluated": int(evaluated),
-        "feasible": int(feasible),
-        "rejected": dict(sorted(rejected.items(), key=lambda kv: -kv[1])),
-    }
-    notes = []
-    if len(candidates) >= 2:
-        notes.append(explain_runner_up(candidates[0], candidates[1], objective_enum))
-    if not candidates:
-        notes.append(no_feasible_hint(out["rejected"]))
-    if pareto:
-        points = {}
-        for i, result in exact_results.items():
-            n = result["config"]["gpus"]
-            if n not in points or result["time"]["step_s"] < points[n]["time"]["step_s"]:
-                points[n] = result
-        out["pareto"] = _pareto_front([
-            {"gpus": n, "days": r["training"]["days"], "cost_usd": r["training"]["cost_usd"],
-             "gpu_hours": r["training"]["gpu_hours"], "tokens_per_s": r["time"]["tokens_per_s"],
-             "config": r["config"]} for n, r in points.items()])
-    out["notes"] = notes
-    out["wall_s"] = _time.perf_counter() - start
-    out["layouts_per_s"] = evaluated / out["wall_s"] if out["wall_s"] > 0 else float("inf")
+
+R_SCALAR_INVALID = "invalid layout (resolve_config or the pipeline simulator)"
+"""search_scalar's one key for every layout the scalar path refuses with an InputError."""
+
+
+def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> dict:
+    """The brute-force reference: every layout of the same space through the exact scalar path
+    (resolve_config + estimate.evaluate with the event-driven simulator), ranked the same way.
+    Same arguments and result shape as search; slow (tens of layouts per second); for tests and
+    benchmarks. Invalid layouts count under R_SCALAR_INVALID, search's two policies under theirs."""
+    start = _time.perf_counter()
+    top_k, pareto = kwargs.get("top_k", 5), kwargs.get("pareto", False)
+    job, objective_enum, counts = prepare(model, gpu, gpus, **kwargs)
+    rejected: dict[str, int] = {}
+    evaluated, scored = 0, []
+    for n in counts:
+        space = enumerate_space(job.model, n, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.pins)
+        for i in range(space["tp"].size):
+            evaluated += 1
+            row = _row(space, i)
+            reason = scalar_policy_reason(job, row)
+            if reason is None:
+                try:
+                    result = exact(job, row)
+                    reason = _exact_failure(job, result)
+                except InputError:
+                    reason = R_SCALAR_INVALID
+            if reason:
+                rejected[reason] = rejected.get(reason, 0) + 1
+            else:
+                scored.append(result)
+    if not evaluated:
+        _no_split(job, counts)
+    out = {"job": _job_dict(job, gpus, kwargs.get("max_gpus"), counts, top_k), "objective": objective_enum.value,
+           "candidates": [], "evaluated": evaluated, "feasible": len(scored), "rejected": rejected}
+    return _finish(job, objective_enum, out, scored, top_k, pareto, start)
+
+
+def scalar_policy_reason(job: _Job, row: dict) -> str | None:
+    """The search's own rules, which resolve_config does not hold: tp inside a node, CP_MIN_TOKENS."""
+    if row["tp"] > job.node and not job.allow_cross_node_tp:
+        return R_NODE
+    if row["cp"] > 1 and job.seq // row["cp"] < CP_MIN_TOKENS:
+        return R_CP_SHORT
+    return None
+
+
+def _no_split(job: _Job, counts: list[int]) -> None:
+    pinned = ", ".join(f"{k}={v}" for k, v in _pins_dict(job.pins).items() if k in ("tp", "pp", "cp"))
+    raise InputError(f"no split {pinned} divides gpus={', '.join(map(str, counts))}: "
+                     f"choose tp, pp and cp whose product divides the GPU count")
+
+
+def _pins_dict(pins: Pins) -> dict:
+    """Pinned knobs only, each as its value (or list of values), in the DESIGN.md vocabulary."""
+    out = {}
+    for name, values in vars(pins).items():
+        if values is None:
+            continue
+        if name == "recompute":
+            values = [_RECOMPUTE_BY_CODE[c].value for c in values]
+        elif name == "schedule":
+            values = [_SCHEDULE_BY_CODE[c].value for c in values]
+        out[name] = values[0] if len(values) == 1 else list(values)
     return out
 
 

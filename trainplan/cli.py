@@ -19,8 +19,9 @@ app = typer.Typer(
 # One explicit list of command modules; each defines register(app).
 from trainplan import cli_catalog, cli_estimate, cli_simulate, cli_bubble, cli_export, cli_eval  # noqa: E402
 from trainplan import cli_plan, cli_tools  # noqa: E402
+from trainplan import cli_search  # noqa: E402
 
-COMMAND_MODULES = (cli_catalog, cli_estimate, cli_simulate, cli_bubble, cli_export, cli_eval, cli_plan, cli_tools)
+COMMAND_MODULES = (cli_catalog, cli_estimate, cli_simulate, cli_bubble, cli_export, cli_eval, cli_plan, cli_tools, cli_search)
 for _module in COMMAND_MODULES:
     _module.register(app)
 

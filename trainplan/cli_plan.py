@@ -61,12 +61,12 @@ def register(app: typer.Typer) -> None:
             except AgentError as exc:
                 status.stop()
                 _fail(str(exc), 1)
-        text = report.to_json() if as_json else report.to_markdown()
+        text = (report.to_json() if as_json else report.to_markdown()).rstrip("\n") + "\n"
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text if text.endswith("\n") else text + "\n")
+            out.write_text(text)
         if as_json or not sys.stdout.isatty():
-            print(text)
+            sys.stdout.write(text)
         else:
             from rich.markdown import Markdown
 

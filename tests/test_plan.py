@@ -1,0 +1,228 @@
+"""The planner: offline and LLM-backed reports, their JSON and Markdown, and `trainplan plan`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import trainplan
+from openai_server import openai_server, reply, tool_calls  # noqa: F401  (openai_server is a fixture)
+from trainplan.agent import planner
+from trainplan.agent.planner import plan
+from trainplan.agent.report import PlanReport
+from trainplan.prompts import system_prompt
+from trainplan.tools.errors import InputError
+from trainplan.tools.registry import dispatch, estimate_kwargs, openai_tools
+
+SMALL = "Llama 3 8B on 64 H100s for 100B tokens, seq 4096, global batch 256"
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TRAINPLAN_MODEL")}
+    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True,
+                          timeout=120, env={**base, **(env or {})})
+
+
+def rerun(report: dict) -> dict:
+    """trainplan.estimate on the recommended config with the request's tokens, price and goodput."""
+    request = report["request"]
+    return trainplan.estimate(**estimate_kwargs(report["recommended"]["config"]), tokens=request["tokens"],
+                              price=request["price"], goodput=request["goodput"])
+
+
+@pytest.fixture(scope="module")
+def small_report() -> PlanReport:
+    return plan(SMALL, backend="offline")
+
+
+def test_offline_json_has_the_request_and_the_estimate(small_report):
+    data = json.loads(small_report.to_json())
+    assert data["backend"] == "offline" and data["llm_model"] is None
+    request = data["request"]
+    assert {k: request[k] for k in ("model", "gpu", "gpus", "tokens", "seq", "gbs", "precision", "price")} == {
+        "model": "llama3-8b", "gpu": "h100-sxm-80gb", "gpus": 64, "tokens": 1e11, "seq": 4096, "gbs": 256,
+        "precision": "bf16", "price": 2.49}
+    recommended = data["recommended"]
+    assert set(recommended) >= {"params", "memory_gib", "fits", "time", "training", "config"}
+    assert recommended["fits"] is True
+    config = recommended["config"]
+    assert config["tp"] * config["pp"] * config["cp"] * config["dp"] == 64
+    assert {"memory_table", "time_table", "timeline", "alternatives", "risks", "rationale", "assumptions",
+            "search"} <= set(data)
+    assert [row["component"] for row in data["memory_table"]] == [
+        "weights", "gradients", "optimizer", "activations", "other", "total"]
+    assert 2 <= len(data["alternatives"]) <= 3
+    assert all(alt["why_not"] for alt in data["alternatives"])
+    assert data["search"]["evaluated"] >= data["search"]["feasible"] > 0
+
+
+def test_numbers_are_the_tools_numbers_to_the_digit(small_report):
+    data = json.loads(small_report.to_json())
+    assert data["recommended"] == rerun(data)
+    for alternative in data["alternatives"]:
+        assert alternative["result"] == rerun({"request": data["request"], "recommended": alternative["result"]})
+
+
+def test_markdown_has_memory_table_timeline_and_sections(small_report):
+    md = small_report.to_markdown()
+    total = small_report.recommended["memory_gib"]["total"]
+    assert "| component | GiB | share of capacity |" in md
+    assert f"| **total** | **{total:,.2f}** |" in md
+    assert "```mermaid\ngantt" in md and "```text\nrank 0 |" in md
+    for heading in ("## Request as understood", "## Recommended layout", "## Memory per GPU",
+                    "## Step time and throughput", "## Pipeline timeline", "## Cost", "## Alternatives",
+                    "## Risks", "## Rationale", "## Assumptions"):
+        assert heading in md, heading
+    assert "offline planner" in md
+    assert f"{small_report.recommended['training']['cost_usd']:,.0f}" in md
+
+
+def test_defaults_are_stated_as_assumptions():
+    report = plan("llama3-8b on 64 H100", backend="offline")
+    text = "\n".join(report.assumptions)
+    assert report.request["seq"] == 8192 and report.request["gbs"] == 512
+    for fragment in ("seq not given", "gbs not given: 512 sequences", "tokens not given", "20 per parameter",
+                     "price not given: $2.49", "precision not given: bf16", "goodput 90%"):
+        assert fragment in text, fragment
+
+
+def test_fields_like_the_evals_pass_them():
+    report = plan(model="llama3-8b", gpu="h100-sxm-80gb", gpus=64, seq=4096, gbs=256, tokens="100B",
+                  backend="offline")
+    assert report.request["tokens"] == 1e11 and report.request["gbs"] == 256
+    with pytest.raises(InputError, match="unknown request field"):
+        plan(model="llama3-8b", gpu="h100", gpus=64, layers=3, backend="offline")
+
+
+def test_missing_hardware_is_an_input_error():
+    with pytest.raises(InputError, match=r"needs the hardware.*e\.g\. \"Llama 3 70B on 512 H100s"):
+        plan("Llama 3 70B for 15T tokens", backend="offline")
+
+
+def test_no_layout_fits_is_a_report(monkeypatch):
+    def nothing_fits(model, gpu, gpus, **kwargs):
+        return {"objective": "throughput", "candidates": [], "evaluated": 40, "feasible": 0,
+                "rejected": {"does not fit in memory": 40}, "wall_s": 0.0}
+
+    monkeypatch.setattr("trainplan.tools.search.search", nothing_fits)
+    report = plan("llama3-405b on 8 A100 40GB for 1T tokens", backend="offline")
+    assert report.recommended is None and report.layout is None
+    assert "no layout fits" in report.risks[-1] and "does not fit in memory: 40" in report.risks[-1]
+    md = report.to_markdown()
+    assert "## No layout fits" in md and "| does not fit in memory | 40 |" in md
+
+
+def test_a_deadline_no_layout_meets_is_a_risk(monkeypatch):
+    report = plan("llama3-8b on 64 H100 for 15T tokens, seq 4096, gbs 256, within 1 day", backend="offline")
+    assert report.recommended is not None
+    assert any("1-day deadline" in risk for risk in report.risks)
+
+
+def test_cli_plan_writes_the_report(tmp_path):
+    out = tmp_path / "plan.md"
+    result = run_cli("plan", SMALL, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert out.read_text() == result.stdout
+    assert "```mermaid" in result.stdout and "backend: offline planner" in result.stderr
+    as_json = run_cli("plan", SMALL, "--backend", "offline", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["recommended"]["config"]["gpus"] == 64
+
+
+def test_cli_missing_model_is_one_line_exit_2():
+    result = run_cli("plan", "something on 512 H100s")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the request needs a model")
+    assert 'e.g. "Llama 3 70B on 512 H100s for 15T tokens"' in lines[0]
+
+
+def test_cli_llm_server_down_is_one_line():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = run_cli("plan", SMALL, "--backend", "openai", env={"OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1"})
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot reach the LLM server at http://127.0.0.1:{port}/v1")
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_openai_without_configuration_says_so():
+    result = run_cli("plan", SMALL, "--backend", "openai")
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("error: no LLM configured: set OPENAI_API_KEY or OPENAI_BASE_URL, "
+                                     "or use --backend offline")
+
+
+# --- the LLM backend, against a scripted OpenAI-compatible server -----------------------------------
+
+
+def test_llm_plan_is_built_from_the_tool_results(openai_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    monkeypatch.setenv("TRAINPLAN_MODEL", "scripted-model")
+    job = {"model": "llama3-8b", "gpu": "h100-sxm-80gb", "gpus": 64}
+    search_args = {**job, "gbs": 256, "seq": 4096, "tokens": "100B", "top_k": 3}
+    search = dispatch("search_configs", json.dumps(search_args))
+    best, runner_up = search["candidates"][0]["config"], search["candidates"][1]["config"]
+    knobs = {k: best[k] for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute",
+                                  "schedule", "precision")}
+    step = dispatch("estimate_step_time", json.dumps({**job, **knobs}))
+    cost_args = {"tokens": "100B", "step_s": step["time"]["step_s"], "gbs": 256, "seq": 4096, "gpus": 64,
+                 "gpu": "h100-sxm-80gb"}
+    cost = dispatch("estimate_cost", json.dumps(cost_args))["training"]
+    memory, time = step["memory_gib"], step["time"]
+    answer = (f"## Recommended layout\nTP{best['tp']} PP{best['pp']} DP{best['dp']} with ZeRO-{best['zero']}.\n\n"
+              f"Memory: {memory['total']:.1f} GiB of {memory['capacity']:.1f} GiB per GPU.\n"
+              f"Step: {time['step_s']:.2f} s, MFU {time['mfu']:.1%}.\n"
+              f"Cost: {cost['days']:.1f} days, {cost['gpu_hours']:,.0f} GPU-hours, ${cost['cost_usd']:,.0f}.\n")
+    openai_server.script(
+        tool_calls(("search_configs", search_args)),
+        tool_calls(("estimate_step_time", {**job, **knobs}), ("estimate_cost", cost_args)),
+        reply(answer),
+    )
+    events = []
+    report = plan("Llama 3 8B on 64 H100s for 100B tokens, seq 4096, gbs 256",
+                  on_event=lambda kind, data: events.append(kind))
+    assert report.backend == "openai" and report.llm_model == "scripted-model"
+    assert report.grounding is not None and report.grounding.ok and report.grounding.share_grounded == 1.0
+    assert report.rationale == answer
+    assert report.recommended["config"] == best
+    data = json.loads(report.to_json())
+    assert data["recommended"] == rerun(data)
+    assert data["request"]["tokens"] == 1e11 and data["request"]["gbs"] == 256
+    assert [c["name"] for c in report.tool_calls] == ["search_configs", "estimate_step_time", "estimate_cost"]
+    assert report.alternatives and report.alternatives[0].result["config"] == runner_up
+    md = report.to_markdown()
+    assert "LLM agent (`scripted-model`)" in md and "## Grounding" in md and "```mermaid" in md
+    first = openai_server.requests[0]
+    assert first["messages"][0] == {"role": "system", "content": system_prompt()}
+    assert first["tools"] == openai_tools(strict=True)
+    assert events.count("tool_call") == 3
+    sent = json.loads(openai_server.requests[1]["messages"][-1]["content"])
+    assert sent["candidates"] == search["candidates"]  # the real registry answered the model
+
+
+def test_llm_plan_without_an_evaluated_layout_falls_back_to_the_search(openai_server):
+    import openai
+
+    openai_server.script(reply("Use plenty of data parallelism."))
+    client = openai.OpenAI(base_url=openai_server.base_url, api_key="test", max_retries=0)
+    report = plan(SMALL, backend="openai", client=client, llm_model="scripted-model")
+    assert report.backend == "openai" and report.recommended is not None
+    assert any("offline search" in line for line in report.assumptions)
+    assert report.recommended == rerun(json.loads(report.to_json()))
+
+
+def test_auto_backend_follows_the_configuration(monkeypatch):
+    assert planner.resolve_backend("auto") == "offline"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert planner.resolve_backend("auto") == "openai"
+    with pytest.raises(InputError, match="backend='gpt'"):
+        planner.resolve_backend("gpt")

@@ -1,0 +1,67 @@
+"""The prompts: rendered from the registry, strict about variables, and the shipped file in step."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import jinja2
+import pytest
+
+from trainplan import prompts
+from trainplan.tools.registry import TOOLS
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_system_prompt_names_every_tool_and_teaches_the_method():
+    text = prompts.system_prompt()
+    for tool in TOOLS:
+        assert f"`{tool.name}`" in text
+    for phrase in ("Memory first", "Then the layout", "Then time", "Then cost", "Call a tool for every number",
+                   "State your assumptions", "1 GiB = 2^30 bytes", "HFU", "Goodput"):
+        assert phrase in text, phrase
+
+
+def test_tool_guide_is_rendered_from_the_registry():
+    guide = prompts.tool_guide()
+    for tool in TOOLS:
+        assert f"### `{tool.name}`" in guide
+        assert tool.description in guide
+        for name, field in tool.args.model_fields.items():
+            assert f"| `{name}` |" in guide
+            assert field.description.replace("|", "\\|") in guide
+
+
+def test_shipped_prompt_names_every_tool_and_the_wiring():
+    text = prompts.shipped_prompt()
+    for tool in TOOLS:
+        assert tool.name in text
+    assert "trainplan tools call NAME --args" in text and "trainplan tools schema" in text
+    assert prompts.system_prompt().strip() in text
+
+
+def test_missing_variable_fails_loudly():
+    with pytest.raises(jinja2.UndefinedError):
+        prompts.render("system.md.j2", tools=[])
+    with pytest.raises(jinja2.UndefinedError):
+        prompts.render("report.md.j2")
+
+
+def test_shipped_file_is_in_step():
+    """What CI runs: `trainplan prompt --check` fails when outputs/ is out of step with prompts/."""
+    result = run_cli("prompt", "--check")
+    assert result.returncode == 0, result.stderr
+    assert prompts.SHIPPED_PATH.read_text() == prompts.shipped_prompt()
+
+
+def test_check_fails_on_a_stale_file(tmp_path):
+    stale = tmp_path / "prompt.md"
+    stale.write_text(prompts.shipped_prompt().replace("search_configs", "search_layouts"))
+    result = run_cli("prompt", "--check", "--out", str(stale))
+    assert result.returncode == 1
+    assert result.stderr.startswith("error:") and "out of step" in result.stderr
+    assert run_cli("prompt", "--out", str(stale)).returncode == 0
+    assert run_cli("prompt", "--check", "--out", str(stale)).returncode == 0
