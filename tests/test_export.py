@@ -25,7 +25,7 @@ import yaml
 
 from trainplan.tools.errors import InputError
 from trainplan.tools.export import Engine, ExportError, export, parse_args_text
-from trainplan.tools.layout import layers_per_stage, resolve_config
+from trainplan.tools.layout import layers_per_stage, model_layers_per_stage, resolve_config
 from trainplan.tools.specs import ModelSpec
 
 # flag -> None for a switch (store_true/store_false), () for any value, or the tuple of its choices.
@@ -284,11 +284,14 @@ def test_megatron_mla_moe_flags():
     assert flags["--moe-layer-freq"] == "([0]*1+[1]*26)" and flags["--moe-shared-expert-intermediate-size"] == "2816"
     assert flags["--fp8-format"] == "hybrid" and flags["--recompute-method"] == "uniform"
     assert flags["--mtp-num-layers"] == "1"
-    # 27 layers on PP4 split 7/7/7/6: equal middle stages, so Megatron's first/last flags express it.
-    assert (flags["--decoder-first-pipeline-num-layers"], flags["--decoder-last-pipeline-num-layers"]) == ("7", "6")
+    # 27 layers on PP4 balanced against the head and MTP on the last stage: unequal middle stages,
+    # so the export spells the split out as a pipeline layout.
+    counts = model_layers_per_stage(model, 4)
+    layout = flags["--pipeline-model-parallel-layout"].strip("'\"")
+    assert [stage.count("t") for stage in layout.split("|")] == counts and sum(counts) == 27
     layout = parse_args_text(export("megatron", model, resolve_config(model, 128, tp=2, pp=8, ep=8, gbs=256),
                                     model_ref="ds").content)["--pipeline-model-parallel-layout"]
-    assert layout.split("|")[-1].endswith("mL") and layout.count("t") == 27  # 27 on PP8: 3/3/4/4/4/3/3/3
+    assert layout.split("|")[-1].endswith("mL") and layout.count("t") == 27
 
 
 def test_deepspeed_refusals_and_mapping():

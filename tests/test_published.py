@@ -63,9 +63,10 @@ LLAMA3_TABLE4 = [  # gpus, cp, seq, dp, TFLOP/s per GPU (Llama 3 paper Table 4);
 
 
 def llama3_layout(gpus, cp, seq):
-    """TP8 PP16, FSDP sharding optimizer and gradients (zero=2), no recompute at 8K; V is not published:
-    we assume one layer per virtual stage (vpp=8)."""
-    return dict(model="llama3-405b", gpu="h100-sxm-80gb", gpus=gpus, tp=8, pp=16, cp=cp, vpp=8, zero=2,
+    """TP8 PP16, no recompute at 8K; FP32 gradients accumulated over the micro-batches and
+    reduce-scattered once per step (the ZeRO-1 traffic pattern, Llama 3 paper §3.3.2). V is not
+    published: we assume one layer per virtual stage (vpp=8)."""
+    return dict(model="llama3-405b", gpu="h100-sxm-80gb", gpus=gpus, tp=8, pp=16, cp=cp, vpp=8, zero=1,
                 gbs=16 * 2**20 // seq, seq=seq, recompute="none")
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .counting import LayerParams, count_params, is_moe_layer, layer_params, norm_params
-from .layout import layers_per_stage
+from .layout import model_layers_per_stage
 from .specs import GPUSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 
 GIB = float(2**30)
@@ -149,14 +149,14 @@ def inflight_microbatches(schedule: Schedule | str, pp: int, num_microbatches: i
     return [float(x) for x in _inflight(code, pp, num_microbatches, vpp, np.arange(pp))]
 
 
-def _rank_layouts(num_layers: int, pp: int, vpp: int, dualpipe: bool) -> list[tuple[list[int], bool, bool]]:
+def _rank_layouts(spec: ModelSpec, pp: int, vpp: int, dualpipe: bool) -> list[tuple[list[int], bool, bool]]:
     """(layer indices, holds the first stage, holds the last stage) for each pipeline rank."""
     if dualpipe and pp > 1:
-        counts = layers_per_stage(num_layers, pp)
+        counts = model_layers_per_stage(spec, pp)
         starts = np.concatenate([[0], np.cumsum(counts)])
         stage = [list(range(starts[i], starts[i + 1])) for i in range(pp)]
         return [(stage[i] + stage[pp - 1 - i], i in (0, pp - 1), i in (0, pp - 1)) for i in range(pp)]
-    counts = layers_per_stage(num_layers, pp * vpp)
+    counts = model_layers_per_stage(spec, pp * vpp)
     starts = np.concatenate([[0], np.cumsum(counts)])
     ranks = []
     for i in range(pp):
@@ -243,7 +243,7 @@ def _rank_data(m: _Model, pp: int, vpp: int, dualpipe: bool) -> dict[str, np.nda
     """Per-rank sums (shape (1, pp)): parameter parts, dense/MoE layer counts, first/last flags,
     and the largest dense and MoE layer (for ZeRO transients and the recompute working set)."""
     rows = []
-    for layers, first, last in _rank_layouts(m.spec.num_layers, pp, vpp, dualpipe):
+    for layers, first, last in _rank_layouts(m.spec, pp, vpp, dualpipe):
         row = {k: sum(m.layer_parts[i][k] for i in layers) for k in _PARAM_KEYS}
         for kind, moe in (("dense", False), ("moe", True)):
             members = [i for i in layers if m.is_moe[i] == moe]

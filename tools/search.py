@@ -62,14 +62,14 @@ from enum import Enum
 
 import numpy as np
 
-from . import compute
+from . import compute, step
 from .catalog import load_gpu, load_model
 from .collectives import collective_time_s, group_layout
 from .cost import DEFAULT_GOODPUT, SECONDS_PER_DAY, parse_tokens
 from .counting import count_params
 from .errors import InputError
 from .estimate import evaluate
-from .layout import layers_per_stage, resolve_config
+from .layout import model_layers_per_stage, resolve_config
 from .memory import PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES, memory_totals_vectorised
 from .specs import ClusterSpec, GPUSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 from .step import ADAM_BYTES_PER_PARAM, stage_work
@@ -386,7 +386,7 @@ def _work_pieces(model: ModelSpec, cluster: ClusterSpec, job: _Job, key: tuple) 
 
 def _stage_counts(model: ModelSpec, pp: int) -> np.ndarray:
     """(4, pp): dense layers, MoE layers, holds the embedding, holds the head, per stage."""
-    counts = layers_per_stage(model.num_layers, pp)
+    counts = model_layers_per_stage(model, pp)
     moe = set(model.moe_layers) if model.is_moe else set()
     out, start = np.zeros((4, pp)), 0
     for s, n in enumerate(counts):
@@ -402,7 +402,7 @@ def _stage_counts(model: ModelSpec, pp: int) -> np.ndarray:
 def _stage_params(model: ModelSpec, pp: int) -> tuple[np.ndarray, np.ndarray]:
     """(dense, expert) parameters per stage before TP/EP sharding, as step._stage_params counts."""
     counts = count_params(model)
-    sizes = layers_per_stage(model.num_layers, pp)
+    sizes = model_layers_per_stage(model, pp)
     dense, expert, start = np.zeros(pp), np.zeros(pp), 0
     for s, n in enumerate(sizes):
         dense[s] = sum(counts.layers[i].non_expert for i in range(start, start + n))
@@ -461,19 +461,8 @@ def _dp_exchange_and_optimizer(model: ModelSpec, cluster: ClusterSpec, job: _Job
     groups = group_layout(cfg, cluster.gpus_per_node)
     dense, expert = stage_params[0] / tp, stage_params[1] / (tp * ep)
     z = zero[:, None]
-    exposed = np.zeros_like(forward_s)
-    for params, group in ((dense, groups["dp_cp"]), (expert, groups["edp"])):
-        if group.size == 1 or not params.any():
-            continue
-        grads, weights = 4.0 * params, 2.0 * params          # fp32 gradients (bf16_grads is off)
-        reduce_ar = collective_time_s("all_reduce", grads, group, cluster)
-        reduce_rs = collective_time_s("reduce_scatter", grads, group, cluster)
-        gather = collective_time_s("all_gather", weights, group, cluster)
-        live = params > 0
-        z0 = np.maximum(0.0, reduce_ar - backward_s)
-        z12 = np.maximum(0.0, reduce_rs - backward_s) + np.maximum(0.0, gather - forward_s)
-        z3 = m[:, None] * np.maximum(0.0, 2 * gather + reduce_rs - (forward_s + backward_s))
-        exposed += live * np.select([z == 0, z <= 2], [z0, z12], z3)
+    exposed = sum(step.dp_exchange_s(z, params, group, cluster, forward_s, backward_s, m[:, None])
+                  for params, group in ((dense, groups["dp_cp"]), (expert, groups["edp"])))
     expert_dp = max(1, dp * cp // ep)
     sharded = dense / np.where(z >= 1, dp * cp, 1) + expert / np.where(z >= 1, expert_dp, 1)
     optimizer = compute.memory_bound_time_s(ADAM_BYTES_PER_PARAM * sharded, cluster.gpu, kernels=4)

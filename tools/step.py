@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import compute
 from .collectives import collective_time_s, group_layout
 from .counting import count_params, flops_per_token
-from .layout import layers_per_stage
+from .layout import model_layers_per_stage
 from .pipeline import simulate
 from .specs import ClusterSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 
@@ -31,6 +33,10 @@ ADAM_BYTES_PER_PARAM = 30
 # parameters per second per GPU's share of the host cores.
 PCIE_GB_S = 25.0
 CPU_ADAM_PARAMS_PER_S = 1.0e9
+# Communication that overlaps compute still slows it: its kernels hold SMs and HBM bandwidth.
+# DeepSeek-V3 (report §3.2.2) dedicates 20 of the H800's 132 SMs to communication; NCCL's channels
+# likewise run on SMs. Hidden communication costs this share of its own duration.
+COMM_COMPUTE_CONTENTION = 20 / 132
 
 
 @dataclass
@@ -76,7 +82,7 @@ class StepResult:
 
 
 def _stage_layers(model: ModelSpec, pp: int) -> list[list[int]]:
-    counts = layers_per_stage(model.num_layers, pp)
+    counts = model_layers_per_stage(model, pp)
     stages, start = [], 0
     for n in counts:
         stages.append(list(range(start, start + n)))
@@ -110,7 +116,8 @@ def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, g
             kv_width = 2 * max(1.0, model.num_kv_heads / cfg.tp) * model.head_dim
         kv_bytes = 2 * tokens * kv_width
         ring_forward = (cfg.cp - 1) * collective_time_s("p2p", kv_bytes, groups["cp"], cluster)
-        comm["cp"] = max(0.0, ring_forward - attention_s / 3.5) + max(0.0, 2 * ring_forward - attention_s * 2.5 / 3.5)
+        comm["cp"] = float(overlapped_s(ring_forward, attention_s / 3.5)
+                           + overlapped_s(2 * ring_forward, attention_s * 2.5 / 3.5))
     if is_moe and cfg.ep > 1:
         # Dispatch and combine, forward and backward: each moves T*k token vectors over the EP group.
         routed = tokens * model.experts_per_token * h
@@ -126,7 +133,7 @@ def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, g
         if cfg.schedule is Schedule.dualpipe:
             # DualPipe runs a forward chunk and a backward chunk together so each one's all-to-all
             # hides under the other's compute (DeepSeek-V3 report §3.2.1); only the excess shows.
-            total = max(0.0, total - compute_per_layer_s)
+            total = float(overlapped_s(total, compute_per_layer_s))
         comm["ep"] = total
     return comm
 
@@ -186,38 +193,57 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
     )
 
 
+def overlapped_s(comm_s, window_s):
+    """Exposed seconds of communication that runs beside `window_s` of compute (numpy-friendly).
+
+    The part longer than the window shows in full; the hidden part still costs
+    COMM_COMPUTE_CONTENTION of its length, because the communication kernels hold SMs and HBM
+    bandwidth that the compute kernels would use.
+    """
+    hidden = np.minimum(comm_s, window_s)
+    return np.maximum(0.0, comm_s - window_s) + COMM_COMPUTE_CONTENTION * hidden
+
+
+def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward_s, num_microbatches,
+                  grad_bytes_per_param: int = 4):
+    """Exposed data-parallel seconds per step for `params` parameters per rank reduced over `group`.
+
+    numpy-friendly in zero, params, forward_s, backward_s and num_microbatches (the search passes
+    arrays). forward_s/backward_s are one micro-batch's forward and backward on the stage.
+    - ZeRO-0 all-reduces the accumulated gradients once, behind the last backward.
+    - ZeRO-1 (Megatron distributed optimizer) reduce-scatters them once, behind the last backward,
+      and all-gathers the updated bf16 weights behind the first forward.
+    - ZeRO-2 keeps only its gradient shard, so it reduce-scatters after every micro-batch's backward
+      (DeepSpeed ZeRO-2), plus the one weight all-gather.
+    - ZeRO-3 all-gathers weights for every forward and backward and reduce-scatters gradients every
+      micro-batch, prefetched behind that micro-batch's compute.
+    """
+    if group.size == 1:
+        return np.zeros_like(np.asarray(forward_s, dtype=float)) * 0.0
+    grads = grad_bytes_per_param * params
+    weights = 2 * params
+    all_reduce = collective_time_s("all_reduce", grads, group, cluster)
+    reduce_scatter = collective_time_s("reduce_scatter", grads, group, cluster)
+    all_gather = collective_time_s("all_gather", weights, group, cluster)
+    zero0 = overlapped_s(all_reduce, backward_s)
+    gather_once = overlapped_s(all_gather, forward_s)
+    zero1 = overlapped_s(reduce_scatter, backward_s) + gather_once
+    zero2 = num_microbatches * overlapped_s(reduce_scatter, backward_s) + gather_once
+    zero3 = num_microbatches * overlapped_s(2 * all_gather + reduce_scatter, forward_s + backward_s)
+    exposed = np.select([zero == 0, zero == 1, zero == 2], [zero0, zero1, zero2], zero3)
+    return exposed * (np.asarray(params) > 0)
+
+
 def _dp_exchange_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
                    stage_params: tuple[float, float], first_forward_s: float, last_backward_s: float,
                    num_microbatches: int) -> float:
-    """Exposed data-parallel communication per step on one stage.
-
-    stage_params = (dense, expert) parameters held by one rank of the stage (after TP/EP split).
-    ZeRO-0 all-reduces gradients; ZeRO-1/2 reduce-scatter them and all-gather the updated bf16
-    weights (Megatron distributed optimizer), overlapping the reduce-scatter with the last
-    micro-batch's backward and the all-gather with the first forward. ZeRO-3 gathers weights for
-    every forward and backward and reduce-scatters gradients every micro-batch, prefetched behind
-    compute.
-    """
-    grad_bytes_per_param = 2 if cfg.bf16_grads else 4
-    exposed = 0.0
-    for params, group in ((stage_params[0], groups["dp_cp"]), (stage_params[1], groups["edp"])):
-        if params <= 0 or group.size == 1:
-            continue
-        grads = grad_bytes_per_param * params
-        weights = 2 * params
-        if cfg.zero == 0:
-            reduce_s = collective_time_s("all_reduce", grads, group, cluster)
-            gather_s = 0.0
-        elif cfg.zero in (1, 2):
-            reduce_s = collective_time_s("reduce_scatter", grads, group, cluster)
-            gather_s = collective_time_s("all_gather", weights, group, cluster)
-        else:
-            per_microbatch = (2 * collective_time_s("all_gather", weights, group, cluster)
-                              + collective_time_s("reduce_scatter", grads, group, cluster))
-            exposed += num_microbatches * max(0.0, per_microbatch - (first_forward_s + last_backward_s))
-            continue
-        exposed += max(0.0, reduce_s - last_backward_s) + max(0.0, gather_s - first_forward_s)
-    return exposed
+    """Exposed data-parallel seconds on one stage: dense parameters over dp*cp, experts over edp."""
+    grad_bytes = 2 if cfg.bf16_grads else 4
+    return float(sum(
+        dp_exchange_s(cfg.zero, params, group, cluster, first_forward_s, last_backward_s, num_microbatches,
+                      grad_bytes)
+        for params, group in ((stage_params[0], groups["dp_cp"]), (stage_params[1], groups["edp"]))
+    ))
 
 
 def _optimizer_s(cfg: ParallelConfig, cluster: ClusterSpec, stage_params: tuple[float, float]) -> float:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import shlex
 
-from ..layout import layers_per_stage
+from ..layout import model_layers_per_stage
 from ..specs import ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 from .common import ExportError, ExportResult, batch_of, comment_block, header, slug
 
@@ -70,7 +70,7 @@ def _pipeline_split(model: ModelSpec, cfg: ParallelConfig) -> tuple[list[tuple[s
     """Flags that place the layers on the stages, and a note when the split is not Megatron's default."""
     if cfg.pp == 1:
         return [], None
-    counts = layers_per_stage(model.num_layers, cfg.pp)
+    counts = model_layers_per_stage(model, cfg.pp)
     vpp_flag = [("--num-virtual-stages-per-pipeline-rank", cfg.vpp)] if cfg.vpp > 1 else []
     if len(set(counts)) == 1:
         return vpp_flag, None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 
-from ..layout import layers_per_stage
+from ..layout import model_layers_per_stage
 from ..specs import ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 from .common import ExportError, ExportResult, batch_of, comment_block, header, slug
 
@@ -84,7 +84,7 @@ def model_parts(model: ModelSpec, cfg: ParallelConfig) -> list[list[str]]:
     v_shape = cfg.schedule in (Schedule.zb_h1, Schedule.dualpipe)
     per_rank = 2 if v_shape else cfg.vpp
     sizes = [0] * (pp * per_rank)
-    for p, n in enumerate(layers_per_stage(model.num_layers, pp)):
+    for p, n in enumerate(model_layers_per_stage(model, pp)):
         stage_ids = (p, 2 * pp - 1 - p) if v_shape else tuple(p + c * pp for c in range(per_rank))
         base, extra = divmod(n, per_rank)
         for c, stage in enumerate(stage_ids):
