@@ -30,7 +30,7 @@ from trainplan.tools.errors import InputError
 from trainplan.tools.estimate import estimate
 from trainplan.tools.registry import DEFAULT_GBS_RULE, default_gbs, dispatch, estimate_kwargs, openai_tools
 
-from .report import HEADROOM_RISK, Grounding, PlanReport, build_report
+from .report import HEADROOM_RISK, Grounding, PlanReport, build_report, launch_settings
 from .request import PINS, PlanRequest, merge, parse_partial, require_complete, resolve_gbs
 
 __all__ = ["plan", "plan_offline", "plan_openai", "resolve_backend", "complete_request"]
@@ -343,18 +343,22 @@ def plan_openai(request_text: str, partial: PlanRequest, *, llm_model: str | Non
 
 def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: str | None = None,
          client: Any = None, stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
-         request: PlanRequest | None = None, **fields: Any) -> PlanReport:
+         request: PlanRequest | None = None, engine: str = "megatron", **fields: Any) -> PlanReport:
     """Plan a training run from plain language (and/or DESIGN.md fields: model=, gpu=, gpus=, ...).
 
-    backend: 'offline', 'openai' or 'auto' (openai when an LLM is configured). Raises InputError when
+    backend: 'offline', 'openai' or 'auto' (openai when an LLM is configured). engine: whose launch
+    settings the report carries (megatron, deepspeed, torchtitan, accelerate). Raises InputError when
     the request lacks a model or the hardware (offline), AgentError when the LLM server fails.
     """
     chosen = resolve_backend(backend, client)
     parsed = _request_from(request_text, request, fields)
     text = request_text or _describe(parsed)
     if chosen == "offline":
-        return plan_offline(require_complete(parsed), text)
-    report, _ = plan_openai(text, parsed, llm_model=llm_model, client=client, stream=stream, on_event=on_event)
+        report = plan_offline(require_complete(parsed), text)
+    else:
+        report, _ = plan_openai(text, parsed, llm_model=llm_model, client=client, stream=stream, on_event=on_event)
+    if report.recommended:
+        report.launch = launch_settings(report.request["model"], report.recommended["config"], engine)
     return report
 
 

@@ -80,6 +80,17 @@ class Grounding(BaseModel):
     reasked: bool = Field(default=False, description="whether the model was asked once to fix them")
 
 
+class Launch(BaseModel):
+    """Launch settings for the recommended layout in one engine (tools/export)."""
+
+    engine: str = Field(description="megatron, deepspeed, torchtitan or accelerate")
+    filename: str | None = Field(default=None, description="suggested file name")
+    format: str | None = Field(default=None, description="args, json, toml or yaml")
+    content: str | None = Field(default=None, description="the file or command-line arguments")
+    notes: list[str] = Field(default_factory=list, description="what the engine does differently")
+    error: str | None = Field(default=None, description="why the engine cannot express this layout")
+
+
 class PlanReport(BaseModel):
     """A training plan. Numbers are the tools' numbers for the recommended layout."""
 
@@ -99,6 +110,7 @@ class PlanReport(BaseModel):
     search: dict | None = Field(default=None, description="evaluated, feasible, rejected, objective, wall_s")
     grounding: Grounding | None = Field(default=None, description="grounding check of the LLM's text")
     tool_calls: list[dict] = Field(default_factory=list, description="the LLM's tool calls: name, arguments")
+    launch: Launch | None = Field(default=None, description="launch settings for the chosen engine")
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.model_dump(mode="json"), indent=indent)
@@ -267,3 +279,22 @@ def summary_line(report: PlanReport) -> str:
         parts.append(f"{r['training']['days']:.1f} days, {r['training']['gpu_hours']:,.0f} GPU-hours, "
                      f"${r['training']['cost_usd']:,.0f}")
     return " | ".join(parts)
+
+
+def launch_settings(model: str, config: dict, engine: str) -> Launch:
+    """The chosen engine's launch settings for a resolved layout, or the one line saying why not."""
+    from trainplan.tools.catalog import load_model
+    from trainplan.tools.errors import InputError
+    from trainplan.tools.export import export
+    from trainplan.tools.layout import resolve_config
+
+    knobs = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute", "schedule", "precision",
+             "sequence_parallel", "optimizer_offload", "bf16_grads")
+    spec = load_model(model)
+    cfg = resolve_config(spec, config["gpus"], **{k: config[k] for k in knobs})
+    try:
+        result = export(engine, spec, cfg, model_ref=model, gpus_per_node=config["gpus_per_node"])
+    except InputError as exc:
+        return Launch(engine=engine, error=str(exc))
+    return Launch(engine=engine, filename=result.filename_suggestion, format=result.format,
+                  content=result.content, notes=list(result.notes))

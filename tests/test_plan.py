@@ -226,3 +226,25 @@ def test_auto_backend_follows_the_configuration(monkeypatch):
     assert planner.resolve_backend("auto") == "openai"
     with pytest.raises(InputError, match="backend='gpt'"):
         planner.resolve_backend("gpt")
+
+
+def test_report_carries_launch_settings_for_the_chosen_engine():
+    from trainplan.agent.planner import plan
+
+    report = plan("Llama 3 8B on 64 H100s for 1T tokens", backend="offline", engine="torchtitan")
+    assert report.launch is not None and report.launch.engine == "torchtitan"
+    config = report.recommended["config"]
+    if report.launch.error is None:
+        assert f"seq_len = {config['seq']}" in report.launch.content
+    markdown = report.to_markdown()
+    assert "## Launch" in markdown and "torchtitan" in markdown
+
+
+def test_launch_section_says_why_an_engine_cannot_run_the_layout():
+    from trainplan.agent.report import launch_settings
+
+    config = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=64, pp=4, schedule="dualpipe", gbs=256,
+                                seq=4096)["config"]
+    launch = launch_settings("llama3-8b", config, "megatron")
+    assert launch.content is None and "dualpipe" in launch.error.lower()
+    assert "\n" not in launch.error

@@ -7,6 +7,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
+from trainplan.tools.export import Engine
+
 import typer
 from rich.console import Console
 
@@ -42,6 +44,8 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
         out: Annotated[Optional[Path], typer.Option("--out", help="also write the report to this file "
                                                                    "(Markdown; JSON with --json)")] = None,
+        engine: Annotated[Engine, typer.Option("--engine", help="engine whose launch settings the report "
+                                                                "carries")] = Engine.megatron,
     ) -> None:
         """Plan a training run from plain language: layout, memory, step time, MFU, days and cost."""
         from trainplan.agent.llm import AgentError
@@ -57,7 +61,7 @@ def register(app: typer.Typer) -> None:
                     status.update(f"retrying the LLM server (attempt {data['attempt']})...")
 
             try:
-                report = plan(request, backend=chosen, llm_model=llm_model, on_event=on_event)
+                report = plan(request, backend=chosen, llm_model=llm_model, on_event=on_event, engine=engine.value)
             except AgentError as exc:
                 status.stop()
                 _fail(str(exc), 1)
