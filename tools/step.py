@@ -91,8 +91,13 @@ def _stage_layers(model: ModelSpec, pp: int) -> list[list[int]]:
 
 
 def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
-                  layer_index: int, attention_s: float, compute_per_layer_s: float) -> dict[str, float]:
-    """Exposed communication of one layer, forward + backward, for one micro-batch."""
+                  layer_index: int, attention_s: tuple[float, float], compute_per_layer_s: float) -> dict[str, float]:
+    """Exposed communication of one layer, forward + backward, for one micro-batch.
+
+    attention_s: (forward, backward) seconds of the attention core, the window that hides the
+    context-parallel ring; compute_per_layer_s: the layer's whole compute, which DualPipe overlaps
+    with the expert all-to-all.
+    """
     tokens = cfg.mbs * cfg.seq / cfg.cp
     h = model.hidden_size
     activation_bytes = 2 * tokens * h
@@ -116,8 +121,7 @@ def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, g
             kv_width = 2 * max(1.0, model.num_kv_heads / cfg.tp) * model.head_dim
         kv_bytes = 2 * tokens * kv_width
         ring_forward = (cfg.cp - 1) * collective_time_s("p2p", kv_bytes, groups["cp"], cluster)
-        comm["cp"] = float(overlapped_s(ring_forward, attention_s / 3.5)
-                           + overlapped_s(2 * ring_forward, attention_s * 2.5 / 3.5))
+        comm["cp"] = float(overlapped_s(ring_forward, attention_s[0]) + overlapped_s(2 * ring_forward, attention_s[1]))
     if is_moe and cfg.ep > 1:
         # Dispatch and combine, forward and backward: each moves T*k token vectors over the EP group.
         routed = tokens * model.experts_per_token * h
@@ -145,34 +149,37 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
     times = compute.OpTimes()
     comm = {"tp": 0.0, "cp": 0.0, "ep": 0.0}
     cache: dict[bool, tuple[compute.OpTimes, dict[str, float]]] = {}
-    for index in layer_ids:
+
+    def block(index: int) -> tuple[compute.OpTimes, dict[str, float]]:
+        """Compute and exposed comm of one block; dense and MoE blocks are each timed once."""
         key = index in model.moe_layers
         if key not in cache:
             layer = compute.layer_times(model, cfg, gpu, index)
-            attention_s = layer.forward_s.get("attention/core", 0.0) * 3.5
-            layer_comm = _layer_comm_s(model, cfg, cluster, groups, index, attention_s,
-                                       layer.forward + layer.backward_input + layer.backward_weight)
-            cache[key] = (layer, layer_comm)
-        layer, layer_comm = cache[key]
+            attention = (layer.forward_s.get("attention/core", 0.0), layer.backward_input_s.get("attention/core", 0.0))
+            cache[key] = (layer, _layer_comm_s(model, cfg, cluster, groups, index, attention,
+                                                 layer.forward + layer.backward_input + layer.backward_weight))
+        return cache[key]
+
+    def add(layer: compute.OpTimes, layer_comm: dict[str, float]) -> None:
+        nonlocal times
         times = times.merged(layer)
         for kind, seconds in layer_comm.items():
             comm[kind] += seconds
+
+    for index in layer_ids:
+        add(*block(index))
     if stage == 0:
         times = times.merged(compute.embedding_times(model, cfg, gpu))
     if stage == cfg.pp - 1:
         times = times.merged(compute.head_times(model, cfg, gpu))
         for _ in range(model.num_mtp_layers):
             # A DeepSeek-V3 MTP module trains with the model: eh_proj (2h -> h), one more block
-            # (shaped like the last main block) and another pass through the shared LM head.
-            mtp = compute.OpTimes()
-            tokens = cfg.mbs * cfg.seq / cfg.cp
-            compute.linear(mtp, "mtp", tokens, 2 * model.hidden_size, model.hidden_size / cfg.tp, gpu, cfg.precision)
-            last = model.num_layers - 1
-            times = times.merged(mtp).merged(compute.layer_times(model, cfg, gpu, last)).merged(
-                compute.head_times(model, cfg, gpu))
-            attention_s = 3.5 * compute.layer_times(model, cfg, gpu, last).forward_s.get("attention/core", 0.0)
-            for kind, seconds in _layer_comm_s(model, cfg, cluster, groups, last, attention_s, 0.0).items():
-                comm[kind] += seconds
+            # shaped like the last main block, and another pass through the shared LM head.
+            eh_proj = compute.OpTimes()
+            compute.linear(eh_proj, "mtp", cfg.mbs * cfg.seq / cfg.cp, 2 * model.hidden_size,
+                           model.hidden_size / cfg.tp, gpu, cfg.precision)
+            times = times.merged(eh_proj).merged(compute.head_times(model, cfg, gpu))
+            add(*block(model.num_layers - 1))
 
     layers_forward = sum(v for k, v in times.forward_s.items() if k not in ("embedding", "lm_head", "loss"))
     if cfg.recompute is Recompute.full:
@@ -183,6 +190,8 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
         recompute_s = 0.0
     forward = times.forward
     backward = times.backward_input + times.backward_weight + recompute_s
+    # Exposed per-layer communication lands on the forward and backward in the 1:2 ratio of their
+    # compute; the split only shapes the pipeline schedule, the total is exact.
     exposed = sum(comm.values())
     return StageWork(
         forward_s=forward + exposed / 3,
