@@ -610,3 +610,16 @@ def test_torch_llama_block_saved_bytes_match_derivation():
     ours = layer_total(spec, seq=s, mbs=b, recompute="none")
     rstd = 2 * 4 * s * b
     assert _saved_activation_bytes(forward, block) == ours + rstd
+
+
+def test_selective_recompute_with_mla_also_drops_up_projections():
+    """MLA: selective recomputes the attention norm and up-projections from the kept latents;
+    standard attention keeps its q/k/v."""
+    results = {}
+    for name in ("deepseek-v2-lite", "llama3-8b"):
+        model = load_model(name)
+        cfg = resolve_config(model, gpus=8, tp=1, seq=4096, recompute="selective")
+        results[name] = memory_breakdown(model, cfg, H100).breakdown
+    assert results["deepseek-v2-lite"].get("activations/attention/qkv", 0.0) == 0.0
+    assert results["deepseek-v2-lite"]["activations/attention/latents"] > 0
+    assert results["llama3-8b"]["activations/attention/qkv"] > 0

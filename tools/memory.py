@@ -343,9 +343,18 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8) -> dict[st
     return x
 
 
-def _stored(tensors: dict, recompute, layer_input):
-    """Apply recompute: selective drops attention/core; full keeps only the layer input."""
-    out = {k: np.where((recompute == _NONE) | ((recompute == _SELECTIVE) & (k != "attention/core")), v, 0.0)
+SELECTIVE_RECOMPUTED = ("attention/core",)
+"""Tensors selective recompute drops: the attention core (Korthikanti et al. 2022)."""
+SELECTIVE_RECOMPUTED_MLA = ("attention/core", "attention/qkv", "attention/qkv_input")
+"""With MLA, selective also recomputes the RMSNorm before attention and the MLA up-projections
+from the kept latents (DeepSeek-V3 report §3.2.3; Megatron-Core's recompute modules core_attn,
+mla_up_proj and layernorm). compute.py's selective recompute times the same work."""
+
+
+def _stored(tensors: dict, recompute, layer_input, mla: bool = False):
+    """Apply recompute: selective drops the recomputed tensors; full keeps only the layer input."""
+    dropped = SELECTIVE_RECOMPUTED_MLA if mla else SELECTIVE_RECOMPUTED
+    out = {k: np.where((recompute == _NONE) | ((recompute == _SELECTIVE) & (k not in dropped)), v, 0.0)
            for k, v in tensors.items()}
     out["layer_input"] = np.where(recompute == _FULL, layer_input, 0.0)
     return out
@@ -371,7 +380,7 @@ def _activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]
     s = k["seq"] / k["cp"]
     full = _layer_tensors(model, moe, s, k["seq"], k["mbs"], t, r, k["precision"] == PRECISION_CODES[Precision.fp8])
     layer_input = 2 * s * k["mbs"] * model.hidden_size / r
-    return _stored(full, k["recompute"], layer_input), full
+    return _stored(full, k["recompute"], layer_input, mla=model.attention_type == "mla"), full
 
 
 def activation_bytes_per_layer(model: ModelSpec, cfg: ParallelConfig, layer_index: int) -> dict[str, float]:

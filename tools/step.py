@@ -185,7 +185,11 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
     if cfg.recompute is Recompute.full:
         recompute_s = layers_forward
     elif cfg.recompute is Recompute.selective:
+        # The attention core; with MLA also the attention norm and projections (memory.py's
+        # SELECTIVE_RECOMPUTED_MLA; the down-projections are counted too, a small overcount).
         recompute_s = times.forward_s.get("attention/core", 0.0)
+        if model.attention_type == "mla":
+            recompute_s += times.forward_s.get("attention/qkv", 0.0)
     else:
         recompute_s = 0.0
     forward = times.forward
