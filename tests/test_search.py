@@ -353,3 +353,8 @@ def test_cli_bad_input_is_one_error_line_exit_2(args, fragment):
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0]
+
+
+def test_public_api_search_matches_the_module():
+    job = dict(model="llama3-8b", gpu="h100", gpus=16, gbs=64, seq=4096, top_k=1)
+    assert trainplan.search(**job)["candidates"][0]["config"] == search(**job)["candidates"][0]["config"]
