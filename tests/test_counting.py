@@ -143,7 +143,6 @@ def test_matmul_flops_are_twice_the_active_weights(name):
     model = load_model(name)
     counts = count_params(model)
     flops = flops_per_token(model, seq=1024)
-    h = model.hidden_size
     mla_norms = 0
     if model.attention_type == "mla":
         mla_norms = (model.q_lora_rank or 0) + model.kv_lora_rank

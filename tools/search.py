@@ -36,14 +36,14 @@ How (for each GPU count tried; see gpu_counts):
     plus the p2p time c times a per-schedule count fitted to the event-driven simulator on equal
     stages (pipeline.simulate: d makespan / d p2p_s): gpipe 2(p-1); 1f1b (2 - 2/p) m + 2(p-2);
     interleaved 2(v p - 1); zb-h1 4(p-1) (3(p-1) +- (p-1) depending on W); dualpipe
-    (1 - 1/p) m + 1.5(p-1). Then step.py's data-parallel exchange and optimizer terms, mirrored
-    with numpy (_dp_exchange_and_optimizer) on the collectives model.
+    (1 - 1/p) m + 1.5(p-1). Then step.py's data-parallel exchange (step.dp_exchange_s, which takes
+    numpy arrays) and optimizer terms (_dp_exchange_and_optimizer).
  5. Deadline (days) and budget (dollars), when given: they need tokens.
  6. Rank by the objective (ties: lower ZeRO stage, then less memory), then re-score the best
     max(3 top_k, RESCORE_MIN) layouts with the exact scalar path (resolve_config +
     estimate.evaluate, which runs the event-driven pipeline simulator) and rank by the exact
-    figures. ZeRO twins (the same layout but the ZeRO stage, with the same time: step.py charges
-    ZeRO-1 and ZeRO-2 alike) are collapsed to the lowest stage that fits, so the top K differ.
+    figures. ZeRO twins (the same layout but the ZeRO stage, with the same time, e.g. when there
+    is no data parallelism) are collapsed to the lowest stage that fits, so the top K differ.
 
 search_scalar runs the same space through the exact path layout by layout: the brute-force
 reference the tests compare against (same feasible set, same winner on small jobs).
