@@ -210,6 +210,13 @@ def layer_times(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, layer_index
             f_s = model.num_shared_experts * (model.shared_expert_intermediate_size or model.moe_intermediate_size) / tp
             linear(times, "moe/shared", tokens, h, mlp_matrices * f_s, gpu, precision)
             linear(times, "moe/shared", tokens, f_s, h, gpu, precision)
+        # Token permutation around the experts (memory-bound): gather each token's k copies into
+        # expert order (read T h, write T k h) and the weighted combine back (read T k h, write T h),
+        # bf16; the backward moves the gradients the same way. The router's fp32 logits and
+        # probabilities (T x E) are written and read once more each way.
+        permute_bytes = 2 * 2 * tokens * h * (1 + model.experts_per_token) + 4 * 4 * tokens * model.num_experts
+        forward = memory_bound_time_s(permute_bytes, gpu, kernels=4)
+        times.add("moe/permute", forward, forward)
         width = (model.experts_per_token * model.moe_intermediate_size
                  + model.num_shared_experts * (model.shared_expert_intermediate_size or model.moe_intermediate_size))
     else:
