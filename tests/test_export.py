@@ -61,7 +61,7 @@ MEGATRON_FLAGS: dict[str, tuple | None] = {
     # _add_data_args
     "--seq-length": (),
     # _add_mixed_precision_args / _add_transformer_engine_args
-    "--bf16": None, "--grad-reduce-in-bf16": None, "--fp8-format": ("e4m3", "hybrid"),
+    "--bf16": None, "--grad-reduce-in-bf16": None, "--tp-comm-overlap": None, "--fp8-format": ("e4m3", "hybrid"),
     "--fp8-recipe": ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
     # _add_checkpointing_args
     "--ckpt-format": ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"),

@@ -86,3 +86,16 @@ def test_optimizer_offload_is_slower_per_step():
     on_gpu = timed(tp=8, zero=1)
     offloaded = trainplan.estimate(**JOB, tp=8, zero=1, optimizer_offload=True)["time"]
     assert offloaded["breakdown"]["optimizer"] > 10 * on_gpu["breakdown"]["optimizer"]
+
+
+def test_tp_comm_overlap_hides_most_tensor_parallel_communication():
+    job = dict(model="llama3-70b", gpu="h100-sxm-80gb", gpus=64, tp=4, pp=8, vpp=5, gbs=128, seq=8192,
+               recompute="none")
+    exposed = trainplan.estimate(**job)["time"]
+    overlapped = trainplan.estimate(**job, tp_comm_overlap=True)
+    assert overlapped["config"]["tp_comm_overlap"]
+    hidden = overlapped["time"]["breakdown"]["comm/tp"]
+    assert 0 < hidden < 0.5 * exposed["breakdown"]["comm/tp"]
+    assert overlapped["time"]["step_s"] < exposed["step_s"]
+    # No TP, nothing to overlap: the flag resolves to false.
+    assert not trainplan.estimate(**{**job, "tp": 1, "pp": 8, "vpp": 1}, tp_comm_overlap=True)["config"]["tp_comm_overlap"]

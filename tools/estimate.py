@@ -22,7 +22,8 @@ def config_dict(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig) -> 
         "zero": cfg.zero, "mbs": cfg.mbs, "gbs": cfg.gbs, "seq": cfg.seq,
         "num_microbatches": cfg.num_microbatches if cfg.gbs else None,
         "recompute": cfg.recompute.value, "schedule": cfg.schedule.value, "precision": cfg.precision.value,
-        "sequence_parallel": cfg.sequence_parallel, "optimizer_offload": cfg.optimizer_offload,
+        "sequence_parallel": cfg.sequence_parallel, "tp_comm_overlap": cfg.tp_comm_overlap,
+        "optimizer_offload": cfg.optimizer_offload,
         "bf16_grads": cfg.bf16_grads,
         "gpus_per_node": cluster.gpus_per_node, "intra_node_bw": cluster.intra_node_bw,
         "inter_node_bw": cluster.inter_node_bw,
@@ -71,6 +72,7 @@ def estimate(model: str, gpu: str, gpus: int, *, tp: int = 1, pp: int = 1, cp: i
              tokens: str | float | None = None, price: float | None = None, goodput: float | None = None,
              gpus_per_node: int | None = None, intra_node_bw: float | None = None,
              inter_node_bw: float | None = None, optimizer_offload: bool = False, bf16_grads: bool = False,
+             tp_comm_overlap: bool = False,
              sequence_parallel: bool = True, headroom_gib: float = 0.0, timeline: bool = False) -> dict:
     """Memory, time and cost of one layout, named in the DESIGN.md vocabulary."""
     model_spec = load_model(model)
@@ -87,7 +89,8 @@ def estimate(model: str, gpu: str, gpus: int, *, tp: int = 1, pp: int = 1, cp: i
     cfg = resolve_config(
         model_spec, gpus, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
         recompute=recompute, schedule=schedule, precision=precision, sequence_parallel=sequence_parallel,
-        optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, fp8_supported=gpu_spec.fp8_tflops is not None,
+        optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, tp_comm_overlap=tp_comm_overlap,
+        fp8_supported=gpu_spec.fp8_tflops is not None,
     )
     return evaluate(model_spec, cluster, cfg, tokens=parse_tokens(tokens), price=price, goodput=goodput,
                     headroom_gib=headroom_gib, timeline=timeline)

@@ -81,6 +81,7 @@ def resolve_config(
     precision: str | Precision = "bf16",
     sequence_parallel: bool = True,
     optimizer_offload: bool = False,
+    tp_comm_overlap: bool = False,
     bf16_grads: bool = False,
     fp8_supported: bool = True,
 ) -> ParallelConfig:
@@ -157,5 +158,5 @@ def resolve_config(
         tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, vpp=vpp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
         recompute=recompute, schedule=schedule, precision=precision,
         sequence_parallel=sequence_parallel and tp > 1,
-        optimizer_offload=optimizer_offload, bf16_grads=bf16_grads,
+        optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, tp_comm_overlap=tp_comm_overlap and tp > 1,
     )

@@ -165,6 +165,8 @@ class LayoutArgs(JobArgs):
     inter_node_bw: float | None = _opt("network GB/s per GPU per direction; null: the GPU's catalog value")
     optimizer_offload: bool | None = _opt("ZeRO-Offload: optimizer states and step on the CPU; null: false")
     bf16_grads: bool | None = _opt("bf16 gradients (DeepSpeed's 16 B/param) instead of an fp32 buffer; null: false")
+    tp_comm_overlap: bool | None = _opt("overlap tensor-parallel communication with the GEMMs (Megatron "
+                                        "--tp-comm-overlap); null: false")
 
 
 class MemoryArgs(LayoutArgs):

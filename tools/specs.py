@@ -228,6 +228,9 @@ class ParallelConfig(BaseModel):
     sequence_parallel: bool = Field(default=True, description="Megatron sequence parallelism with tp>1")
     optimizer_offload: bool = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")
     bf16_grads: bool = Field(default=False, description="bf16 gradients (DeepSpeed's 16 B/param) instead of fp32")
+    tp_comm_overlap: bool = Field(
+        default=False, description="overlap TP/SP all-gathers and reduce-scatters with the GEMMs (Megatron --tp-comm-overlap)"
+    )
 
     @property
     def num_gpus(self) -> int:

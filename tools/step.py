@@ -91,7 +91,8 @@ def _stage_layers(model: ModelSpec, pp: int) -> list[list[int]]:
 
 
 def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
-                  layer_index: int, attention_s: tuple[float, float], compute_per_layer_s: float) -> dict[str, float]:
+                  layer_index: int, attention_s: tuple[float, float], compute_per_layer_s: float,
+                  gemm_s: float = 0.0) -> dict[str, float]:
     """Exposed communication of one layer, forward + backward, for one micro-batch.
 
     attention_s: (forward, backward) seconds of the attention core, the window that hides the
@@ -112,6 +113,10 @@ def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, g
         else:
             per_pass = blocks * 2 * collective_time_s("all_reduce", activation_bytes, groups["tp"], cluster) / 2
         comm["tp"] = 2 * per_pass
+        if cfg.tp_comm_overlap:
+            # Transformer Engine's userbuffers split each GEMM and pipeline its all-gather or
+            # reduce-scatter under the chunks; the layer's GEMMs are the window.
+            comm["tp"] = float(overlapped_s(comm["tp"], gemm_s))
     if cfg.cp > 1:
         # Ring attention: cp-1 exchanges of this rank's K and V (backward: K, V and their gradients),
         # each hidden behind the attention block of the previous chunk.
@@ -156,8 +161,10 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
         if key not in cache:
             layer = compute.layer_times(model, cfg, gpu, index)
             attention = (layer.forward_s.get("attention/core", 0.0), layer.backward_input_s.get("attention/core", 0.0))
-            cache[key] = (layer, _layer_comm_s(model, cfg, cluster, groups, index, attention,
-                                                 layer.forward + layer.backward_input + layer.backward_weight))
+            total = layer.forward + layer.backward_input + layer.backward_weight
+            gemm = total - sum(part[k] for part in (layer.forward_s, layer.backward_input_s, layer.backward_weight_s)
+                               for k in ("attention/core", "elementwise", "moe/permute") if k in part)
+            cache[key] = (layer, _layer_comm_s(model, cfg, cluster, groups, index, attention, total, gemm))
         return cache[key]
 
     def add(layer: compute.OpTimes, layer_comm: dict[str, float]) -> None:

@@ -30,5 +30,6 @@ GpusPerNode = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPU
 IntraNodeBw = Annotated[Optional[float], typer.Option("--intra-node-bw", help="NVLink GB/s per GPU per direction")]
 InterNodeBw = Annotated[Optional[float], typer.Option("--inter-node-bw", help="network GB/s per GPU per direction")]
 OptimizerOffload = Annotated[bool, typer.Option("--optimizer-offload", help="ZeRO-Offload: optimizer on the CPU")]
+TpCommOverlap = Annotated[bool, typer.Option("--tp-comm-overlap", help="overlap TP communication with the GEMMs")]
 Bf16Grads = Annotated[bool, typer.Option("--bf16-grads", help="bf16 gradients (16 B/param) instead of fp32")]
 Json = Annotated[bool, typer.Option("--json", help="print the result object as JSON")]

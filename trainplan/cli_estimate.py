@@ -66,6 +66,7 @@ def register(app: typer.Typer) -> None:
         goodput: opt.Goodput = None, gpus_per_node: opt.GpusPerNode = None,
         intra_node_bw: opt.IntraNodeBw = None, inter_node_bw: opt.InterNodeBw = None,
         optimizer_offload: opt.OptimizerOffload = False, bf16_grads: opt.Bf16Grads = False,
+        tp_comm_overlap: opt.TpCommOverlap = False,
         as_json: opt.Json = False,
     ) -> None:
         """Memory per GPU, step time, MFU and training cost of one layout."""
@@ -77,7 +78,7 @@ def register(app: typer.Typer) -> None:
             schedule=getattr(schedule, "value", schedule), precision=getattr(precision, "value", precision),
             tokens=tokens, price=price, goodput=goodput, gpus_per_node=gpus_per_node,
             intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw,
-            optimizer_offload=optimizer_offload, bf16_grads=bf16_grads,
+            optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, tp_comm_overlap=tp_comm_overlap,
         )
         if as_json:
             print(json.dumps(result, indent=2))

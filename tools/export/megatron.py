@@ -179,6 +179,8 @@ def _sharding_flags(cfg: ParallelConfig, notes: list[str]) -> list[tuple[str, ob
         flags += [("--optimizer-cpu-offload", None), ("--use-precision-aware-optimizer", None)]
     if cfg.bf16_grads:
         flags.append(("--grad-reduce-in-bf16", None))
+    if cfg.tp_comm_overlap:
+        flags.append(("--tp-comm-overlap", None))
     return flags
 
 
