@@ -13,21 +13,11 @@ from trainplan.tools import catalog
 
 
 def catalog_listing() -> dict:
-    """Both catalogs as plain data: GPUs with their figures, models with their sizes."""
-    from trainplan.tools.counting import count_params
+    """Both catalogs as plain data: the `list_catalog` tool's result (GPUs with their figures, models
+    with their sizes)."""
+    from trainplan.tools.registry import dispatch
 
-    gpus = [catalog.load_gpu(name).model_dump(exclude={"sources"}) for name in catalog.gpu_names()]
-    models = []
-    for name in catalog.model_names():
-        spec = catalog.load_model(name)
-        counts = count_params(spec)
-        models.append({
-            "name": name, "model_type": spec.model_type, "num_layers": spec.num_layers,
-            "hidden_size": spec.hidden_size, "num_attention_heads": spec.num_attention_heads,
-            "num_kv_heads": spec.num_kv_heads, "num_experts": spec.num_experts,
-            "params_total": counts.total, "params_active": counts.active,
-        })
-    return {"gpus": gpus, "models": models}
+    return dispatch("list_catalog", "{}")
 
 
 def register(app: typer.Typer) -> None:
@@ -40,7 +30,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(listing, indent=2))
             return
-        console = Console()
+        console = Console(width=max(120, Console().width))
         gpu_table = Table(title="GPUs (dense peaks; network GB/s per GPU per direction)")
         for column in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM GB/s", "NVLink GB/s",
                        "network GB/s", "GPUs/node", "$/GPU-h"):
