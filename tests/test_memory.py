@@ -222,7 +222,7 @@ def model_states(result, stage=None):
     ("llama3-70b", 64, 8, 4, 1, 0.001),
     ("llama3-70b", 64, 8, 1, 1, 0.001),
     ("llama3-70b", 512, 8, 8, 0, 0.001),
-    ("llama3-8b", 8, 8, 1, 1, 0.001),   # pp>1 splits 8B unevenly (head on the last stage): see below
+    ("llama3-8b", 8, 2, 2, 1, 0.001),
     ("gpt3-175b", 1024, 8, 16, 1, 0.02),   # + learned positions (2048 x h, replicated) Megatron leaves out
     ("gpt3-175b", 64, 8, 8, 0, 0.02),
 ])

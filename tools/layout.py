@@ -50,11 +50,15 @@ def layers_per_stage(num_layers: int, pp: int, last_stage_extra: float = 0.0) ->
 
 
 def model_layers_per_stage(model: ModelSpec, pp: int) -> list[int]:
-    """layers_per_stage for a model, balancing the LM head and any MTP modules onto the last stage.
+    """layers_per_stage for a model. Megatron's even split by default (so a plan runs with its
+    default flags and its theoretical memory formula applies); a model with MTP modules, which run
+    on the last stage beside the LM head, gets that stage balanced against them.
 
     One layer-equivalent is the mean active parameters of a block (its GEMM FLOPs per token / 2);
     the LM head is h*V of them, and an MTP module is one block plus another pass of the head.
     """
+    if not model.num_mtp_layers:
+        return layers_per_stage(model.num_layers, pp)
     from .counting import count_params
 
     counts = count_params(model)
