@@ -44,3 +44,17 @@ def test_ramp_costs_more_when_small_batches_are_slower_per_token():
     ramped = ramp_cost(1e9, 2048, 1024, 128, 2e8, step_s, 8, 2.0)
     assert ramped.gpu_hours > flat.gpu_hours
     assert ramped.steps > flat.steps
+
+
+def test_estimate_with_a_batch_ramp_costs_more_than_the_flat_batch():
+    import trainplan
+
+    job = dict(model="llama3-8b", gpu="h100", gpus=64, tp=2, pp=4, gbs=512, seq=4096, tokens="100B")
+    flat = trainplan.estimate(**job)["training"]
+    ramped = trainplan.estimate(**job, ramp_start_gbs=64, ramp_tokens="50B")["training"]
+    assert ramped["steps"] > flat["steps"]
+    assert ramped["gpu_hours"] > flat["gpu_hours"]
+    with pytest.raises(InputError, match="ramp"):
+        trainplan.estimate(**job, ramp_start_gbs=64)
+    with pytest.raises(InputError, match="ramp_start_gbs"):
+        trainplan.estimate(**job, ramp_start_gbs=4096, ramp_tokens="50B")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from .catalog import load_gpu, load_model
-from .cost import DEFAULT_GOODPUT, parse_tokens, training_cost
+from .cost import DEFAULT_GOODPUT, parse_tokens, ramp_cost, training_cost
 from .counting import count_params
 from .errors import InputError
 from .layout import resolve_config
 from .memory import memory_breakdown
-from .specs import ClusterSpec, ModelSpec, ParallelConfig
+from .specs import ClusterSpec, ModelSpec, ParallelConfig, Schedule
 from .step import step_time
 
 
@@ -32,7 +32,7 @@ def config_dict(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig) -> 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, *, tokens: float | None = None,
              price: float | None = None, goodput: float | None = None, headroom_gib: float = 0.0,
-             timeline: bool = False) -> dict:
+             timeline: bool = False, ramp_start_gbs: int | None = None, ramp_tokens: float | None = None) -> dict:
     """The result object for an already-validated layout."""
     counts = count_params(model)
     memory = memory_breakdown(model, cfg, cluster.gpu, headroom_gib=headroom_gib)
@@ -53,8 +53,12 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, *, tok
             result["pipeline"] = step.pipeline
         if tokens is not None:
             price = cluster.gpu.price if price is None else price
-            cost = training_cost(tokens, cfg.gbs * cfg.seq, step.step_s, cfg.num_gpus, price,
-                                 DEFAULT_GOODPUT if goodput is None else goodput)
+            goodput = DEFAULT_GOODPUT if goodput is None else goodput
+            if ramp_start_gbs is not None and ramp_tokens is not None:
+                cost = ramp_cost(tokens, cfg.seq, cfg.gbs, ramp_start_gbs, ramp_tokens,
+                                 lambda gbs: _ramp_step_s(model, cluster, cfg, gbs), cfg.num_gpus, price, goodput)
+            else:
+                cost = training_cost(tokens, cfg.gbs * cfg.seq, step.step_s, cfg.num_gpus, price, goodput)
             result["training"] = cost.to_dict()
     else:
         notes.append("time and training need a global batch size: pass gbs (sequences per step)")
@@ -66,13 +70,26 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, *, tok
     return result
 
 
+def _ramp_step_s(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, gbs: int) -> float:
+    """Step time at a ramp batch, rounded down to whole micro-batches per data-parallel rank (at least one
+    per pipeline stage for the schedules that need it)."""
+    unit = cfg.dp * cfg.mbs
+    m = max(gbs // unit, 1)
+    if cfg.schedule in (Schedule.interleaved,):
+        m = max(cfg.pp, m - m % cfg.pp)
+    elif cfg.schedule is Schedule.dualpipe and cfg.pp > 1:
+        m = max(2 * cfg.pp, m - m % 2)
+    return step_time(model, cfg.model_copy(update={"gbs": m * unit}), cluster).step_s
+
+
 def estimate(model: str, gpu: str, gpus: int, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
              vpp: int = 1, zero: int = 1, mbs: int = 1, gbs: int | None = None, seq: int | None = None,
              recompute: str = "selective", schedule: str | None = None, precision: str = "bf16",
              tokens: str | float | None = None, price: float | None = None, goodput: float | None = None,
              gpus_per_node: int | None = None, intra_node_bw: float | None = None,
              inter_node_bw: float | None = None, optimizer_offload: bool = False, bf16_grads: bool = False,
-             tp_comm_overlap: bool = False,
+             tp_comm_overlap: bool = False, ramp_start_gbs: int | None = None,
+             ramp_tokens: str | float | None = None,
              sequence_parallel: bool = True, headroom_gib: float = 0.0, timeline: bool = False) -> dict:
     """Memory, time and cost of one layout, named in the DESIGN.md vocabulary."""
     model_spec = load_model(model)
@@ -92,5 +109,10 @@ def estimate(model: str, gpu: str, gpus: int, *, tp: int = 1, pp: int = 1, cp: i
         optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, tp_comm_overlap=tp_comm_overlap,
         fp8_supported=gpu_spec.fp8_tflops is not None,
     )
+    if (ramp_start_gbs is None) != (ramp_tokens is None):
+        raise InputError("a batch ramp needs both ramp_start_gbs and ramp_tokens (e.g. --ramp-start-gbs 512 --ramp-tokens 250B)")
+    if ramp_start_gbs is not None and not 0 < ramp_start_gbs <= (gbs or 0):
+        raise InputError(f"ramp_start_gbs={ramp_start_gbs} must be between 1 and gbs={gbs}")
     return evaluate(model_spec, cluster, cfg, tokens=parse_tokens(tokens), price=price, goodput=goodput,
-                    headroom_gib=headroom_gib, timeline=timeline)
+                    headroom_gib=headroom_gib, timeline=timeline, ramp_start_gbs=ramp_start_gbs,
+                    ramp_tokens=parse_tokens(ramp_tokens))

@@ -31,5 +31,7 @@ IntraNodeBw = Annotated[Optional[float], typer.Option("--intra-node-bw", help="N
 InterNodeBw = Annotated[Optional[float], typer.Option("--inter-node-bw", help="network GB/s per GPU per direction")]
 OptimizerOffload = Annotated[bool, typer.Option("--optimizer-offload", help="ZeRO-Offload: optimizer on the CPU")]
 TpCommOverlap = Annotated[bool, typer.Option("--tp-comm-overlap", help="overlap TP communication with the GEMMs")]
+RampStartGbs = Annotated[Optional[int], typer.Option("--ramp-start-gbs", help="batch-size ramp: the first global batch, sequences")]
+RampTokens = Annotated[Optional[str], typer.Option("--ramp-tokens", help="batch-size ramp: tokens over which gbs grows linearly, e.g. 250B")]
 Bf16Grads = Annotated[bool, typer.Option("--bf16-grads", help="bf16 gradients (16 B/param) instead of fp32")]
 Json = Annotated[bool, typer.Option("--json", help="print the result object as JSON")]
