@@ -34,7 +34,7 @@ COMM_RISK = 0.20
 """an exposed communication part above this share of the step is a risk (communication-bound)"""
 BUBBLE_RISK = 0.10
 """a pipeline bubble above this share of the step is a risk"""
-MERMAID_MAX_EVENTS = 1200
+MERMAID_MAX_EVENTS = 240
 """ops drawn in the Mermaid gantt; more are left out with a note"""
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "other")
 
