@@ -33,5 +33,8 @@ OptimizerOffload = Annotated[bool, typer.Option("--optimizer-offload", help="ZeR
 TpCommOverlap = Annotated[bool, typer.Option("--tp-comm-overlap", help="overlap TP communication with the GEMMs")]
 RampStartGbs = Annotated[Optional[int], typer.Option("--ramp-start-gbs", help="batch-size ramp: the first global batch, sequences")]
 RampTokens = Annotated[Optional[str], typer.Option("--ramp-tokens", help="batch-size ramp: tokens over which gbs grows linearly, e.g. 250B")]
+SequenceParallel = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel",
+                                                 help="Megatron sequence parallelism with tp>1")]
+HeadroomGib = Annotated[float, typer.Option("--headroom-gib", help="GiB per GPU to keep free when deciding fits")]
 Bf16Grads = Annotated[bool, typer.Option("--bf16-grads", help="bf16 gradients (16 B/param) instead of fp32")]
 Json = Annotated[bool, typer.Option("--json", help="print the result object as JSON")]

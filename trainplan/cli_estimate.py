@@ -67,7 +67,8 @@ def register(app: typer.Typer) -> None:
         intra_node_bw: opt.IntraNodeBw = None, inter_node_bw: opt.InterNodeBw = None,
         optimizer_offload: opt.OptimizerOffload = False, bf16_grads: opt.Bf16Grads = False,
         tp_comm_overlap: opt.TpCommOverlap = False, ramp_start_gbs: opt.RampStartGbs = None,
-        ramp_tokens: opt.RampTokens = None,
+        ramp_tokens: opt.RampTokens = None, sequence_parallel: opt.SequenceParallel = True,
+        headroom_gib: opt.HeadroomGib = 0.0,
         as_json: opt.Json = False,
     ) -> None:
         """Memory per GPU, step time, MFU and training cost of one layout."""
@@ -80,7 +81,8 @@ def register(app: typer.Typer) -> None:
             tokens=tokens, price=price, goodput=goodput, gpus_per_node=gpus_per_node,
             intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw,
             optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, tp_comm_overlap=tp_comm_overlap,
-            ramp_start_gbs=ramp_start_gbs, ramp_tokens=ramp_tokens,
+            ramp_start_gbs=ramp_start_gbs, ramp_tokens=ramp_tokens, sequence_parallel=sequence_parallel,
+            headroom_gib=headroom_gib,
         )
         if as_json:
             print(json.dumps(result, indent=2))
