@@ -9,7 +9,13 @@ costs as much as a full one (NVIDIA, "Matrix Multiplication Background User's Gu
 Conventions: FLOPs are 2 per multiply-add. Forward GEMMs cost F; backward costs 2F (input
 gradient B = F, weight gradient W = F). Attention uses a flash-style kernel (Dao 2023): it stores
 only the output and log-sum-exp, its backward recomputes the scores and costs 2.5x the forward
-FLOPs (five matmuls against two), and causal masking halves the work.
+FLOPs (five matmuls against two), and causal masking halves the work. A model whose config keeps
+attention dropout (GPT-3-era recipes) runs eager attention instead: full s x s GEMMs plus the
+memory-bound softmax and dropout (eager_attention_time_s).
+
+The fitted constants: each GPU's gemm_efficiency and attention_efficiency are data in
+tools/catalog/gpus/*.json, whose sources say what each was fitted on; MEMORY_BOUND_EFFICIENCY
+is below. Everything else here is a physical count with its source.
 """
 
 from __future__ import annotations
