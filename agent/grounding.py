@@ -163,14 +163,6 @@ def _parse(m: re.Match) -> tuple[float, float, str | None]:
     return value * scale, quantum * scale, unit
 
 
-def _letters_before(text: str, i: int) -> str:
-    """The run of ASCII letters ending at text[i - 1]."""
-    j = i
-    while j > 0 and text[j - 1].isascii() and text[j - 1].isalpha():
-        j -= 1
-    return text[j:i]
-
-
 def _is_exempt(text: str, m: re.Match, value: float) -> bool:
     """List markers, heading numbers, footnotes, ordinals and years (module docstring)."""
     start, end = m.start(), m.end()

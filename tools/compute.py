@@ -50,13 +50,6 @@ class OpTimes:
         self.backward_input_s[key] = self.backward_input_s.get(key, 0.0) + backward_input
         self.backward_weight_s[key] = self.backward_weight_s.get(key, 0.0) + backward_weight
 
-    def scaled(self, factor: float) -> OpTimes:
-        return OpTimes(
-            {k: v * factor for k, v in self.forward_s.items()},
-            {k: v * factor for k, v in self.backward_input_s.items()},
-            {k: v * factor for k, v in self.backward_weight_s.items()},
-        )
-
     def merged(self, other: OpTimes) -> OpTimes:
         out = OpTimes(dict(self.forward_s), dict(self.backward_input_s), dict(self.backward_weight_s))
         for key in other.forward_s:
