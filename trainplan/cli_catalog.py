@@ -9,7 +9,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trainplan.tools import catalog
 
 
 def catalog_listing() -> dict:
