@@ -7,6 +7,9 @@ import socket
 
 import pytest
 
+# The scripted OpenAI-compatible server's `openai_server` fixture, for every test module.
+pytest_plugins = ("openai_server",)
+
 _LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 

@@ -7,7 +7,7 @@ import json
 
 import openai
 
-from openai_server import openai_server, reply, tool_calls  # noqa: F401  (openai_server is a fixture)
+from openai_server import reply, tool_calls
 from trainplan.agent.chat import Transcript, run_chat
 from trainplan.tools.registry import dispatch
 

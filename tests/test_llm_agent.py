@@ -8,11 +8,10 @@ import socket
 import openai
 import pytest
 
-from openai_server import (  # noqa: F401  (openai_server is a fixture)
+from openai_server import (
     ScriptedServer,
     disconnect,
     http_error,
-    openai_server,
     reply,
     tool_calls,
 )

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import trainplan
-from openai_server import openai_server, reply, tool_calls  # noqa: F401  (openai_server is a fixture)
+from openai_server import reply, tool_calls
 from trainplan.agent import planner
 from trainplan.agent.planner import plan
 from trainplan.agent.report import PlanReport
