@@ -294,27 +294,35 @@ def _nemotron(c: _Config) -> dict:
     )
 
 
+def _gpt_block(c: _Config, h: int, a: int, num_layers: int, bias: bool = True) -> dict:
+    """Fields shared by the GPT-2-era blocks (GPT-2, OPT, BLOOM): MHA, plain MLP, LayerNorm with bias,
+    and biases on every Linear when ``bias``."""
+    return dict(
+        hidden_size=h,
+        num_layers=num_layers,
+        num_attention_heads=a,
+        num_kv_heads=a,
+        head_dim=c.head_dim(h, a),
+        vocab_size=c.size("vocab_size"),
+        gated_mlp=False,
+        qkv_bias=bias,
+        o_bias=bias,
+        mlp_bias=bias,
+        norm_type="layernorm",
+        norm_bias=True,
+    )
+
+
 def _gpt2(c: _Config) -> dict:
     """GPT2LMHeadModel: learned positions (n_positions), Conv1D layers with biases, LayerNorms, tied head."""
     h = c.size("n_embd", "hidden_size")
     a = c.size("n_head", "num_attention_heads")
     positions = c.size("n_positions", "max_position_embeddings")
     return dict(
-        hidden_size=h,
-        num_layers=c.size("n_layer", "num_hidden_layers"),
-        num_attention_heads=a,
-        num_kv_heads=a,
-        head_dim=c.head_dim(h, a),
-        vocab_size=c.size("vocab_size"),
+        _gpt_block(c, h, a, c.size("n_layer", "num_hidden_layers")),
         max_seq_len=positions,
         intermediate_size=c.size("n_inner", default=4 * h),
-        gated_mlp=False,
         activation=c.text("activation_function", default="gelu_new"),
-        qkv_bias=True,
-        o_bias=True,
-        mlp_bias=True,
-        norm_type="layernorm",
-        norm_bias=True,
         learned_position_embeddings=positions,
         tie_word_embeddings=c.flag("tie_word_embeddings", True),
     )
@@ -351,23 +359,11 @@ def _opt(c: _Config) -> dict:
     a = c.size("num_attention_heads")
     positions = c.size("max_position_embeddings", default=2048)
     projection = c.size("word_embed_proj_dim", default=h)
-    bias = c.flag("enable_bias", True)
     return dict(
-        hidden_size=h,
-        num_layers=c.size("num_hidden_layers"),
-        num_attention_heads=a,
-        num_kv_heads=a,
-        head_dim=c.head_dim(h, a),
-        vocab_size=c.size("vocab_size"),
+        _gpt_block(c, h, a, c.size("num_hidden_layers"), bias=c.flag("enable_bias", True)),
         max_seq_len=positions,
         intermediate_size=c.size("ffn_dim"),
-        gated_mlp=False,
         activation=c.text("activation_function", default="relu"),
-        qkv_bias=bias,
-        o_bias=bias,
-        mlp_bias=bias,
-        norm_type="layernorm",
-        norm_bias=True,
         norm_affine=c.flag("layer_norm_elementwise_affine", True),
         final_norm=c.flag("do_layer_norm_before", True) and not c.flag("_remove_final_layer_norm", False),
         learned_position_embeddings=positions + 2,
@@ -382,21 +378,10 @@ def _bloom(c: _Config) -> dict:
     h = c.size("hidden_size", "n_embed")
     a = c.size("n_head", "num_attention_heads")
     return dict(
-        hidden_size=h,
-        num_layers=c.size("n_layer", "num_hidden_layers"),
-        num_attention_heads=a,
-        num_kv_heads=a,
-        head_dim=c.head_dim(h, a),
-        vocab_size=c.size("vocab_size"),
+        _gpt_block(c, h, a, c.size("n_layer", "num_hidden_layers")),
         max_seq_len=c.size("seq_length", default=2048),
         intermediate_size=4 * h,
-        gated_mlp=False,
         activation="gelu",
-        qkv_bias=True,
-        o_bias=True,
-        mlp_bias=True,
-        norm_type="layernorm",
-        norm_bias=True,
         embedding_norm=True,
         tie_word_embeddings=c.flag("tie_word_embeddings", True),
     )
