@@ -19,7 +19,7 @@ from trainplan.tools.layout import resolve_config
 from trainplan.tools.pipeline import _validate, simulate
 from trainplan.tools.search import (
     KNOBS, R_BUDGET, R_DEADLINE, R_HEADS, R_MEMORY, R_SCALAR_INVALID, REASONS, Pins, _dp_exchange_and_optimizer,
-    _S, _SCHEDULE_BY_CODE, _RECOMPUTE_BY_CODE, _stage_counts, _stage_params, _work_pieces, enumerate_space,
+    _S, _SCHEDULE_BY_CODE, _RECOMPUTE_BY_CODE, _stage_counts, _work_pieces, enumerate_space,
     gpu_counts, pipeline_makespan, prepare, scalar_policy_reason, search, search_scalar, validity,
 )
 from trainplan.tools.specs import Schedule
@@ -214,13 +214,13 @@ def test_stage_pieces_and_dp_terms_match_step(model, gpu, gpus, gbs, seq, precis
                 for s, ids in enumerate(step._stage_layers(job.model, cfg.pp))]
         for s, w in enumerate(work):
             np.testing.assert_allclose(stages[:3, s], [w.forward_s, w.backward_s, w.weight_grad_s], rtol=1e-9)
-        params = _stage_params(job.model, cfg.pp)
+        params = step.stage_params(job.model, cfg.pp)
         forward = np.array([[w.forward_s for w in work]])
         backward = np.array([[w.backward_s for w in work]])
         exposed, optimizer, p2p = _dp_exchange_and_optimizer(
             job.model, cluster, job, (cfg.tp, cfg.cp, cfg.dp, cfg.ep, cfg.pp), params, np.array([cfg.zero]),
             forward, backward, np.array([cfg.num_microbatches]), np.array([float(cfg.mbs)]))
-        stage_params = [step._stage_params(job.model, cfg, ids, s) for s, ids in enumerate(step._stage_layers(job.model, cfg.pp))]
+        stage_params = [(d / cfg.tp, e / (cfg.tp * cfg.ep)) for d, e in zip(*params)]
         expect_dp = max(step._dp_exchange_s(job.model, cfg, cluster, groups, stage_params[s], work[s].forward_s,
                                             work[s].backward_s, cfg.num_microbatches) for s in range(cfg.pp))
         expect_opt = max(step._optimizer_s(cfg, cluster, p) for p in stage_params)

@@ -399,20 +399,6 @@ def _stage_counts(model: ModelSpec, pp: int) -> np.ndarray:
     return out
 
 
-def _stage_params(model: ModelSpec, pp: int) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, expert) parameters per stage before TP/EP sharding, as step._stage_params counts."""
-    counts = count_params(model)
-    sizes = model_layers_per_stage(model, pp)
-    dense, expert, start = np.zeros(pp), np.zeros(pp), 0
-    for s, n in enumerate(sizes):
-        dense[s] = sum(counts.layers[i].non_expert for i in range(start, start + n))
-        expert[s] = sum(counts.layers[i].routed_experts for i in range(start, start + n))
-        start += n
-    dense[0] += counts.embedding
-    dense[-1] += counts.final_norm + (counts.lm_head or counts.embedding)
-    return dense, expert
-
-
 def pipeline_makespan(schedule, pp, m, vpp, forward_s, backward_s, weight_grad_s, p2p_s) -> np.ndarray:
     """Closed-form makespan (module doc, step 4) for rows of layouts sharing one pp.
 
@@ -492,7 +478,7 @@ def _vector_times(model: ModelSpec, job: _Job, rows: dict[str, np.ndarray]) -> d
         counts = _stage_counts(model, pp)                      # (4, pp)
         stage = np.einsum("kc,nkj->njc", counts, pieces[work_index[idx]])   # (n, pieces, pp)
         forward_s, backward_s, weight_s = stage[:, 0], stage[:, 1], stage[:, 2]
-        params = _stage_params(model, pp)
+        params = step.stage_params(model, pp)
         dp_keys = np.stack([rows["tp"][idx], rows["cp"][idx], rows["dp"][idx], rows["ep"][idx]]).T
         unique_dp, dp_index = np.unique(dp_keys, axis=0, return_inverse=True)
         dp_index = dp_index.reshape(-1)

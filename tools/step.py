@@ -255,19 +255,19 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
 
 
 def _dp_exchange_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
-                   stage_params: tuple[float, float], first_forward_s: float, last_backward_s: float,
+                   rank_params: tuple[float, float], first_forward_s: float, last_backward_s: float,
                    num_microbatches: int) -> float:
     """Exposed data-parallel seconds on one stage: dense parameters over dp*cp, experts over edp."""
     grad_bytes = 2 if cfg.bf16_grads else 4
     return float(sum(
         dp_exchange_s(cfg.zero, params, group, cluster, first_forward_s, last_backward_s, num_microbatches,
                       grad_bytes)
-        for params, group in ((stage_params[0], groups["dp_cp"]), (stage_params[1], groups["edp"]))
+        for params, group in ((rank_params[0], groups["dp_cp"]), (rank_params[1], groups["edp"]))
     ))
 
 
-def _optimizer_s(cfg: ParallelConfig, cluster: ClusterSpec, stage_params: tuple[float, float]) -> float:
-    dense, expert = stage_params
+def _optimizer_s(cfg: ParallelConfig, cluster: ClusterSpec, rank_params: tuple[float, float]) -> float:
+    dense, expert = rank_params
     dp_cp = cfg.dp * cfg.cp
     sharded = dense / (dp_cp if cfg.zero >= 1 else 1) + expert / (cfg.expert_dp if cfg.zero >= 1 else 1)
     if cfg.optimizer_offload:
@@ -276,16 +276,18 @@ def _optimizer_s(cfg: ParallelConfig, cluster: ClusterSpec, stage_params: tuple[
     return compute.memory_bound_time_s(ADAM_BYTES_PER_PARAM * sharded, cluster.gpu, kernels=4)
 
 
-def _stage_params(model: ModelSpec, cfg: ParallelConfig, layer_ids: list[int], stage: int) -> tuple[float, float]:
-    """(dense, expert) parameters one rank of this stage holds after TP and EP sharding."""
+def stage_params(model: ModelSpec, pp: int) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters of each pipeline stage before TP/EP sharding: its blocks, plus the
+    embedding on the first stage and the final norm and LM head (a tied copy too) on the last."""
     counts = count_params(model)
-    dense = sum(counts.layers[i].non_expert for i in layer_ids)
-    expert = sum(counts.layers[i].routed_experts for i in layer_ids)
-    if stage == 0:
-        dense += counts.embedding
-    if stage == cfg.pp - 1:
-        dense += counts.final_norm + (counts.lm_head or counts.embedding)
-    return dense / cfg.tp, expert / (cfg.tp * cfg.ep)
+    dense, expert, start = np.zeros(pp), np.zeros(pp), 0
+    for s, n in enumerate(model_layers_per_stage(model, pp)):
+        dense[s] = sum(counts.layers[i].non_expert for i in range(start, start + n))
+        expert[s] = sum(counts.layers[i].routed_experts for i in range(start, start + n))
+        start += n
+    dense[0] += counts.embedding
+    dense[-1] += counts.final_norm + (counts.lm_head or counts.embedding)
+    return dense, expert
 
 
 def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> tuple[float, float]:
@@ -327,12 +329,15 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
         rank_stages = [(critical, m / 2), (cfg.pp - 1 - critical, m / 2)]
     else:
         rank_stages = [(critical, m)]
-    stage_params = [_stage_params(model, cfg, ids, s) for s, ids in enumerate(stages)]
+    dense, expert = stage_params(model, cfg.pp)
+    # What one rank of each stage holds after TP and EP sharding.
+    stage_params_per_rank = [(d / cfg.tp, e / (cfg.tp * cfg.ep)) for d, e in zip(dense, expert)]
     dp_exposed = max(
-        _dp_exchange_s(model, cfg, cluster, groups, stage_params[s], work[s].forward_s, work[s].backward_s, m)
+        _dp_exchange_s(model, cfg, cluster, groups, stage_params_per_rank[s], work[s].forward_s,
+                       work[s].backward_s, m)
         for s in range(cfg.pp)
     )
-    optimizer = max(_optimizer_s(cfg, cluster, p) for p in stage_params)
+    optimizer = max(_optimizer_s(cfg, cluster, p) for p in stage_params_per_rank)
     step_s = makespan + dp_exposed + optimizer
 
     compute_s = sum(n * work[s].compute_s for s, n in rank_stages)
