@@ -12,6 +12,7 @@ line that names the model and the field.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,37 @@ from .errors import InputError
 from .specs import ModelSpec
 
 LLAMA_STYLE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+
+# The documented attribute aliases of each config class (``PretrainedConfig.attribute_map`` in
+# transformers 5.24: alias -> stored name). A config saved by one transformers version may use either
+# spelling (v5's Qwen3MoeConfig writes ``num_local_experts`` where v4 wrote ``num_experts``), so both
+# are accepted.
+ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
+    "mixtral": {"num_experts": "num_local_experts"},
+    "qwen3_moe": {"num_experts": "num_local_experts"},
+    "deepseek_v2": {"num_experts": "n_routed_experts"},
+    "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
+    "gpt2": {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head",
+             "num_hidden_layers": "n_layer"},
+    "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
+}
+
+
+def _with_aliases(config: dict, model_type: str) -> dict:
+    """The config with every documented alias filled in from its other spelling (never overwriting)."""
+    filled = dict(config)
+    for alias, stored in ATTRIBUTE_MAPS.get(model_type, {}).items():
+        if filled.get(stored) is None and filled.get(alias) is not None:
+            filled[stored] = filled[alias]
+        if filled.get(alias) is None and filled.get(stored) is not None:
+            filled[alias] = filled[stored]
+    return filled
+
+
+def _is_whole(value: Any) -> bool:
+    """A JSON number that is a finite whole number (not a bool, NaN, Infinity or 2.5)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and int(value) == value)
 
 
 class _Config:
@@ -54,12 +86,12 @@ class _Config:
         key, value = self._find(keys)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 0:
+        if not _is_whole(value) or value < 0:
             raise InputError(f"model config '{self.name}': field '{key}'={value!r} must be a non-negative integer")
         return int(value)
 
     def _positive(self, key: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value <= 0:
+        if not _is_whole(value) or value <= 0:
             raise InputError(f"model config '{self.name}': field '{key}'={value!r} must be a positive integer")
         return int(value)
 
@@ -498,7 +530,7 @@ def spec_from_config(config: dict, name: str) -> ModelSpec:
             f"unknown model_type '{model_type}' in model config '{name}': supported: {', '.join(sorted(READERS))}; "
             f"or give a llama-style config (model_type 'llama') with {', '.join(LLAMA_STYLE_FIELDS)}"
         )
-    c = _Config(config, name, model_type)
+    c = _Config(_with_aliases(config, model_type), name, model_type)
     fields = reader(c)
     _check(fields, c)
     fields["attention_dropout"] = _attention_dropout(config, model_type)

@@ -66,6 +66,10 @@ def _resolve(name: str, directory: Path, aliases: dict[str, str], kind: str, kno
     if not name or not name.strip():
         raise InputError(f"{kind} is empty: pass a catalog name ({', '.join(known)}) or a path to a JSON file")
     candidate = Path(name).expanduser()
+    if candidate.is_dir():
+        if (candidate / "config.json").is_file():
+            return candidate / "config.json"
+        raise InputError(f"{kind} '{name}' is a directory with no config.json in it: pass the JSON file itself")
     if candidate.suffix == ".json" or "/" in name or candidate.is_file():
         if not candidate.is_file():
             raise InputError(f"{kind} file '{name}' does not exist: check the path")
@@ -81,10 +85,19 @@ def _resolve(name: str, directory: Path, aliases: dict[str, str], kind: str, kno
     raise unknown_name(kind, name, known)
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"non-finite number {name}")
+
+
 def _read_json(path: Path, kind: str) -> dict:
+    """A JSON object from a UTF-8 file; NaN and Infinity (not JSON, though Python writes them) are refused."""
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise InputError(f"{kind} file '{path}' is not UTF-8 text: save it as UTF-8 JSON") from None
+    except ValueError as exc:
+        if not isinstance(exc, json.JSONDecodeError):
+            raise InputError(f"{kind} file '{path}' holds a {exc}, which JSON does not allow: write a finite number") from None
         raise InputError(f"{kind} file '{path}' is not valid JSON ({exc.msg} at line {exc.lineno}): fix the file") from None
     except OSError as exc:
         raise InputError(f"cannot read {kind} file '{path}': {exc.strerror}") from None
@@ -96,7 +109,9 @@ def _read_json(path: Path, kind: str) -> dict:
 def model_config(name_or_path: str) -> tuple[str, dict]:
     """The raw HF config.json of a catalog model or a file, with the name to report."""
     path = _resolve(name_or_path, MODELS_DIR, MODEL_ALIASES, "model", model_names())
-    return path.stem, _read_json(path, "model config")
+    # A checkpoint folder's config.json is named after its folder (meta-llama/Llama-3.1-8B/config.json).
+    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    return name, _read_json(path, "model config")
 
 
 @lru_cache(maxsize=256)
