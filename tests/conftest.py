@@ -71,3 +71,14 @@ def _no_llm_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests start with no LLM configured; a test that needs one sets the variables itself."""
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TRAINPLAN_MODEL"):
         monkeypatch.delenv(name, raising=False)
+
+
+def pytest_collection_modifyitems(config, items):
+    """`slow` tests run only when asked for (`pytest -m slow`); the default run stays quick."""
+    markexpr = config.getoption("markexpr") or ""
+    if "slow" in markexpr and "not slow" not in markexpr:
+        return
+    skip = pytest.mark.skip(reason="slow: run with pytest -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
