@@ -289,7 +289,7 @@ def launch_settings(model: str, config: dict, engine: str) -> Launch:
     from trainplan.tools.layout import resolve_config
 
     knobs = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute", "schedule", "precision",
-             "sequence_parallel", "optimizer_offload", "bf16_grads", "tp_comm_overlap")
+             "attention", "sequence_parallel", "optimizer_offload", "bf16_grads", "tp_comm_overlap")
     spec = load_model(model)
     cfg = resolve_config(spec, config["gpus"], **{k: config[k] for k in knobs})
     try:

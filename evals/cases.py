@@ -28,16 +28,6 @@ from .dataset import Case, Dataset
 GiB = 2.0**30
 GB = 1e9
 
-def _causal_tflops(result: dict, request: dict) -> float:
-    """Model TFLOP/s per GPU when attention scores count only the unmasked half (causal=True)."""
-    from trainplan.tools.catalog import load_model
-    from trainplan.tools.counting import flops_per_token
-
-    seq = result["config"]["seq"]
-    per_token = flops_per_token(load_model(request["model"]), seq, causal=True).training()
-    return per_token * result["time"]["tokens_per_s_per_gpu"] / 1e12
-
-
 # quantity -> (extractor from an estimate result and the request, description with unit)
 QUANTITIES: dict[str, tuple[Callable[[dict, dict], float], str]] = {
     "params_b": (lambda r, k: r["params"]["total"] / 1e9, "parameters, billions"),
@@ -45,10 +35,10 @@ QUANTITIES: dict[str, tuple[Callable[[dict, dict], float], str]] = {
     "tflops_per_gpu": (lambda r, k: r["time"]["tflops_per_gpu"], "model TFLOP/s per GPU (no recompute)"),
     "hardware_tflops_per_gpu": (lambda r, k: r["time"]["hardware_tflops_per_gpu"],
                                 "hardware TFLOP/s per GPU (with recompute)"),
-    "tflops_per_gpu_causal": (lambda r, k: _causal_tflops(r, k),
+    "tflops_per_gpu_causal": (lambda r, k: r["time"]["tflops_per_gpu_causal"],
                               "model TFLOP/s per GPU, attention counted with the causal discount"),
     "mfu": (lambda r, k: r["time"]["mfu"], "model FLOPs utilisation"),
-    "mfu_causal": (lambda r, k: _causal_tflops(r, k) / r["time"]["peak_tflops"],
+    "mfu_causal": (lambda r, k: r["time"]["mfu_causal"],
                    "model FLOPs utilisation, attention counted with the causal discount"),
     "hfu": (lambda r, k: r["time"]["hfu"], "hardware FLOPs utilisation"),
     "aggregate_pflops": (lambda r, k: r["time"]["hardware_tflops_per_gpu"] * k["gpus"] / 1e3,
@@ -216,7 +206,7 @@ def normalise_plan(raw: Any) -> tuple[dict, float | None]:
 
 
 LAYOUT_KEYS = ("gpus", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute", "schedule",
-               "precision", "sequence_parallel", "optimizer_offload", "bf16_grads", "gpus_per_node",
+               "precision", "attention", "sequence_parallel", "optimizer_offload", "bf16_grads", "gpus_per_node",
                "intra_node_bw", "inter_node_bw")
 
 

@@ -46,6 +46,8 @@ MEGATRON_FLAGS: dict[str, tuple | None] = {
     "--recompute-granularity": ("full", "selective"), "--recompute-method": ("uniform", "block"),
     "--recompute-num-layers": (), "--no-gradient-accumulation-fusion": None, "--disable-bias-linear": None,
     "--add-qkv-bias": None, "--optimizer-cpu-offload": None,
+    # _add_regularization_args; _add_training_args (AttnBackend names)
+    "--attention-dropout": (), "--attention-backend": ("flash", "fused", "unfused", "local", "auto"),
     # _add_network_size_args
     "--num-layers": (), "--hidden-size": (), "--ffn-hidden-size": (), "--num-attention-heads": (),
     "--kv-channels": (), "--group-query-attention": None, "--num-query-groups": (),

@@ -7,11 +7,12 @@ costs as much as a full one (NVIDIA, "Matrix Multiplication Background User's Gu
 "Wave Quantization"). Small inner dimensions fall to the memory roofline by themselves.
 
 Conventions: FLOPs are 2 per multiply-add. Forward GEMMs cost F; backward costs 2F (input
-gradient B = F, weight gradient W = F). Attention uses a flash-style kernel (Dao 2023): it stores
-only the output and log-sum-exp, its backward recomputes the scores and costs 2.5x the forward
-FLOPs (five matmuls against two), and causal masking halves the work. A model whose config keeps
-attention dropout (GPT-3-era recipes) runs eager attention instead: full s x s GEMMs plus the
-memory-bound softmax and dropout (eager_attention_time_s).
+gradient B = F, weight gradient W = F). The layout's `attention` knob picks the kernel, never the
+config's dropout. Flash attention (Dao 2023) stores only the output and log-sum-exp, its backward
+recomputes the scores and costs 2.5x the forward FLOPs (five matmuls against two), and causal
+masking halves the work. Eager attention (Megatron 2021-22, HF "eager") runs full s x s GEMMs plus
+the memory-bound softmax (and dropout when the recipe has it): eager_attention_time_s. The FLOPs
+that step.py counts as hardware FLOPs are the FLOPs timed here (causal for flash, full for eager).
 
 The fitted constants: each GPU's gemm_efficiency and attention_efficiency are data in
 tools/catalog/gpus/*.json, whose sources say what each was fitted on; MEMORY_BOUND_EFFICIENCY
@@ -23,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .specs import GPUSpec, ModelSpec, ParallelConfig, Precision
+from .specs import Attention, GPUSpec, ModelSpec, ParallelConfig, Precision
 
 # Output tile of the GEMM kernels (cuBLAS/CUTLASS default class for large bf16 GEMMs).
 GEMM_TILE_M = 128
@@ -69,6 +70,12 @@ class OpTimes:
         return sum(self.backward_weight_s.values())
 
 
+def efficiency_ceiling(gpu: GPUSpec) -> float:
+    """The largest share of the dense peak any kernel on this GPU runs at: no operation is timed faster,
+    so hardware FLOPs / (step time x peak) can never exceed it."""
+    return max(gpu.gemm_efficiency, gpu.attention_efficiency)
+
+
 def wave_efficiency(m: float, n: float, gpu: GPUSpec) -> float:
     """Share of the last wave that does useful work: tiles / (waves * SMs)."""
     tiles = math.ceil(m / GEMM_TILE_M) * math.ceil(n / GEMM_TILE_N)
@@ -109,16 +116,18 @@ def attention_time_s(tokens_q: float, tokens_kv: float, heads: float, qk_dim: in
     return forward, 2.5 * forward
 
 
-# Bytes per score element that eager attention streams through HBM: forward fused scale-mask-softmax
-# (read 2, write 2) and dropout (read 2, write 2 + a 1-byte mask) = 9; backward dropout (read 2 + mask
-# 1, write 2) and softmax (read output 2 and gradient 2, write 2) = 11. Megatron's fused kernels
-# (Narayanan et al. 2021 §4.2; Korthikanti et al. 2022 count the same 5 bytes kept per element).
-EAGER_SCORE_BYTES_FORWARD = 9
-EAGER_SCORE_BYTES_BACKWARD = 11
+# Bytes per score element that eager attention streams through HBM. Fused scale-mask-softmax:
+# forward read 2, write 2 = 4; backward read output 2 and gradient 2, write 2 = 6. Dropout on the
+# probabilities adds forward read 2, write 2 + a 1-byte mask = 5 and backward read 2 + mask 1,
+# write 2 = 5. Megatron's fused kernels (Narayanan et al. 2021 §4.2; Korthikanti et al. 2022 count
+# the same 5 bytes kept per element with dropout).
+EAGER_SOFTMAX_BYTES_FORWARD = 4
+EAGER_SOFTMAX_BYTES_BACKWARD = 6
+EAGER_DROPOUT_BYTES = 5
 
 
 def eager_attention_time_s(batch: float, tokens_q: float, tokens_kv: float, heads: float, qk_dim: int,
-                           v_dim: int, gpu: GPUSpec) -> tuple[float, float]:
+                           v_dim: int, gpu: GPUSpec, dropout: bool = False) -> tuple[float, float]:
     """Forward and backward seconds of unfused attention: batched GEMMs plus memory-bound softmax/dropout.
 
     The full s x s score matrix is computed and masked (no causal saving), one GEMM per head and
@@ -129,8 +138,10 @@ def eager_attention_time_s(batch: float, tokens_q: float, tokens_kv: float, head
     scores = gemm_time_s(tokens_q, tokens_kv, qk_dim, gpu, Precision.bf16, count)
     values = gemm_time_s(tokens_q, v_dim, tokens_kv, gpu, Precision.bf16, count)
     elements = batch * heads * tokens_q * tokens_kv
-    forward = scores + values + memory_bound_time_s(EAGER_SCORE_BYTES_FORWARD * elements, gpu, kernels=2)
-    backward = 2 * (scores + values) + memory_bound_time_s(EAGER_SCORE_BYTES_BACKWARD * elements, gpu, kernels=2)
+    extra = EAGER_DROPOUT_BYTES if dropout else 0
+    forward = scores + values + memory_bound_time_s((EAGER_SOFTMAX_BYTES_FORWARD + extra) * elements, gpu, kernels=2)
+    backward = 2 * (scores + values) + memory_bound_time_s((EAGER_SOFTMAX_BYTES_BACKWARD + extra) * elements, gpu,
+                                                           kernels=2)
     return forward, backward
 
 
@@ -187,8 +198,9 @@ def layer_times(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, layer_index
         linear(times, "attention/out", tokens, heads * model.head_dim, h, gpu, precision)
 
     # Attention core: queries of this CP rank against the whole sequence (ring attention).
-    if model.attention_dropout > 0:
-        forward, backward = eager_attention_time_s(cfg.mbs, tokens / cfg.mbs, cfg.seq, heads, qk_dim, v_dim, gpu)
+    if cfg.attention is Attention.eager:
+        forward, backward = eager_attention_time_s(cfg.mbs, tokens / cfg.mbs, cfg.seq, heads, qk_dim, v_dim, gpu,
+                                                   dropout=model.attention_dropout > 0)
     else:
         forward, backward = attention_time_s(tokens, cfg.seq, heads, qk_dim, v_dim, gpu, causal=True)
     times.add("attention/core", forward, backward)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from .errors import InputError
-from .specs import ModelSpec, ParallelConfig, Precision, Recompute, Schedule
+from .specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 
 
 def _positive(name: str, value: int | float | None) -> None:
@@ -83,6 +83,7 @@ def resolve_config(
     recompute: str | Recompute = "selective",
     schedule: str | Schedule | None = None,
     precision: str | Precision = "bf16",
+    attention: str | Attention = "flash",
     sequence_parallel: bool = True,
     optimizer_offload: bool = False,
     tp_comm_overlap: bool = False,
@@ -98,6 +99,7 @@ def resolve_config(
     seq = seq or model.max_seq_len
     recompute = _choice(Recompute, "recompute", recompute)
     precision = _choice(Precision, "precision", precision)
+    attention = _choice(Attention, "attention", attention)
     if precision is Precision.fp8 and not fp8_supported:
         raise InputError("precision=fp8 needs FP8 tensor cores (Hopper or newer): use --precision bf16")
 
@@ -160,7 +162,7 @@ def resolve_config(
 
     return ParallelConfig(
         tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, vpp=vpp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
-        recompute=recompute, schedule=schedule, precision=precision,
+        recompute=recompute, schedule=schedule, precision=precision, attention=attention,
         sequence_parallel=sequence_parallel and tp > 1,
         optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, tp_comm_overlap=tp_comm_overlap and tp > 1,
     )

@@ -47,7 +47,7 @@ import numpy as np
 
 from .counting import LayerParams, count_params, is_moe_layer, layer_params, norm_params
 from .layout import model_layers_per_stage
-from .specs import GPUSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
+from .specs import Attention, GPUSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 
 GIB = float(2**30)
 
@@ -72,15 +72,17 @@ TEMPORARIES_FRACTION = 0.05
 """Allocator fragmentation and temporaries, as a share of activations: Megatron's theoretical
 memory adds 5% "for optimizer and miscellaneous temporaries" (theoretical_memory_usage.py)."""
 
-# Dropout and eager attention: ModelSpec.attention_dropout > 0 (from the HF config's attn_pdrop /
-# attention_dropout; GPT2Config defaults to 0.1) marks a GPT-3-style recipe, modelled as in the paper:
-# eager attention keeping the a s^2 softmax, its dropout mask and output, plus hidden dropout masks.
-# Every other model: flash attention, no dropout. compute.py times attention by the same rule.
+# The attention kernel is the layout's `attention` knob (never the dropout): eager attention keeps
+# the a s^2 softmax output, plus its dropout mask and output when the recipe has attention dropout;
+# flash keeps only the log-sum-exp (dropout runs inside the kernel from its RNG state).
+# ModelSpec.attention_dropout > 0 (the HF config's attn_pdrop / attention_dropout; GPT2Config
+# defaults to 0.1) also marks the hidden dropout masks of a GPT-3-style recipe.
 
 
 RECOMPUTE_CODES = {mode: i for i, mode in enumerate(Recompute)}    # none 0, selective 1, full 2
 SCHEDULE_CODES = {sched: i for i, sched in enumerate(Schedule)}    # gpipe 0, 1f1b 1, interleaved 2, zb-h1 3, dualpipe 4
 PRECISION_CODES = {prec: i for i, prec in enumerate(Precision)}    # bf16 0, fp8 1
+ATTENTION_CODES = {kernel: i for i, kernel in enumerate(Attention)}  # flash 0, eager 1
 _NONE, _SELECTIVE, _FULL = (RECOMPUTE_CODES[m] for m in Recompute)
 _GPIPE, _INTERLEAVED, _DUALPIPE = (SCHEDULE_CODES[s] for s in (Schedule.gpipe, Schedule.interleaved,
                                                                Schedule.dualpipe))
@@ -271,7 +273,7 @@ def _has_dropout(model: ModelSpec) -> bool:
     return model.attention_dropout > 0
 
 
-def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8) -> dict[str, np.ndarray]:
+def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=False) -> dict[str, np.ndarray]:
     """Bytes one block saves for backward per micro-batch with no recompute, per tensor group.
 
     s: local tokens per sequence (seq / cp); seq: full length (keys of eager attention).
@@ -315,13 +317,12 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8) -> dict[st
         d, g = model.head_dim, model.num_kv_heads
         x["attention/qkv"] = 2 * tok * d * (a + 2 * np.maximum(g, t)) / t
         v_width = a * d
-    if dropout:   # eager attention: softmax output, dropout mask and dropout output, a s x seq each
-        x["attention/core"] = 5 * a * tok * seq / t
-        x["attention/context"] = gemm_in * tok * v_width / t
+    # eager: softmax output 2 B (+ dropout mask 1 B and dropout output 2 B), a s x seq each, and the
+    # context as the out-proj GEMM input; flash: fp32 log-sum-exp, O in bf16 (+ fp8 copy for the GEMM)
+    x["attention/core"] = np.where(eager, (2 + 3 * dropout) * a * tok * seq / t, 4 * a * tok / t)
+    x["attention/context"] = np.where(eager, gemm_in, 2 + np.where(fp8, 1.0, 0.0)) * tok * v_width / t
+    if dropout:
         x["attention/dropout_mask"] = tok * h / r
-    else:         # flash attention: fp32 log-sum-exp; O saved in bf16 (+ fp8 copy for the GEMM)
-        x["attention/core"] = 4 * a * tok / t
-        x["attention/context"] = (2 + np.where(fp8, 1.0, 0.0)) * tok * v_width / t
     if not moe:
         shares_input = model.parallel_attention_mlp and model.norms_per_layer == 1
         x["mlp/fc1_input"] = 0 * tok if shares_input else gemm_in * tok * h / r
@@ -364,7 +365,8 @@ def _knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
     values = dict(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, dp=cfg.dp, vpp=cfg.vpp, zero=cfg.zero, mbs=cfg.mbs,
                   num_microbatches=cfg.num_microbatches, seq=cfg.seq,
                   recompute=RECOMPUTE_CODES[cfg.recompute], schedule=SCHEDULE_CODES[cfg.schedule],
-                  precision=PRECISION_CODES[cfg.precision], sequence_parallel=cfg.sequence_parallel,
+                  precision=PRECISION_CODES[cfg.precision], attention=ATTENTION_CODES[cfg.attention],
+                  sequence_parallel=cfg.sequence_parallel,
                   optimizer_offload=cfg.optimizer_offload, bf16_grads=cfg.bf16_grads)
     return {k: np.array([[v]], dtype=float) for k, v in values.items()}
 
@@ -378,7 +380,8 @@ def _activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]
     """(stored tensors, no-recompute tensors) of one block for knob arrays k."""
     t, r = k["tp"], _seq_divisor(k)
     s = k["seq"] / k["cp"]
-    full = _layer_tensors(model, moe, s, k["seq"], k["mbs"], t, r, k["precision"] == PRECISION_CODES[Precision.fp8])
+    full = _layer_tensors(model, moe, s, k["seq"], k["mbs"], t, r, k["precision"] == PRECISION_CODES[Precision.fp8],
+                          k["attention"] == ATTENTION_CODES[Attention.eager])
     layer_input = 2 * s * k["mbs"] * model.hidden_size / r
     return _stored(full, k["recompute"], layer_input, mla=model.attention_type == "mla"), full
 
@@ -527,7 +530,7 @@ def memory_breakdown(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, headro
 VECTOR_KEYS = ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbatches", "seq",
                "recompute", "schedule", "precision")
 """Required keys of memory_totals_vectorised; optional: sequence_parallel (default 1),
-optimizer_offload (0), bf16_grads (0). Codes: recompute 0 none, 1 selective, 2 full; schedule
+optimizer_offload (0), bf16_grads (0), attention (0: flash; 1: eager). Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
 
 
@@ -539,7 +542,8 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
     memory_breakdown. Returns weights, gradients, optimizer, activations, other, total and
     worst_stage arrays; ``gpu`` is accepted for symmetry (capacity is gpu.memory_gib).
     """
-    defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0}
+    defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0,
+                "attention": ATTENTION_CODES[Attention.flash]}
     given = {key: arrays.get(key, defaults.get(key)) for key in (*VECTOR_KEYS, *defaults)}
     missing = [key for key, v in given.items() if v is None]
     if missing:

@@ -160,6 +160,9 @@ class LayoutArgs(JobArgs):
     schedule: ScheduleName | None = _opt("pipeline schedule: gpipe, 1f1b, interleaved (needs vpp>1), zb-h1, "
                                          "dualpipe (even pp); null: 1f1b, or interleaved when vpp>1")
     precision: PrecisionName | None = _opt("GEMM precision: bf16 or fp8 (Hopper and newer); null: bf16")
+    attention: Literal["flash", "eager"] | None = _opt(
+        "attention kernel: flash (fused, causal blocks skipped) or eager (unfused s x s scores, as 2021-22 "
+        "Megatron); null: flash")
     gpus_per_node: int | None = _opt("GPUs per NVLink node; null: the GPU's catalog value")
     intra_node_bw: float | None = _opt("NVLink GB/s per GPU per direction; null: the GPU's catalog value")
     inter_node_bw: float | None = _opt("network GB/s per GPU per direction; null: the GPU's catalog value")

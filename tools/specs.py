@@ -50,6 +50,17 @@ class Precision(str, Enum):
     """FP8 GEMMs (dense FP8 peak); weights and master states as in bf16 mixed precision."""
 
 
+class Attention(str, Enum):
+    """The attention kernel. Chosen by the layout, never inferred from the config's dropout."""
+
+    flash = "flash"
+    """Fused flash attention (Dao 2022; 2023): no s x s tensor in HBM; the causal mask skips the masked
+    blocks, so the kernel runs half the score FLOPs; dropout, if any, is applied inside the kernel."""
+    eager = "eager"
+    """Unfused attention (Megatron 2021-22, HF "eager"): full s x s score GEMMs (masked entries computed),
+    softmax and dropout streamed through HBM, and the s x s tensors kept for the backward."""
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer, as read from a Hugging Face config.json.
 
@@ -112,8 +123,8 @@ class ModelSpec(BaseModel):
     learned_position_embeddings: int = Field(default=0, description="rows of a learned position table")
     attention_dropout: float = Field(
         default=0.0, ge=0, lt=1,
-        description="attention-probability dropout; > 0 means eager attention that materialises the s x s scores "
-                    "(the GPT-3/Megatron-2021 recipe), 0 means a fused flash kernel",
+        description="attention-probability dropout of the recipe; it adds dropout work and masks but never "
+                    "chooses the kernel (ParallelConfig.attention does)",
     )
     parallel_attention_mlp: bool = Field(default=False, description="attention and MLP read the same input")
     num_mtp_layers: int = Field(default=0, description="multi-token-prediction modules, counted apart")
@@ -225,6 +236,9 @@ class ParallelConfig(BaseModel):
     recompute: Recompute = Field(default=Recompute.selective, description="activation recompute mode")
     schedule: Schedule = Field(default=Schedule.one_f_one_b, description="pipeline schedule")
     precision: Precision = Field(default=Precision.bf16, description="GEMM precision")
+    attention: Attention = Field(
+        default=Attention.flash, description="attention kernel: flash (fused, causal blocks skipped) or eager (unfused s x s)"
+    )
     sequence_parallel: bool = Field(default=True, description="Megatron sequence parallelism with tp>1")
     optimizer_offload: bool = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")
     bf16_grads: bool = Field(default=False, description="bf16 gradients (DeepSpeed's 16 B/param) instead of fp32")

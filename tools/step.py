@@ -7,8 +7,17 @@ pipeline simulator, then the data-parallel gradient exchange and the optimizer s
 The breakdown is taken on the critical (busiest) stage and sums to step_s:
 compute + comm/tp + comm/cp + comm/ep + bubble + comm/dp + optimizer.
 
-MFU counts model FLOPs only (no recompute; attention counted without the causal discount, the
-PaLM/Megatron convention) against the dense peak of the precision used. HFU adds recompute FLOPs.
+One FLOPs convention (model_flops_per_step):
+- mfu / tflops_per_gpu: model FLOPs, 3 x forward, no recompute, attention counted without the
+  causal discount (the PaLM/Megatron convention published MFUs use: Chowdhery et al. 2022 App. B;
+  Narayanan et al. 2021 Eq. 3), against the dense peak of the precision used.
+- mfu_causal / tflops_per_gpu_causal: the same with the attention scores counted causally (half),
+  as Llama 3 Table 4 and Megatron-Bridge's num_floating_point_operations count them.
+- hfu / hardware_tflops_per_gpu: the FLOPs the kernels run, which are the FLOPs compute.py times:
+  attention causal under flash (the kernel skips masked blocks), full under eager, plus recompute
+  and the MTP modules. No kernel runs above its peak x efficiency, so mfu_causal <= hfu <= the
+  largest efficiency constant. Under flash at long sequence, PaLM-convention mfu can exceed hfu:
+  it counts masked work no kernel runs.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from .collectives import collective_time_s, group_layout
 from .counting import count_params, flops_per_token
 from .layout import model_layers_per_stage
 from .pipeline import simulate
-from .specs import ClusterSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
+from .specs import Attention, ClusterSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 
 # Bytes per parameter of an Adam step on the GPU: read fp32 grad (4), master + m + v (12), write
 # master + m + v (12) and the bf16 weight (2). Megatron's fused Adam streams exactly these.
@@ -59,6 +68,8 @@ class StepResult:
     hardware_tflops_per_gpu: float
     mfu: float
     hfu: float
+    tflops_per_gpu_causal: float
+    mfu_causal: float
     bubble_fraction: float
     peak_tflops: float
     breakdown: dict[str, float]
@@ -73,10 +84,14 @@ class StepResult:
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
             "mfu": self.mfu,
             "hfu": self.hfu,
+            "tflops_per_gpu_causal": self.tflops_per_gpu_causal,
+            "mfu_causal": self.mfu_causal,
             "bubble_fraction": self.bubble_fraction,
             "peak_tflops": self.peak_tflops,
             "mfu_denominator": (f"dense {self.pipeline['precision'].upper()} peak, {self.peak_tflops:g} TFLOP/s per GPU; "
-                                "model FLOPs = 3 x forward, attention without the causal discount"),
+                                "model FLOPs = 3 x forward, attention without the causal discount "
+                                "(mfu_causal: attention counted causally; hfu: the FLOPs the kernels run, "
+                                f"{self.pipeline['attention']} attention, with recompute)"),
             "breakdown": self.breakdown,
         }
 
@@ -290,18 +305,30 @@ def stage_params(model: ModelSpec, pp: int) -> tuple[np.ndarray, np.ndarray]:
     return dense, expert
 
 
-def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> tuple[float, float]:
-    """(model FLOPs, hardware FLOPs) of one step: 3x forward, plus recompute for hardware FLOPs."""
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one step in the three named conventions (module docstring)."""
+
+    model: float           # 3 x forward, attention without the causal discount (PaLM/Megatron)
+    model_causal: float    # 3 x forward, attention scores counted causally
+    hardware: float        # what the kernels run: causal under flash, full under eager; + recompute, + MTP
+
+
+def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> StepFlops:
+    """FLOPs of one step: model FLOPs in both attention conventions and the hardware FLOPs timed."""
     tokens = cfg.gbs * cfg.seq
-    flops = flops_per_token(model, cfg.seq, causal=False)
-    model_flops = flops.training() * tokens
+    executed = flops_per_token(model, cfg.seq, causal=cfg.attention is Attention.flash, include_mtp=True)
     if cfg.recompute is Recompute.full:
-        recompute = flops.forward - flops.breakdown.get("lm_head", 0.0)
+        recompute = executed.forward - executed.breakdown.get("lm_head", 0.0)
     elif cfg.recompute is Recompute.selective:
-        recompute = flops.breakdown.get("attention/scores", 0.0)
+        recompute = executed.breakdown.get("attention/scores", 0.0)
     else:
         recompute = 0.0
-    return model_flops, model_flops + recompute * tokens
+    return StepFlops(
+        model=flops_per_token(model, cfg.seq, causal=False).training() * tokens,
+        model_causal=flops_per_token(model, cfg.seq, causal=True).training() * tokens,
+        hardware=(executed.training() + recompute) * tokens,
+    )
 
 
 def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, record_timeline: bool = False) -> StepResult:
@@ -345,11 +372,12 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     bubble_s = makespan - compute_s - sum(comm.values())
     breakdown = {"compute": compute_s, **comm, "bubble": bubble_s, "comm/dp": dp_exposed, "optimizer": optimizer}
 
-    model_flops, hardware_flops = model_flops_per_step(model, cfg)
+    flops = model_flops_per_step(model, cfg)
     gpus = cfg.num_gpus
     peak = cluster.gpu.peak_tflops(cfg.precision)
-    tflops = model_flops / step_s / gpus / 1e12
-    hardware_tflops = hardware_flops / step_s / gpus / 1e12
+    tflops = flops.model / step_s / gpus / 1e12
+    tflops_causal = flops.model_causal / step_s / gpus / 1e12
+    hardware_tflops = flops.hardware / step_s / gpus / 1e12
     tokens_per_s = cfg.gbs * cfg.seq / step_s
     return StepResult(
         step_s=step_s,
@@ -359,8 +387,11 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
         hardware_tflops_per_gpu=hardware_tflops,
         mfu=tflops / peak,
         hfu=hardware_tflops / peak,
+        tflops_per_gpu_causal=tflops_causal,
+        mfu_causal=tflops_causal / peak,
         bubble_fraction=result.bubble_fraction,
         peak_tflops=peak,
         breakdown=breakdown,
-        pipeline={**result.to_dict(), "precision": cfg.precision.value, "critical_stage": critical},
+        pipeline={**result.to_dict(), "precision": cfg.precision.value, "attention": cfg.attention.value,
+                  "critical_stage": critical},
     )

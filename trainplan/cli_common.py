@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from trainplan.tools.specs import Precision, Recompute, Schedule
+from trainplan.tools.specs import Attention, Precision, Recompute, Schedule
 
 Model = Annotated[str, typer.Option("--model", help="catalog name (llama3-70b, deepseek-v3, ...) or path to an HF config.json")]
 Gpu = Annotated[str, typer.Option("--gpu", help="catalog name (h100-sxm-80gb, a100-sxm-80gb, ...) or path to a GPU JSON")]
@@ -23,6 +23,8 @@ Seq = Annotated[Optional[int], typer.Option("--seq", help="sequence length (defa
 RecomputeOpt = Annotated[Recompute, typer.Option("--recompute", help="activation recompute mode")]
 ScheduleOpt = Annotated[Optional[Schedule], typer.Option("--schedule", help="pipeline schedule (default 1f1b; interleaved when vpp>1)")]
 PrecisionOpt = Annotated[Precision, typer.Option("--precision", help="GEMM precision")]
+AttentionOpt = Annotated[Attention, typer.Option(
+    "--attention", help="attention kernel: flash (fused; causal blocks skipped) or eager (unfused s x s scores)")]
 Tokens = Annotated[Optional[str], typer.Option("--tokens", help="training tokens, e.g. 15.6T or 15.6e12")]
 Price = Annotated[Optional[float], typer.Option("--price", help="dollars per GPU-hour (default: the GPU's catalog price)")]
 Goodput = Annotated[Optional[float], typer.Option("--goodput", help="share of wall-clock time that trains (default 0.9)")]

@@ -16,7 +16,8 @@ def render_estimate(result: dict, console: Console) -> None:
     config = result["config"]
     layout = (f"TP{config['tp']} x PP{config['pp']} x DP{config['dp']} x CP{config['cp']} x EP{config['ep']}"
               f"  vpp={config['vpp']} zero={config['zero']} mbs={config['mbs']} gbs={config['gbs']} seq={config['seq']}"
-              f"  recompute={config['recompute']} schedule={config['schedule']} precision={config['precision']}")
+              f"  recompute={config['recompute']} schedule={config['schedule']} precision={config['precision']}"
+              f" attention={config['attention']}")
     console.print(f"[bold]{config['model']}[/bold] on {config['gpus']} x {config['gpu']}")
     console.print(layout)
     params = result["params"]
@@ -62,7 +63,7 @@ def register(app: typer.Typer) -> None:
         tp: opt.Tp = 1, pp: opt.Pp = 1, cp: opt.Cp = 1, ep: opt.Ep = 1, vpp: opt.Vpp = 1, zero: opt.Zero = 1,
         mbs: opt.Mbs = 1, gbs: opt.Gbs = None, seq: opt.Seq = None,
         recompute: opt.RecomputeOpt = "selective", schedule: opt.ScheduleOpt = None,
-        precision: opt.PrecisionOpt = "bf16", tokens: opt.Tokens = None, price: opt.Price = None,
+        precision: opt.PrecisionOpt = "bf16", attention: opt.AttentionOpt = "flash", tokens: opt.Tokens = None, price: opt.Price = None,
         goodput: opt.Goodput = None, gpus_per_node: opt.GpusPerNode = None,
         intra_node_bw: opt.IntraNodeBw = None, inter_node_bw: opt.InterNodeBw = None,
         optimizer_offload: opt.OptimizerOffload = False, bf16_grads: opt.Bf16Grads = False,
@@ -78,6 +79,7 @@ def register(app: typer.Typer) -> None:
             model=model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero=zero, mbs=mbs, gbs=gbs,
             seq=seq, recompute=getattr(recompute, "value", recompute),
             schedule=getattr(schedule, "value", schedule), precision=getattr(precision, "value", precision),
+            attention=getattr(attention, "value", attention),
             tokens=tokens, price=price, goodput=goodput, gpus_per_node=gpus_per_node,
             intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw,
             optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, tp_comm_overlap=tp_comm_overlap,

@@ -22,9 +22,9 @@ From = Annotated[Optional[Path], typer.Option(
 
 # Layout keys read from a saved result's config, in the DESIGN.md vocabulary.
 LAYOUT_KEYS = ("model", "gpu", "gpus", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute",
-               "schedule", "precision", "sequence_parallel", "optimizer_offload", "bf16_grads", "gpus_per_node")
+               "schedule", "precision", "attention", "sequence_parallel", "optimizer_offload", "bf16_grads", "gpus_per_node")
 DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "zero": 1, "mbs": 1, "recompute": "selective",
-            "precision": "bf16", "sequence_parallel": True, "optimizer_offload": False, "bf16_grads": False}
+            "precision": "bf16", "attention": "flash", "sequence_parallel": True, "optimizer_offload": False, "bf16_grads": False}
 
 
 def saved_config(path: Path) -> dict:
@@ -58,6 +58,7 @@ def export_from_options(engine: Engine | str, options: dict, source: Path | None
         model, int(merged["gpus"]), tp=merged["tp"], pp=merged["pp"], cp=merged["cp"], ep=merged["ep"],
         vpp=merged["vpp"], zero=merged["zero"], mbs=merged["mbs"], gbs=merged.get("gbs"), seq=merged.get("seq"),
         recompute=merged["recompute"], schedule=merged.get("schedule"), precision=merged["precision"],
+        attention=merged["attention"],
         sequence_parallel=merged["sequence_parallel"], optimizer_offload=merged["optimizer_offload"],
         bf16_grads=merged["bf16_grads"], fp8_supported=gpu.fp8_tflops is not None,
     )
@@ -83,6 +84,8 @@ def register(app: typer.Typer) -> None:
         recompute: Annotated[Optional[opt.Recompute], typer.Option("--recompute", help="activation recompute mode")] = None,
         schedule: opt.ScheduleOpt = None,
         precision: Annotated[Optional[opt.Precision], typer.Option("--precision", help="GEMM precision")] = None,
+        attention: Annotated[Optional[opt.Attention], typer.Option(
+            "--attention", help="attention kernel: flash or eager")] = None,
         gpus_per_node: opt.GpusPerNode = None,
         optimizer_offload: Annotated[Optional[bool], typer.Option(
             "--optimizer-offload/--no-optimizer-offload", help="ZeRO-Offload: optimizer on the CPU")] = None,
@@ -95,6 +98,7 @@ def register(app: typer.Typer) -> None:
             "model": model, "gpu": gpu, "gpus": gpus, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp,
             "zero": zero, "mbs": mbs, "gbs": gbs, "seq": seq, "recompute": getattr(recompute, "value", recompute),
             "schedule": getattr(schedule, "value", schedule), "precision": getattr(precision, "value", precision),
+            "attention": getattr(attention, "value", attention),
             "gpus_per_node": gpus_per_node, "optimizer_offload": optimizer_offload, "bf16_grads": bf16_grads,
         }
         result = export_from_options(engine, options, source)

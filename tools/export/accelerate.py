@@ -17,7 +17,7 @@ import math
 import yaml
 
 from ..specs import ModelSpec, ParallelConfig, Precision, Recompute
-from .common import ExportError, ExportResult, batch_of, comment_block, header, slug
+from .common import ExportError, ExportResult, batch_of, comment_block, header, hf_attention_note, slug
 
 
 def export_accelerate(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
@@ -73,6 +73,7 @@ def export_accelerate(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
     if cfg.recompute is Recompute.selective:
         notes.append("selective recompute (the attention core) has no accelerate setting; FlashAttention"
                      " recomputes it in the backward pass anyway")
+    notes.append(hf_attention_note(cfg))
     if cfg.bf16_grads:
         notes.append("FSDP2 in accelerate reduces gradients in fp32 by default; bf16 gradients are not a setting here")
     notes.append(f"in the training script: per-device batch {batch.micro}, Accelerator(gradient_accumulation_steps="

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..errors import InputError
-from ..specs import ModelSpec, ParallelConfig
+from ..specs import Attention, ModelSpec, ParallelConfig
 
 
 class ExportError(InputError):
@@ -57,6 +57,7 @@ def batch_of(cfg: ParallelConfig) -> Batch:
 def layout_line(cfg: ParallelConfig) -> str:
     return (f"tp={cfg.tp} pp={cfg.pp} cp={cfg.cp} ep={cfg.ep} dp={cfg.dp} vpp={cfg.vpp} zero={cfg.zero}"
             f" schedule={cfg.schedule.value} recompute={cfg.recompute.value} precision={cfg.precision.value}"
+            f" attention={cfg.attention.value}"
             f" seq={cfg.seq}")
 
 
@@ -77,3 +78,11 @@ def slug(text: str) -> str:
     """A file-name-safe form of a model reference."""
     out = "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in text.rsplit("/", 1)[-1])
     return out.strip("-.") or "model"
+
+
+def hf_attention_note(cfg: ParallelConfig) -> str:
+    """How a Hugging Face model picks the layout's attention kernel (from_pretrained's attn_implementation)."""
+    if cfg.attention is Attention.eager:
+        return 'attention=eager: load the model with attn_implementation="eager" (unfused s x s attention)'
+    return ('attention=flash: load the model with attn_implementation="flash_attention_2" (or "sdpa", whose flash'
+            ' backend runs the same kernel)')

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 from ..specs import ModelSpec, ParallelConfig, Precision, Recompute, Schedule
-from .common import ExportError, ExportResult, batch_of, slug
+from .common import ExportError, ExportResult, batch_of, hf_attention_note, slug
 
 
 def _refuse(cfg: ParallelConfig) -> None:
@@ -74,6 +74,7 @@ def export_deepspeed(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -
         notes.append("selective recompute (the attention core) has no ds_config setting; FlashAttention"
                      " recomputes it in the backward pass anyway")
 
+    notes.append(hf_attention_note(cfg))
     if cfg.pp > 1:
         # The pipeline engine reads activation_checkpoint_interval from here; the stage count comes from the model.
         config["pipeline"] = {"activation_checkpoint_interval": 1 if cfg.recompute is Recompute.full else 0}

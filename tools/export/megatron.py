@@ -23,7 +23,7 @@ from __future__ import annotations
 import shlex
 
 from ..layout import model_layers_per_stage
-from ..specs import ModelSpec, ParallelConfig, Precision, Recompute, Schedule
+from ..specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 from .common import ExportError, ExportResult, batch_of, comment_block, header, slug
 
 
@@ -217,6 +217,11 @@ def export_megatron(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) ->
     flags += [("--micro-batch-size", batch.micro), ("--global-batch-size", batch.global_)]
     flags += _model_flags(model, cfg, notes)
     flags.append(("--bf16", None))
+    # The kernel is the layout's choice (Megatron-Core AttnBackend: flash, fused, unfused, local, auto);
+    # the dropout is the recipe's (Megatron's --attention-dropout defaults to 0.1, which flash and
+    # Transformer Engine's fused kernels apply inside the kernel).
+    flags += [("--attention-backend", "flash" if cfg.attention is Attention.flash else "unfused"),
+              ("--attention-dropout", model.attention_dropout)]
     if cfg.precision is Precision.fp8:
         flags.append(("--fp8-format", "hybrid"))
         notes.append("fp8 uses Transformer Engine's default recipe (delayed scaling); pick --fp8-recipe for your GPU")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 
 from ..layout import model_layers_per_stage
-from ..specs import ModelSpec, ParallelConfig, Precision, Recompute, Schedule
+from ..specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 from .common import ExportError, ExportResult, batch_of, comment_block, header, slug
 
 # trainplan catalog name -> (torchtitan model name, flavor), for the flavors torchtitan ships.
@@ -161,6 +161,9 @@ def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) 
     if cfg.optimizer_offload:
         training["enable_cpu_offload"] = True
         notes.append("torchtitan's CPU offload is FSDP's: parameters and gradients move to the CPU too")
+    if cfg.attention is Attention.eager:
+        notes.append("attention=eager has no torchtitan setting: its models call scaled_dot_product_attention,"
+                     " whose flash/cuDNN backends skip masked blocks; step time will be shorter than trainplan's")
     if cfg.bf16_grads:
         notes.append("torchtitan reduces gradients in fp32 (mixed_precision_reduce); bf16 gradients are not a setting")
 
