@@ -60,3 +60,32 @@ def test_estimate_json_has_design_keys():
             "mfu", "hfu", "bubble_fraction", "breakdown"} <= set(data["time"])
     assert {"tokens", "steps", "days", "gpu_hours", "cost_usd", "goodput"} <= set(data["training"])
     assert data["config"]["dp"] * 8 * 2 == 64
+
+
+@pytest.mark.parametrize("command", [
+    ["plan", "Llama 3 8B on 8 H100s for 1T tokens"],
+    ["prompt"],
+    ["eval", "--case", "megatron-gpt3-175b"],
+    ["export", "--engine", "megatron", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--gbs", "8"],
+])
+def test_out_to_a_directory_is_one_error_line(tmp_path, command):
+    result = run_cli(*command, "--out", str(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "is a directory" in errors[0], result.stderr
+
+
+def test_out_into_a_missing_folder_creates_it(tmp_path):
+    target = tmp_path / "missing" / "deeper" / "eval.md"
+    result = run_cli("eval", "--case", "megatron-gpt3-175b", "--out", str(target))
+    assert result.returncode == 0, result.stderr
+    assert "megatron-gpt3-175b" in target.read_text()
+
+
+def test_out_where_a_file_blocks_the_folder_is_one_error_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = run_cli("prompt", "--out", str(blocker / "prompt.md"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: cannot write --out file"), result.stderr

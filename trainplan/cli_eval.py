@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from trainplan.output import write_output
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -79,7 +81,7 @@ def register(app: typer.Typer) -> None:
         report = run_with_progress(kind.value if kind else None, case, backend.value)
         markdown = render_markdown(report, backend=backend.value)
         if out is not None:
-            out.write_text(markdown + "\n")
+            write_output(out, markdown + "\n")
             print(f"wrote {out}", file=sys.stderr)
         if as_json:
             print(json.dumps(report, indent=2, default=str))

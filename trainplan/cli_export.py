@@ -9,6 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from trainplan.output import write_output
+
 from trainplan import cli_common as opt
 from trainplan.tools import catalog
 from trainplan.tools.errors import InputError
@@ -108,10 +110,7 @@ def register(app: typer.Typer) -> None:
         if out is None:
             sys.stdout.write(result.content)
         else:
-            try:
-                out.write_text(result.content)
-            except OSError as exc:
-                raise InputError(f"cannot write --out file '{out}': {exc.strerror}") from None
+            write_output(out, result.content)
             print(f"wrote {out} ({result.engine}, {result.format})", file=sys.stderr)
         for note in result.notes:
             print(f"note: {note}", file=sys.stderr)

@@ -10,6 +10,8 @@ from typing import Annotated, Optional
 from trainplan.tools.export import Engine
 
 import typer
+
+from trainplan.output import write_output
 from rich.console import Console
 
 
@@ -67,8 +69,7 @@ def register(app: typer.Typer) -> None:
                 _fail(str(exc), 1)
         text = (report.to_json() if as_json else report.to_markdown()).rstrip("\n") + "\n"
         if out is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text)
+            write_output(out, text)
         if as_json or not sys.stdout.isatty():
             sys.stdout.write(text)
         else:

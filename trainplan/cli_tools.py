@@ -10,6 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from trainplan.output import write_output
+
 
 def _fail(message: str, code: int = 2) -> None:
     print(f"error: {message}", file=sys.stderr)
@@ -88,6 +90,5 @@ def register(app: typer.Typer) -> None:
                 _fail(f"{path} {state}: run `trainplan prompt` and commit the result", code=1)
             print(f"{path} is up to date")
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_output(path, text)
         print(f"wrote {path}")
