@@ -293,7 +293,7 @@ def launch_settings(model: str, config: dict, engine: str) -> Launch:
     spec = load_model(model)
     cfg = resolve_config(spec, config["gpus"], **{k: config[k] for k in knobs})
     try:
-        result = export(engine, spec, cfg, model_ref=model, gpus_per_node=config["gpus_per_node"])
+        result = export(engine, spec, cfg, model_ref=model, gpus_per_node=config.get("gpus_per_host", config["gpus_per_node"]))
     except InputError as exc:
         return Launch(engine=engine, error=str(exc))
     return Launch(engine=engine, filename=result.filename_suggestion, format=result.format,

@@ -26,7 +26,8 @@ def config_dict(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig) -> 
         "sequence_parallel": cfg.sequence_parallel, "tp_comm_overlap": cfg.tp_comm_overlap,
         "optimizer_offload": cfg.optimizer_offload,
         "bf16_grads": cfg.bf16_grads,
-        "gpus_per_node": cluster.gpus_per_node, "intra_node_bw": cluster.intra_node_bw,
+        "gpus_per_node": cluster.gpus_per_node, "gpus_per_host": cluster.gpus_per_host,
+        "interconnect": cluster.gpu.interconnect, "intra_node_bw": cluster.intra_node_bw,
         "inter_node_bw": cluster.inter_node_bw,
     }
 
@@ -65,6 +66,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, *, tok
         notes.append("time and training need a global batch size: pass gbs (sequences per step)")
     if tokens is not None and cfg.gbs is None:
         notes.append("tokens given without gbs: cost needs the step time")
+    if cfg.gbs is not None and cluster.gpu.efficiency_basis == "assumed":
+        notes.append(f"{cluster.gpu.name}: GEMM and attention efficiencies are assumed, not fitted (no public "
+                     "training run of this GPU family to fit on); treat its times as indicative")
     result["config"] = config_dict(model, cluster, cfg)
     if notes:
         result["notes"] = notes

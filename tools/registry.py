@@ -140,8 +140,9 @@ PrecisionName = Literal["bf16", "fp8"]
 class JobArgs(ToolArgs):
     model: str = Field(description="catalog model name (llama3-8b, llama3-70b, llama3-405b, deepseek-v3, "
                                    "gpt3-175b, ...; see list_catalog) or a path to an HF config.json")
-    gpu: str = Field(description="catalog GPU name (h100-sxm-80gb, h800-sxm-80gb, a100-sxm-80gb, "
-                                 "h200-sxm-141gb, b200, ...; aliases like h100 work) or a path to a GPU JSON")
+    gpu: str = Field(description="catalog GPU name (h100-sxm-80gb, h800-sxm-80gb, a100-sxm-80gb, h200-sxm-141gb, "
+                                 "b200, gb200-nvl72, mi300x, l40s, rtx-4090, ...; see list_catalog; aliases like h100 "
+                                 "or mi300x work) or a path to a GPU JSON")
     gpus: int = Field(description="total GPUs")
 
 
@@ -163,8 +164,9 @@ class LayoutArgs(JobArgs):
     attention: Literal["flash", "eager"] | None = _opt(
         "attention kernel: flash (fused, causal blocks skipped) or eager (unfused s x s scores, as 2021-22 "
         "Megatron); null: flash")
-    gpus_per_node: int | None = _opt("GPUs per NVLink node; null: the GPU's catalog value")
-    intra_node_bw: float | None = _opt("NVLink GB/s per GPU per direction; null: the GPU's catalog value")
+    gpus_per_node: int | None = _opt("GPUs per NVLink/xGMI domain (PCIe cards: per host); null: the GPU's catalog value")
+    intra_node_bw: float | None = _opt("NVLink/xGMI (PCIe cards: PCIe) GB/s per GPU per direction; null: the GPU's "
+                                       "catalog value")
     inter_node_bw: float | None = _opt("network GB/s per GPU per direction; null: the GPU's catalog value")
     optimizer_offload: bool | None = _opt("ZeRO-Offload: optimizer states and step on the CPU; null: false")
     bf16_grads: bool | None = _opt("bf16 gradients (DeepSpeed's 16 B/param) instead of an fp32 buffer; null: false")
@@ -262,7 +264,7 @@ def _given(args: BaseModel, *exclude: str) -> dict:
 
 def estimate_kwargs(config: dict) -> dict:
     """A result's `config` -> the keyword arguments of `estimate` that reproduce it."""
-    skip = {"dp", "num_microbatches"}
+    skip = {"dp", "num_microbatches", "gpus_per_host", "interconnect"}   # derived, not knobs
     return {k: v for k, v in config.items() if k not in skip}
 
 
@@ -283,10 +285,14 @@ def _list_catalog(args: CatalogArgs) -> dict:
         out["models"] = models
     if kind in ("all", "gpus"):
         out["gpus"] = [catalog.load_gpu(name).model_dump(
-            include={"name", "bf16_tflops", "fp8_tflops", "memory_gib", "hbm_bandwidth_gb_s", "intra_node_bw",
-                     "inter_node_bw", "gpus_per_node", "price"}) for name in catalog.gpu_names()]
+            include={"name", "architecture", "interconnect", "aliases", "bf16_tflops", "fp8_tflops", "memory_gib",
+                     "hbm_bandwidth_gb_s", "intra_node_bw", "inter_node_bw", "gpus_per_node", "gpus_per_host",
+                     "price", "price_date", "efficiency_basis"})
+            | {"gpus_per_host": catalog.load_gpu(name).host_size} for name in catalog.gpu_names()]
     out["units"] = ("tflops: dense peak TFLOP/s; memory_gib: GiB (2^30 B); bandwidths: GB/s per GPU per "
-                    "direction; price: dollars per GPU-hour")
+                    "direction; price: dollars per GPU-hour; gpus_per_node: GPUs in one NVLink/xGMI domain "
+                    "(PCIe cards: one host); gpus_per_host: GPUs per server; efficiency_basis: assumed means no "
+                    "public fit for that GPU family")
     return out
 
 

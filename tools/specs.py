@@ -136,9 +136,21 @@ class ModelSpec(BaseModel):
 
 
 class GPUSpec(BaseModel):
-    """One accelerator and its node, with figures from public sources (see each JSON's 'sources')."""
+    """One accelerator and its node, with figures from public sources (see each JSON's 'sources').
+
+    Topology: ``gpus_per_node`` is the fast domain the collectives see (the GPUs sharing one NVLink
+    or xGMI fabric: 8 on an HGX board, 72 in a GB200 NVL72 rack); ``gpus_per_host`` is one server
+    (what a launcher's nproc_per_node counts: 4 on a GB200 compute tray). A PCIe-only card
+    (``interconnect: pcie``) has no NVLink: its fast domain is the host's PCIe fabric, and
+    ``intra_node_bw`` is the PCIe link's bandwidth.
+    """
 
     name: str = Field(description="catalog name")
+    architecture: str = Field(default="", description="GPU family (hopper, blackwell, cdna3, ada, ...)")
+    interconnect: Literal["nvlink", "xgmi", "pcie"] = Field(
+        default="nvlink", description="what joins the GPUs of one fast domain: NVLink, AMD xGMI (Infinity Fabric) or PCIe only"
+    )
+    aliases: list[str] = Field(default_factory=list, description="other spellings, normalised (lower case, no separators)")
     bf16_tflops: float = Field(gt=0, description="dense BF16 peak, TFLOP/s (no sparsity)")
     fp8_tflops: float | None = Field(default=None, description="dense FP8 peak, TFLOP/s; None when unsupported")
     memory_gib: float = Field(gt=0, description="HBM capacity usable by one process, GiB")
@@ -158,8 +170,10 @@ class GPUSpec(BaseModel):
     inter_node_bw_efficiency: float = Field(
         default=0.90, gt=0, le=1, description="NCCL bus bandwidth reached over the network, share of inter_node_bw"
     )
-    gpus_per_node: int = Field(gt=0, description="GPUs sharing one NVLink domain")
+    gpus_per_node: int = Field(gt=0, description="GPUs sharing one NVLink/xGMI domain (PCIe cards: one host)")
+    gpus_per_host: int | None = Field(default=None, gt=0, description="GPUs in one server; None: gpus_per_node")
     price: float = Field(gt=0, description="default price, dollars per GPU-hour")
+    price_date: str = Field(default="", description="when the price was read (YYYY-MM)")
     sm_count: int = Field(default=132, gt=0, description="streaming multiprocessors (GEMM wave quantization)")
     gemm_efficiency: float = Field(
         default=0.75, gt=0, le=1, description="share of the dense peak that large GEMMs sustain (see sources)"
@@ -167,7 +181,16 @@ class GPUSpec(BaseModel):
     attention_efficiency: float = Field(
         default=0.5, gt=0, le=1, description="share of the dense BF16 peak that flash attention sustains"
     )
+    efficiency_basis: Literal["fitted", "assumed"] = Field(
+        default="assumed", description="fitted: gemm/attention efficiency fitted on a public run of this GPU family; "
+                                       "assumed: no public fit, taken from another family (see sources)"
+    )
     sources: dict[str, str] = Field(default_factory=dict, description="where each figure came from")
+
+    @property
+    def host_size(self) -> int:
+        """GPUs per server (launchers' nproc_per_node)."""
+        return self.gpus_per_host or self.gpus_per_node
 
     def peak_tflops(self, precision: Precision | str) -> float:
         """Dense peak for the precision used; the MFU denominator."""
@@ -190,6 +213,11 @@ class ClusterSpec(BaseModel):
     inter_node_latency_us: float = Field(default=4.0, ge=0, description="network hop latency, microseconds")
     intra_node_bw_efficiency: float = Field(default=0.80, gt=0, le=1, description="share of intra_node_bw reached")
     inter_node_bw_efficiency: float = Field(default=0.90, gt=0, le=1, description="share of inter_node_bw reached")
+
+    @property
+    def gpus_per_host(self) -> int:
+        """GPUs per server: the GPU's host size, never more than the fast domain it sits in."""
+        return min(self.gpu.host_size, self.gpus_per_node)
 
     @classmethod
     def build(

@@ -30,14 +30,18 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(listing, indent=2))
             return
         console = Console(width=max(120, Console().width))
-        gpu_table = Table(title="GPUs (dense peaks; network GB/s per GPU per direction)")
-        for column in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM GB/s", "NVLink GB/s",
-                       "network GB/s", "GPUs/node", "$/GPU-h"):
-            gpu_table.add_column(column, justify="left" if column == "name" else "right")
+        gpu_table = Table(title="GPUs (dense peaks; link GB/s per GPU per direction; domain = GPUs on one "
+                                "NVLink/xGMI fabric, or one host's PCIe; * efficiencies assumed, not fitted)")
+        for column in ("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "memory GiB", "memory GB/s", "link",
+                       "link GB/s", "network GB/s", "domain", "GPUs/host", "$/GPU-h", "price date"):
+            gpu_table.add_column(column, justify="left" if column in ("name", "link", "price date") else "right",
+                                 no_wrap=column == "name")
         for g in listing["gpus"]:
-            gpu_table.add_row(g["name"], f"{g['bf16_tflops']:g}", f"{g['fp8_tflops']:g}" if g["fp8_tflops"] else "-",
-                              f"{g['memory_gib']:g}", f"{g['hbm_bandwidth_gb_s']:g}", f"{g['intra_node_bw']:g}",
-                              f"{g['inter_node_bw']:g}", str(g["gpus_per_node"]), f"{g['price']:.2f}")
+            name = g["name"] + ("*" if g["efficiency_basis"] == "assumed" else "")
+            gpu_table.add_row(name, f"{g['bf16_tflops']:g}", f"{g['fp8_tflops']:g}" if g["fp8_tflops"] else "-",
+                              f"{g['memory_gib']:g}", f"{g['hbm_bandwidth_gb_s']:g}", g["interconnect"],
+                              f"{g['intra_node_bw']:g}", f"{g['inter_node_bw']:g}", str(g["gpus_per_node"]),
+                              str(g["gpus_per_host"]), f"{g['price']:.2f}", g["price_date"])
         model_table = Table(title="Models (HF config.json)")
         for column in ("name", "type", "layers", "hidden", "heads", "kv heads", "experts", "params", "active"):
             model_table.add_column(column, justify="left" if column in ("name", "type") else "right")

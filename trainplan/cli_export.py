@@ -65,7 +65,7 @@ def export_from_options(engine: Engine | str, options: dict, source: Path | None
         bf16_grads=merged["bf16_grads"], fp8_supported=gpu.fp8_tflops is not None,
     )
     return export(engine, model, cfg, model_ref=str(merged["model"]),
-                  gpus_per_node=merged.get("gpus_per_node") or gpu.gpus_per_node)
+                  gpus_per_node=min(gpu.host_size, merged.get("gpus_per_node") or gpu.gpus_per_node))
 
 
 def register(app: typer.Typer) -> None:

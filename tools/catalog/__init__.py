@@ -37,20 +37,39 @@ MODEL_ALIASES = {
     "llama405b": "llama3-405b",
     "deepseekv3671b": "deepseek-v3",
 }
-GPU_ALIASES = {
-    "a100": "a100-sxm-80gb",
-    "a10080gb": "a100-sxm-80gb",
-    "a10040gb": "a100-sxm-40gb",
-    "h100": "h100-sxm-80gb",
-    "h100sxm": "h100-sxm-80gb",
-    "h800": "h800-sxm-80gb",
-    "h200": "h200-sxm-141gb",
-    "b200": "b200",
-}
 
 
 def _normalise(name: str) -> str:
     return re.sub(r"[\s._\-/]+", "", name.lower())
+
+
+def _gpu_aliases() -> dict[str, str]:
+    """Normalised alias -> catalog name, from each GPU JSON's 'aliases' (the one place they are written)."""
+    aliases = {}
+    for path in sorted(GPUS_DIR.glob("*.json")):
+        for alias in json.loads(path.read_text()).get("aliases", []):
+            aliases.setdefault(_normalise(alias), path.stem)
+    return aliases
+
+
+GPU_ALIASES = _gpu_aliases()
+"""Spellings people write for catalog GPUs (normalised: lower case, no spaces, dots, underscores or
+hyphens) -> catalog name; plain-language parsing matches these too."""
+GPU_FILE_HINT = ("or pass a path to a GPU JSON file with the fields of a catalog entry (bf16_tflops, memory_gib, "
+                 "hbm_bandwidth_gb_s, intra_node_bw, inter_node_bw, gpus_per_node, price; see `trainplan catalog --json`)")
+
+
+def unknown_gpu(name: str) -> InputError:
+    """'not in the catalog', with the closest catalog names (by name and alias) and how to pass a GPU file."""
+    import difflib
+
+    keys = {_normalise(n): n for n in gpu_names()} | GPU_ALIASES
+    close = []
+    for key in difflib.get_close_matches(_normalise(name), list(keys), n=6, cutoff=0.5):
+        if keys[key] not in close:
+            close.append(keys[key])
+    hint = f"did you mean {', '.join(close[:3])}? " if close else ""
+    return InputError(f"gpu '{name}' is not in the catalog: {hint}known: {', '.join(gpu_names())}; {GPU_FILE_HINT}")
 
 
 def model_names() -> list[str]:
@@ -82,6 +101,8 @@ def _resolve(name: str, directory: Path, aliases: dict[str, str], kind: str, kno
             return directory / f"{known_name}.json"
     if key in aliases:
         return directory / f"{aliases[key]}.json"
+    if kind == "gpu":
+        raise unknown_gpu(name)
     raise unknown_name(kind, name, known)
 
 
