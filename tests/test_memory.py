@@ -135,7 +135,11 @@ def test_deepseek_moe_mla_layer():
     assert per["moe/expert_act_input"] == 2 * 2 * s * b * k * fe
     assert per["moe/expert_fc2_input"] == 2 * s * b * k * fe
     assert per["moe/shared_experts"] == (4 + 2) * s * b * m.shared_expert_intermediate_size
-    assert per["attention/latents"] == 2 * 2 * s * b * (m.q_lora_rank + m.kv_lora_rank)
+    # latent-norm inputs and outputs (the up-projection inputs), bf16 each
+    assert per["attention/latents"] == 2 * s * b * (m.q_lora_rank + m.kv_lora_rank)
+    assert per["attention/latent_norm_out"] == 2 * s * b * (m.q_lora_rank + m.kv_lora_rank)
+    assert per["moe/probs"] == 4 * s * b * k                    # fp32 probability per routed copy
+    assert "moe/expert_output" not in per                       # probs applied in the activation
     assert per["attention/qkv"] == 2 * s * b * a * (2 * qk + dv)
     dense = activation_bytes_per_layer(m, cfg, 0)
     assert "mlp/act_input" in dense and "moe/dispatched" not in dense
@@ -614,14 +618,14 @@ def test_torch_llama_block_saved_bytes_match_derivation():
     assert _saved_activation_bytes(forward, block) == ours + rstd
 
 
-def test_selective_recompute_with_mla_also_drops_up_projections():
-    """MLA: selective recomputes the attention norm and up-projections from the kept latents;
-    standard attention keeps its q/k/v."""
-    results = {}
-    for name in ("deepseek-v2-lite", "llama3-8b"):
-        model = load_model(name)
-        cfg = resolve_config(model, gpus=8, tp=1, seq=4096, recompute="selective")
-        results[name] = memory_breakdown(model, cfg, H100).breakdown
-    assert results["deepseek-v2-lite"].get("activations/attention/qkv", 0.0) == 0.0
-    assert results["deepseek-v2-lite"]["activations/attention/latents"] > 0
-    assert results["llama3-8b"]["activations/attention/qkv"] > 0
+def test_named_recompute_modules_drop_their_tensors():
+    """Megatron's --recompute-modules: layernorm and mla_up_proj drop the norm outputs and Q, K, V
+    but keep the latents; the default selective set (core_attn) keeps them all."""
+    model = load_model("deepseek-v2-lite")
+    default = resolve_config(model, gpus=8, seq=4096, recompute="selective")
+    named = resolve_config(model, gpus=8, seq=4096, recompute="selective", recompute_modules="layernorm,mla_up_proj")
+    kept = {name: activation_bytes_per_layer(model, cfg, 1) for name, cfg in (("default", default), ("named", named))}
+    for key in ("attention/qkv", "attention/latent_norm_out", "attention/qkv_input", "moe/input"):
+        assert key in kept["default"] and key not in kept["named"], key
+    assert kept["named"]["attention/latents"] == kept["default"]["attention/latents"]
+    assert "attention/core" not in kept["default"]

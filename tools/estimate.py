@@ -21,7 +21,9 @@ def config_dict(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig) -> 
         "tp": cfg.tp, "pp": cfg.pp, "cp": cfg.cp, "ep": cfg.ep, "dp": cfg.dp, "vpp": cfg.vpp,
         "zero": cfg.zero, "mbs": cfg.mbs, "gbs": cfg.gbs, "seq": cfg.seq,
         "num_microbatches": cfg.num_microbatches if cfg.gbs else None,
-        "recompute": cfg.recompute.value, "schedule": cfg.schedule.value, "precision": cfg.precision.value,
+        "recompute": cfg.recompute.value,
+        "recompute_modules": [m.value for m in cfg.recompute_modules] if cfg.recompute_modules is not None else None,
+        "schedule": cfg.schedule.value, "precision": cfg.precision.value,
         "attention": cfg.attention.value,
         "sequence_parallel": cfg.sequence_parallel, "tp_comm_overlap": cfg.tp_comm_overlap,
         "optimizer_offload": cfg.optimizer_offload,
@@ -89,7 +91,8 @@ def _ramp_step_s(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, gb
 
 def estimate(model: str, gpu: str, gpus: int, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
              vpp: int = 1, zero: int = 1, mbs: int = 1, gbs: int | None = None, seq: int | None = None,
-             recompute: str = "selective", schedule: str | None = None, precision: str = "bf16",
+             recompute: str = "selective", recompute_modules: str | list[str] | None = None,
+             schedule: str | None = None, precision: str = "bf16",
              attention: str = "flash",
              tokens: str | float | None = None, price: float | None = None, goodput: float | None = None,
              gpus_per_node: int | None = None, intra_node_bw: float | None = None,
@@ -111,7 +114,8 @@ def estimate(model: str, gpu: str, gpus: int, *, tp: int = 1, pp: int = 1, cp: i
     cluster = ClusterSpec.build(gpu_spec, gpus, gpus_per_node, intra_node_bw, inter_node_bw)
     cfg = resolve_config(
         model_spec, gpus, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
-        recompute=recompute, schedule=schedule, precision=precision, attention=attention,
+        recompute=recompute, recompute_modules=recompute_modules, schedule=schedule, precision=precision,
+        attention=attention,
         sequence_parallel=sequence_parallel,
         optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, tp_comm_overlap=tp_comm_overlap,
         fp8_supported=gpu_spec.fp8_tflops is not None,

@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 
 from .errors import InputError
-from .specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
+from .recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
+from .recompute import module_applies
+from .specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, RecomputeModule, Schedule
 
 
 def _positive(name: str, value: int | float | None) -> None:
@@ -67,6 +69,27 @@ def model_layers_per_stage(model: ModelSpec, pp: int) -> list[int]:
     return layers_per_stage(model.num_layers, pp, head + model.num_mtp_layers * (1 + head))
 
 
+def resolve_recompute_modules(model: ModelSpec, recompute: Recompute,
+                              modules: str | tuple | list | None) -> tuple[RecomputeModule, ...] | None:
+    """The modules selective recompute reruns, in RecomputeModule order (recompute.py); None unless
+    recompute is selective. Text is split at commas ("layernorm,mla_up_proj,moe_act")."""
+    if isinstance(modules, str):
+        modules = [part.strip() for part in modules.split(",") if part.strip()]
+    if modules is None or (recompute is not Recompute.selective and not modules):
+        return DEFAULT_RECOMPUTE_MODULES if recompute is Recompute.selective else None
+    if recompute is not Recompute.selective:
+        raise InputError(f"recompute_modules needs recompute=selective (got recompute={recompute.value}): "
+                         "use --recompute selective or drop the modules")
+    if not modules:
+        raise InputError("recompute_modules is empty: name at least one module, or use recompute=none")
+    chosen = {_choice(RecomputeModule, "recompute_modules", m) for m in modules}
+    missing = [m.value for m in RecomputeModule if m in chosen and not module_applies(model, m)]
+    if missing:
+        raise InputError(f"{model.name} has no {', '.join(missing)} module to recompute: "
+                         "mla_up_proj needs MLA, moe and moe_act an MoE layer, mlp a dense layer")
+    return tuple(m for m in RecomputeModule if m in chosen)
+
+
 def resolve_config(
     model: ModelSpec,
     gpus: int,
@@ -81,6 +104,7 @@ def resolve_config(
     gbs: int | None = None,
     seq: int | None = None,
     recompute: str | Recompute = "selective",
+    recompute_modules: str | tuple | list | None = None,
     schedule: str | Schedule | None = None,
     precision: str | Precision = "bf16",
     attention: str | Attention = "flash",
@@ -98,6 +122,7 @@ def resolve_config(
         raise InputError(f"zero={zero} is not a ZeRO stage: use 0, 1, 2 or 3")
     seq = seq or model.max_seq_len
     recompute = _choice(Recompute, "recompute", recompute)
+    recompute_modules = resolve_recompute_modules(model, recompute, recompute_modules)
     precision = _choice(Precision, "precision", precision)
     attention = _choice(Attention, "attention", attention)
     if precision is Precision.fp8 and not fp8_supported:
@@ -162,7 +187,8 @@ def resolve_config(
 
     return ParallelConfig(
         tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, vpp=vpp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
-        recompute=recompute, schedule=schedule, precision=precision, attention=attention,
+        recompute=recompute, recompute_modules=recompute_modules, schedule=schedule, precision=precision,
+        attention=attention,
         sequence_parallel=sequence_parallel and tp > 1,
         optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, tp_comm_overlap=tp_comm_overlap and tp > 1,
     )

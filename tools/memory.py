@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .counting import LayerParams, count_params, is_moe_layer, layer_params, norm_params
+from . import recompute as recompute_rules
 from .layout import model_layers_per_stage
 from .specs import Attention, GPUSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 
@@ -292,13 +293,15 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
     fused bias_swiglu and TE's fused activation, which save only their input (unfused PyTorch
     also keeps silu(gate) for the product: + 2sbf). Norm statistics (4 B per token) are left out,
     as in the paper.
-    MLA: the down-projection input 2sbh, the q and kv latents twice each (norm input and
-    up-proj input: 4sb r_q, 4sb r_kv), Q and K with a (d_nope + d_rope), V and O with a d_v.
+    MLA: the down-projection input 2sbh, the q and kv latents twice each (latent-norm input 2sb r,
+    and its output, the up-projection input), Q and K with a (d_nope + d_rope), V and O with a d_v.
     MoE: the MoE input 2sbh (router, shared experts and dispatch read it), fp32 router scores 4sbE,
     the s b k dispatched token copies (balanced routing: a rank receives as many copies as its
     tokens send; with expert TP the TP group's tokens are gathered, so not divided by t) with the
-    expert's gate/up outputs and down input, the expert outputs kept for the probability-weighted
-    combine, and the shared experts' intermediates.
+    expert's gate/up outputs, its fp32 routing probability 4sbk and down input, and the shared
+    experts' intermediates. The expert outputs are not kept: Megatron-Core multiplies the routing
+    probabilities inside the experts' activation (activation_func_with_probs in experts.py, "memory
+    efficient token permutation", MCore v0.13), so the combine is a plain sum that saves nothing.
     """
     h, a = model.hidden_size, model.num_attention_heads
     tok = s * b
@@ -310,7 +313,8 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
     if model.attention_type == "mla":
         r_q = model.q_lora_rank or 0
         qk = model.qk_nope_head_dim + model.qk_rope_head_dim
-        x["attention/latents"] = (2 + gemm_in) * tok * (r_q + model.kv_lora_rank) / r
+        x["attention/latents"] = 2 * tok * (r_q + model.kv_lora_rank) / r
+        x["attention/latent_norm_out"] = gemm_in * tok * (r_q + model.kv_lora_rank) / r
         x["attention/qkv"] = 2 * tok * a * (2 * qk + model.v_head_dim) / t
         v_width = a * model.v_head_dim
     else:
@@ -335,28 +339,27 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
         x["moe/input"] = 2 * tok * h / r
         x["moe/router_scores"] = 4 * tok * model.num_experts / r
         x["moe/dispatched"] = gemm_in * rows * h
+        x["moe/probs"] = 4 * rows
         x["moe/expert_act_input"] = act * rows * fe / t
         x["moe/expert_fc2_input"] = gemm_in * rows * fe / t
-        x["moe/expert_output"] = 2 * rows * h / r
         x["moe/shared_experts"] = (act + gemm_in) * tok * fs / t
     if dropout:
         x["mlp/dropout_mask" if not moe else "moe/dropout_mask"] = tok * h / r
     return x
 
 
-SELECTIVE_RECOMPUTED = ("attention/core",)
-"""Tensors selective recompute drops: the attention core (Korthikanti et al. 2022)."""
-SELECTIVE_RECOMPUTED_MLA = ("attention/core", "attention/qkv", "attention/qkv_input")
-"""With MLA, selective also recomputes the RMSNorm before attention and the MLA up-projections
-from the kept latents (DeepSeek-V3 report §3.2.3; Megatron-Core's recompute modules core_attn,
-mla_up_proj and layernorm). compute.py's selective recompute times the same work."""
-
-
-def _stored(tensors: dict, recompute, layer_input, mla: bool = False):
-    """Apply recompute: selective drops the recomputed tensors; full keeps only the layer input."""
-    dropped = SELECTIVE_RECOMPUTED_MLA if mla else SELECTIVE_RECOMPUTED
-    out = {k: np.where((recompute == _NONE) | ((recompute == _SELECTIVE) & (k not in dropped)), v, 0.0)
-           for k, v in tensors.items()}
+def _stored(tensors: dict, recompute, modules, layer_input):
+    """Apply recompute (recompute.py): selective drops the tensors of the modules in the integer
+    mask ``modules``; full keeps only the layer input."""
+    out = {}
+    for key, v in tensors.items():
+        selective_keeps = ~recompute_rules.dropped(key, modules)
+        out[key] = np.where((recompute == _NONE) | ((recompute == _SELECTIVE) & selective_keeps), v, 0.0)
+    for module, key in recompute_rules.CHECKPOINT_INPUT.items():   # the bf16 input a checkpoint keeps
+        if key in out:
+            keeps_input = (recompute == _SELECTIVE) & ((np.asarray(modules, dtype=np.int64)
+                                                        & recompute_rules.MODULE_BITS[module]) > 0)
+            out[key] = np.where(keeps_input & ~recompute_rules.dropped(key, modules), layer_input, out[key])
     out["layer_input"] = np.where(recompute == _FULL, layer_input, 0.0)
     return out
 
@@ -364,7 +367,8 @@ def _stored(tensors: dict, recompute, layer_input, mla: bool = False):
 def _knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
     values = dict(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, dp=cfg.dp, vpp=cfg.vpp, zero=cfg.zero, mbs=cfg.mbs,
                   num_microbatches=cfg.num_microbatches, seq=cfg.seq,
-                  recompute=RECOMPUTE_CODES[cfg.recompute], schedule=SCHEDULE_CODES[cfg.schedule],
+                  recompute=RECOMPUTE_CODES[cfg.recompute], recompute_modules=recompute_rules.config_mask(cfg),
+                  schedule=SCHEDULE_CODES[cfg.schedule],
                   precision=PRECISION_CODES[cfg.precision], attention=ATTENTION_CODES[cfg.attention],
                   sequence_parallel=cfg.sequence_parallel,
                   optimizer_offload=cfg.optimizer_offload, bf16_grads=cfg.bf16_grads)
@@ -383,7 +387,7 @@ def _activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]
     full = _layer_tensors(model, moe, s, k["seq"], k["mbs"], t, r, k["precision"] == PRECISION_CODES[Precision.fp8],
                           k["attention"] == ATTENTION_CODES[Attention.eager])
     layer_input = 2 * s * k["mbs"] * model.hidden_size / r
-    return _stored(full, k["recompute"], layer_input, mla=model.attention_type == "mla"), full
+    return _stored(full, k["recompute"], k["recompute_modules"], layer_input), full
 
 
 def activation_bytes_per_layer(model: ModelSpec, cfg: ParallelConfig, layer_index: int) -> dict[str, float]:
@@ -530,7 +534,9 @@ def memory_breakdown(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, headro
 VECTOR_KEYS = ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbatches", "seq",
                "recompute", "schedule", "precision")
 """Required keys of memory_totals_vectorised; optional: sequence_parallel (default 1),
-optimizer_offload (0), bf16_grads (0), attention (0: flash; 1: eager). Codes: recompute 0 none, 1 selective, 2 full; schedule
+optimizer_offload (0), bf16_grads (0), attention (0: flash; 1: eager), recompute_modules (an integer
+mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where recompute is selective).
+Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
 
 
@@ -545,6 +551,9 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
     defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0,
                 "attention": ATTENTION_CODES[Attention.flash]}
     given = {key: arrays.get(key, defaults.get(key)) for key in (*VECTOR_KEYS, *defaults)}
+    if given["recompute"] is not None:
+        default_mask = np.where(np.asarray(given["recompute"]) == _SELECTIVE, recompute_rules.DEFAULT_MASK, 0)
+        given["recompute_modules"] = arrays.get("recompute_modules", default_mask)
     missing = [key for key, v in given.items() if v is None]
     if missing:
         raise KeyError(f"memory_totals_vectorised needs arrays for: {', '.join(missing)}")

@@ -21,9 +21,27 @@ class Recompute(str, Enum):
     none = "none"
     """Keep every activation (fastest, most memory)."""
     selective = "selective"
-    """Recompute the attention core (softmax, dropout, scores x V); Korthikanti et al. 2022."""
+    """Recompute named modules (recompute_modules); by default the attention core (softmax, dropout,
+    scores x V), Korthikanti et al. 2022."""
     full = "full"
     """Keep only each layer's input and rerun the layer's forward in the backward pass."""
+
+
+class RecomputeModule(str, Enum):
+    """A module that selective recompute reruns (Megatron-Core --recompute-modules; recompute.py)."""
+
+    core_attn = "core_attn"
+    """The attention core (softmax statistics, or the eager s x s tensors)."""
+    layernorm = "layernorm"
+    """The two norms of each block: their outputs are recomputed from the kept inputs."""
+    mla_up_proj = "mla_up_proj"
+    """MLA's up-projections, latent norms and RoPE: Q, K, V are recomputed from the kept latents."""
+    moe_act = "moe_act"
+    """The experts' activation (SwiGLU): its output is recomputed from its kept input."""
+    mlp = "mlp"
+    """A dense MLP, from its kept input."""
+    moe = "moe"
+    """A whole MoE layer, from its kept input."""
 
 
 class Schedule(str, Enum):
@@ -262,6 +280,10 @@ class ParallelConfig(BaseModel):
     gbs: int | None = Field(default=None, ge=1, description="global batch size, sequences")
     seq: int = Field(ge=1, description="sequence length, tokens")
     recompute: Recompute = Field(default=Recompute.selective, description="activation recompute mode")
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        default=None, description="with recompute=selective, the modules to recompute (Megatron --recompute-modules: "
+                                  "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe); DeepSeek-V3 recomputed "
+                                  "layernorm, mla_up_proj and moe_act; null: core_attn (Megatron's default)")
     schedule: Schedule = Field(default=Schedule.one_f_one_b, description="pipeline schedule")
     precision: Precision = Field(default=Precision.bf16, description="GEMM precision")
     attention: Attention = Field(

@@ -31,7 +31,8 @@ from .collectives import collective_time_s, group_layout
 from .counting import count_params, flops_per_token
 from .layout import model_layers_per_stage
 from .pipeline import simulate
-from .specs import Attention, ClusterSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
+from .recompute import recomputed_flops_per_token, recomputed_forward_s
+from .specs import Attention, ClusterSpec, ModelSpec, ParallelConfig, Precision, Schedule
 
 # Bytes per parameter of an Adam step on the GPU: read fp32 grad (4), master + m + v (12), write
 # master + m + v (12) and the bf16 weight (2). Megatron's fused Adam streams exactly these.
@@ -203,17 +204,7 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
             times = times.merged(eh_proj).merged(compute.head_times(model, cfg, gpu))
             add(*block(model.num_layers - 1))
 
-    layers_forward = sum(v for k, v in times.forward_s.items() if k not in ("embedding", "lm_head", "loss"))
-    if cfg.recompute is Recompute.full:
-        recompute_s = layers_forward
-    elif cfg.recompute is Recompute.selective:
-        # The attention core; with MLA also the attention norm and projections (memory.py's
-        # SELECTIVE_RECOMPUTED_MLA; the down-projections are counted too, a small overcount).
-        recompute_s = times.forward_s.get("attention/core", 0.0)
-        if model.attention_type == "mla":
-            recompute_s += times.forward_s.get("attention/qkv", 0.0)
-    else:
-        recompute_s = 0.0
+    recompute_s = recomputed_forward_s(model, cfg, gpu, times, layer_ids)   # recompute.py
     forward = times.forward
     backward = times.backward_input + times.backward_weight + recompute_s
     # Exposed per-layer communication lands on the forward and backward in the 1:2 ratio of their
@@ -318,12 +309,7 @@ def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> StepFlops:
     """FLOPs of one step: model FLOPs in both attention conventions and the hardware FLOPs timed."""
     tokens = cfg.gbs * cfg.seq
     executed = flops_per_token(model, cfg.seq, causal=cfg.attention is Attention.flash, include_mtp=True)
-    if cfg.recompute is Recompute.full:
-        recompute = executed.forward - executed.breakdown.get("lm_head", 0.0)
-    elif cfg.recompute is Recompute.selective:
-        recompute = executed.breakdown.get("attention/scores", 0.0)
-    else:
-        recompute = 0.0
+    recompute = recomputed_flops_per_token(model, cfg, cfg.seq)   # recompute.py
     return StepFlops(
         model=flops_per_token(model, cfg.seq, causal=False).training() * tokens,
         model_causal=flops_per_token(model, cfg.seq, causal=True).training() * tokens,
