@@ -1,0 +1,117 @@
+"""Named-module selective recompute (Megatron --recompute-modules): the memory each module frees,
+the work it repeats (time and hardware FLOPs), its validation, and the vectorised path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainplan.tools.catalog import load_gpu, load_model
+from trainplan.tools.counting import flops_per_token
+from trainplan.tools.errors import InputError
+from trainplan.tools.layout import resolve_config
+from trainplan.tools.memory import (
+    PRECISION_CODES,
+    RECOMPUTE_CODES,
+    SCHEDULE_CODES,
+    activation_bytes_per_layer,
+    memory_breakdown,
+    memory_totals_vectorised,
+)
+from trainplan.tools.recompute import DROPS, config_mask
+from trainplan.tools.specs import ClusterSpec, RecomputeModule
+from trainplan.tools.step import model_flops_per_step, step_time
+
+H100 = load_gpu("h100-sxm-80gb")
+DSV2 = load_model("deepseek-v2-lite")   # MLA, one dense layer then MoE layers
+
+
+def _cfg(model, modules, **kw):
+    kw = {"gpus": 8, "ep": 8, "seq": 4096, "gbs": 64, **kw}
+    return resolve_config(model, recompute="selective", recompute_modules=modules, **kw)
+
+
+@pytest.mark.parametrize("module", list(RecomputeModule))
+def test_each_module_drops_exactly_its_tensors(module):
+    base = {"core_attn"} if module is not RecomputeModule.core_attn else {"layernorm"}
+    for layer in (0, 1):   # the dense layer and an MoE layer
+        without = activation_bytes_per_layer(DSV2, _cfg(DSV2, sorted(base)), layer)
+        with_it = activation_bytes_per_layer(DSV2, _cfg(DSV2, sorted(base | {module.value})), layer)
+        gone = set(without) - set(with_it)
+        assert gone == {k for k in DROPS[module] if k in without}
+        if module is RecomputeModule.mlp and "mlp/fc1_input" in without:   # the checkpoint keeps its bf16 input
+            assert with_it["mlp/fc1_input"] == 2 * 4096 * DSV2.hidden_size
+
+
+def test_more_modules_never_use_more_memory_and_cost_more_time():
+    cluster = ClusterSpec.build(H100, 8)
+    sets = [["core_attn"], ["core_attn", "layernorm"], ["core_attn", "layernorm", "mla_up_proj"],
+            ["core_attn", "layernorm", "mla_up_proj", "moe_act"]]
+    totals, steps, hfu = [], [], []
+    for modules in sets:
+        cfg = _cfg(DSV2, modules)
+        totals.append(memory_breakdown(DSV2, cfg, H100).activations)
+        result = step_time(DSV2, cfg, cluster)
+        steps.append(result.step_s)
+        hfu.append(result.hfu)
+        assert result.hfu >= result.mfu
+    assert totals == sorted(totals, reverse=True) and len(set(totals)) == len(totals)
+    assert steps == sorted(steps) and len(set(steps)) == len(steps)
+    full = resolve_config(DSV2, 8, ep=8, seq=4096, gbs=64, recompute="full")
+    assert memory_breakdown(DSV2, full, H100).activations < totals[-1]
+    assert step_time(DSV2, full, cluster).step_s > steps[-1]
+
+
+def test_recomputed_flops_follow_the_modules():
+    """mla_up_proj adds the up-projection GEMMs, core_attn the scores, full the whole forward."""
+    m, seq = DSV2, 4096
+    tokens = 64 * seq
+    model_flops, _ = model_flops_per_step(m, _cfg(m, ["layernorm"]))
+    a = m.num_attention_heads
+    up = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+    up += (m.q_lora_rank or 0) * a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+    assert model_flops_per_step(m, _cfg(m, ["layernorm"]))[1] == model_flops   # memory-bound only
+    _, with_up = model_flops_per_step(m, _cfg(m, ["mla_up_proj"]))
+    assert with_up - model_flops == pytest.approx(2 * up * m.num_layers * tokens, rel=1e-12)
+    flops = flops_per_token(m, seq)
+    _, core = model_flops_per_step(m, _cfg(m, ["core_attn"]))
+    assert core - model_flops == pytest.approx(flops.breakdown["attention/scores"] * tokens, rel=1e-12)
+    _, full = model_flops_per_step(m, resolve_config(m, 8, ep=8, seq=seq, gbs=64, recompute="full"))
+    assert full - model_flops == pytest.approx((flops.forward - flops.breakdown["lm_head"]) * tokens, rel=1e-12)
+
+
+def test_default_modules_are_megatrons_and_text_is_split_at_commas():
+    assert _cfg(DSV2, None).recompute_modules == (RecomputeModule.core_attn,)
+    cfg = _cfg(DSV2, "moe_act, layernorm")
+    assert cfg.recompute_modules == (RecomputeModule.layernorm, RecomputeModule.moe_act)
+    assert resolve_config(DSV2, 8, recompute="none").recompute_modules is None
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(model="llama3-8b", recompute="selective", recompute_modules=["mla_up_proj"]), "no mla_up_proj"),
+    (dict(model="llama3-8b", recompute="selective", recompute_modules=["moe_act"]), "no moe_act"),
+    (dict(model="deepseek-v2-lite", recompute="full", recompute_modules=["layernorm"]), "needs recompute=selective"),
+    (dict(model="deepseek-v2-lite", recompute="selective", recompute_modules=["attention"]), "not one of"),
+    (dict(model="deepseek-v2-lite", recompute="selective", recompute_modules=[]), "empty"),
+])
+def test_bad_modules_are_input_errors(kwargs, needle):
+    model = load_model(kwargs.pop("model"))
+    with pytest.raises(InputError, match=needle):
+        resolve_config(model, 8, **kwargs)
+
+
+def test_vectorised_masks_equal_the_scalar_path():
+    sets = [None, ["layernorm", "mla_up_proj", "moe_act"], ["moe"], ["mlp", "core_attn"]]
+    cfgs = [_cfg(DSV2, s) for s in sets]
+    arrays = {k: np.array([getattr(c, k) for c in cfgs]) for k in ("tp", "pp", "cp", "ep", "dp", "vpp", "zero",
+                                                                     "mbs", "seq")}
+    arrays["num_microbatches"] = np.array([c.num_microbatches for c in cfgs])
+    arrays["recompute"] = np.array([RECOMPUTE_CODES[c.recompute] for c in cfgs])
+    arrays["schedule"] = np.array([SCHEDULE_CODES[c.schedule] for c in cfgs])
+    arrays["precision"] = np.array([PRECISION_CODES[c.precision] for c in cfgs])
+    arrays["recompute_modules"] = np.array([config_mask(c) for c in cfgs])
+    vec = memory_totals_vectorised(DSV2, H100, arrays)
+    for i, cfg in enumerate(cfgs):
+        assert vec["total"][i] == pytest.approx(memory_breakdown(DSV2, cfg, H100).total, rel=1e-12)
+    del arrays["recompute_modules"]    # the default mask: core_attn where selective
+    assert memory_totals_vectorised(DSV2, H100, arrays)["total"][0] == pytest.approx(vec["total"][0], rel=1e-12)
