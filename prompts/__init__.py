@@ -29,16 +29,23 @@ DEFAULT_TOKENS_PER_PARAM = 20
 """tokens, when not given: 20 per parameter, the compute-optimal ratio of Hoffmann et al. 2022."""
 
 
+def _unsigned_zero(text: str) -> str:
+    """'-0.0' -> '0.0': a value that rounds to zero is shown without a sign."""
+    if text.startswith("-") and not any(ch in "123456789" for ch in text):
+        return text[1:]
+    return text
+
+
 def _gib(value: float) -> str:
-    return f"{value:,.2f}"
+    return _unsigned_zero(f"{value:,.2f}")
 
 
 def _pct(value: float, digits: int = 1) -> str:
-    return f"{value * 100:.{digits}f}%"
+    return _unsigned_zero(f"{value * 100:.{digits}f}") + "%"
 
 
 def _num(value: float, digits: int = 0) -> str:
-    return f"{value:,.{digits}f}"
+    return _unsigned_zero(f"{value:,.{digits}f}")
 
 
 def _sig(value: float, digits: int = 4) -> str:
@@ -48,13 +55,17 @@ def _sig(value: float, digits: int = 4) -> str:
 
 
 def _usd(value: float) -> str:
-    return f"${value:,.0f}"
+    amount = _unsigned_zero(f"{value:,.0f}")
+    return f"-${amount[1:]}" if amount.startswith("-") else f"${amount}"
 
 
 def _tokens(value: float) -> str:
-    """15e12 -> '15T', 2.5e11 -> '250B', keeping the digits the number has (up to four)."""
+    """15e12 -> '15T', 2.5e11 -> '250B', keeping the digits the number has (up to four); past 9,999T the
+    whole number of T with separators (1e18 -> '1,000,000T'), never an exponent."""
     for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if value >= scale:
+            if value / scale >= 1e4:
+                return f"{value / scale:,.0f}{suffix}"
             return f"{value / scale:.4g}{suffix}"
     return f"{value:g}"
 

@@ -65,3 +65,13 @@ def test_check_fails_on_a_stale_file(tmp_path):
     assert result.stderr.startswith("error:") and "out of step" in result.stderr
     assert run_cli("prompt", "--out", str(stale)).returncode == 0
     assert run_cli("prompt", "--check", "--out", str(stale)).returncode == 0
+
+
+def test_report_filters_never_show_negative_zero_or_exponents():
+    from trainplan.prompts import _gib, _num, _pct, _tokens, _usd
+
+    assert _pct(-0.00001) == "0.0%" and _pct(-0.02) == "-2.0%"
+    assert _num(-0.1) == "0" and _gib(-0.001) == "0.00"
+    assert _usd(-0.2) == "$0" and _usd(-5) == "-$5" and _usd(1234567) == "$1,234,567"
+    assert _tokens(1e18) == "1,000,000T" and _tokens(15e12) == "15T" and _tokens(2.5e11) == "250B"
+    assert "e+" not in _tokens(3.3e21)
