@@ -16,6 +16,9 @@ from typer.testing import CliRunner
 from trainplan.cli import app
 from trainplan.tools.errors import InputError
 from trainplan.tools.pipeline import (
+    SIMULATE_MAX_UNITS,
+    TIMELINE_MAX_UNITS,
+    _validate,
     bubble_closed_form,
     bubble_paper_s,
     render_ascii,
@@ -314,16 +317,31 @@ def test_cli_json():
                               "--forward", "1,1,1.5,1", "--backward", "2", "--weight-grad", "0.8", "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
-    for key in ("bubble_fraction", "peak_inflight_microbatches", "makespan_s", "closed_form_bubble_fraction",
-                "timeline"):
+    for key in ("bubble_fraction", "peak_inflight_microbatches", "makespan_s", "closed_form_bubble_fraction"):
         assert key in data
     assert data["closed_form_bubble_fraction"] is None and len(data["peak_inflight_microbatches"]) == 4
+    assert "timeline" not in data   # opt-in: every event would be embedded
+    out = runner.invoke(app, ["bubble", "--pp", "4", "--microbatches", "8", "--json", "--timeline"])
+    events = json.loads(out.output)["timeline"]
+    assert len(events) == 2 * 4 * 8 and {e["kind"] for e in events} == {"F", "B"}
+
+
+def test_sizes_are_bounded_with_a_clear_message():
+    """pp x microbatches x vpp is capped (SIMULATE_MAX_UNITS), and lower with the timeline."""
+    with pytest.raises(InputError, match="use fewer micro-batches"):
+        simulate("1f1b", 256, 65536, record_timeline=False)
+    with pytest.raises(InputError, match="no-timeline"):
+        simulate("1f1b", 16, TIMELINE_MAX_UNITS // 16 + 16)
+    _validate(Schedule.one_f_one_b, 16, SIMULATE_MAX_UNITS // 16, 1)            # at the cap: runs
+    _validate(Schedule.one_f_one_b, 16, TIMELINE_MAX_UNITS // 16, 1, record_timeline=True)
 
 
 @pytest.mark.parametrize("args", [
     ["--schedule", "interleaved", "--pp", "4", "--microbatches", "6", "--vpp", "2"],
     ["--schedule", "nope", "--pp", "4", "--microbatches", "8"],
     ["--pp", "4", "--microbatches", "8", "--forward", "1,x"],
+    ["--pp", "256", "--microbatches", "65536", "--no-timeline"],
+    ["--pp", "16", "--microbatches", "16384", "--json", "--timeline"],
 ])
 def test_cli_bad_input_one_error_line(args):
     proc = subprocess.run([sys.executable, "-m", "trainplan.cli", "bubble", *args], capture_output=True, text=True)

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
 from .counting import LayerParams, count_params, is_moe_layer, layer_params, norm_params
 from . import recompute as recompute_rules
 from .layout import model_layers_per_stage
@@ -80,10 +81,6 @@ memory adds 5% "for optimizer and miscellaneous temporaries" (theoretical_memory
 # defaults to 0.1) also marks the hidden dropout masks of a GPT-3-style recipe.
 
 
-RECOMPUTE_CODES = {mode: i for i, mode in enumerate(Recompute)}    # none 0, selective 1, full 2
-SCHEDULE_CODES = {sched: i for i, sched in enumerate(Schedule)}    # gpipe 0, 1f1b 1, interleaved 2, zb-h1 3, dualpipe 4
-PRECISION_CODES = {prec: i for i, prec in enumerate(Precision)}    # bf16 0, fp8 1
-ATTENTION_CODES = {kernel: i for i, kernel in enumerate(Attention)}  # flash 0, eager 1
 _NONE, _SELECTIVE, _FULL = (RECOMPUTE_CODES[m] for m in Recompute)
 _GPIPE, _INTERLEAVED, _DUALPIPE = (SCHEDULE_CODES[s] for s in (Schedule.gpipe, Schedule.interleaved,
                                                                Schedule.dualpipe))

@@ -46,14 +46,18 @@ Conventions:
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from .errors import InputError
+from .pipeline_closed_form import _schedule, bubble_closed_form, bubble_paper_s
 from .specs import Schedule
+
+__all__ = ["PipelineEvent", "PipelineResult", "SIMULATE_MAX_UNITS", "TIMELINE_MAX_UNITS", "bubble_closed_form",
+           "bubble_paper_s", "dualpipe_batch_ok", "interleaved_batch_ok", "render_ascii", "render_mermaid",
+           "simulate", "simulated_units"]
 
 # Op kinds: forward, full backward (B+W), input-grad backward only, weight grad, overlapped F + full B.
 _F, _B, _I, _W, _X = range(5)
@@ -107,52 +111,6 @@ class PipelineResult:
         if include_timeline:
             out["timeline"] = [asdict(e) for e in self.timeline]
         return out
-
-
-def _schedule(schedule: str | Schedule) -> Schedule:
-    try:
-        return Schedule(schedule)
-    except ValueError:
-        known = [s.value for s in Schedule]
-        close = difflib.get_close_matches(str(schedule).lower(), known, n=2, cutoff=0.4)
-        hint = f"did you mean {' or '.join(close)}? " if close else ""
-        raise InputError(f"unknown schedule '{schedule}': {hint}known: {', '.join(known)}") from None
-
-
-def bubble_closed_form(schedule: str | Schedule, pp: int, m: int, vpp: int = 1) -> float | None:
-    """Closed-form bubble fraction for equal stages and p2p=0, or None when there is none.
-
-    gpipe, 1f1b (Huang et al. 2019; Narayanan et al. 2021): (p-1)/(m+p-1).
-    interleaved (Narayanan et al. 2021 §2.2.2): bubble time (p-1)(tf+tb)/v over compute m(tf+tb),
-    so as a fraction of the makespan (p-1)/(v*m+p-1).
-    zb-h1 and dualpipe: the papers give bubble *times* that depend on F, B and W: see bubble_paper_s.
-    """
-    s = _schedule(schedule)
-    if s in (Schedule.gpipe, Schedule.one_f_one_b):
-        return (pp - 1) / (m + pp - 1)
-    if s is Schedule.interleaved:
-        return (pp - 1) / (vpp * m + pp - 1)
-    return None
-
-
-def bubble_paper_s(schedule: str | Schedule, pp: int, forward_s: float, backward_s: float,
-                   weight_grad_s: float | None = None, vpp: int = 1) -> float:
-    """Per-rank idle time from the papers' tables, for equal stages and no p2p.
-
-    DeepSeek-V3 report Table 2 (F forward chunk, B full backward, W weight-grad part, F&B an
-    overlapped forward+backward, here F+B): 1F1B (p-1)(F+B); ZB1P (p-1)(F+B-2W);
-    DualPipe (p/2-1)(F&B+B-3W). GPipe equals 1F1B; interleaved is 1F1B's over vpp (SC21).
-    """
-    s = _schedule(schedule)
-    f, b = forward_s, backward_s
-    w = b / 2 if weight_grad_s is None else weight_grad_s
-    if s in (Schedule.gpipe, Schedule.one_f_one_b):
-        return (pp - 1) * (f + b)
-    if s is Schedule.interleaved:
-        return (pp - 1) * (f + b) / vpp
-    if s is Schedule.zb_h1:
-        return (pp - 1) * (f + b - 2 * w)
-    return (pp / 2 - 1) * ((f + b) + b - 3 * w)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -294,60 +252,87 @@ def _per_stage(name: str, value: float | Sequence[float], pp: int) -> list[float
     return values
 
 
-def _validate(s: Schedule, pp: int, m: int, vpp: int) -> None:
+# --- what a schedule accepts (one definition: the simulator, layout.resolve_config and the search) ---
+
+SIMULATE_MAX_UNITS = 2**20
+"""Largest pp x microbatches x vpp simulated: about 2 million ops, ~2 s and ~0.5 GB. The simulation is
+linear in ops (~1 us each in Python), so pp=256 x 65,536 micro-batches would take over a minute. A
+real step has far fewer (Llama 3 405B: 16 x 16 x 8 = 2,048); the bubble depends on m/p, so a smaller
+m with the same ratio shows the same fraction."""
+TIMELINE_MAX_UNITS = 2**17
+"""Largest pp x microbatches x vpp whose timeline is recorded: 2 events per unit, 262,144 events."""
+
+
+def interleaved_batch_ok(pp, num_microbatches):
+    """Megatron's interleaved schedule runs micro-batches in groups of pp (numpy-friendly)."""
+    return num_microbatches % pp == 0
+
+
+def dualpipe_batch_ok(pp, num_microbatches):
+    """DualPipe.step asserts an even pp, an even number of micro-batches and at least 2 pp of them
+    (numpy-friendly)."""
+    return (pp >= 2) & (pp % 2 == 0) & (num_microbatches % 2 == 0) & (num_microbatches >= 2 * pp)
+
+
+def simulated_units(pp, num_microbatches, vpp):
+    """pp x microbatches x vpp: the simulation's size, bounded by SIMULATE_MAX_UNITS (numpy-friendly)."""
+    return pp * num_microbatches * vpp
+
+
+def _validate(s: Schedule, pp: int, m: int, vpp: int, record_timeline: bool = False) -> None:
     for name, value in (("pp", pp), ("num_microbatches", m), ("vpp", vpp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{name} must be an integer >= 1, got {value!r}")
     if s is Schedule.interleaved:
         if vpp < 2:
             raise InputError("schedule=interleaved needs vpp >= 2 (virtual stages per rank); vpp=1 is 1f1b")
-        if m % pp:
+        if not interleaved_batch_ok(pp, m):
             raise InputError(f"schedule=interleaved needs microbatches divisible by pp (Megatron): "
                              f"microbatches={m}, pp={pp}; use a multiple of {pp}")
     elif vpp != 1:
         raise InputError(f"vpp={vpp} is only used by the interleaved schedule: use schedule interleaved or vpp 1")
-    if s is Schedule.dualpipe and (pp < 2 or pp % 2 or m % 2 or m < 2 * pp):
+    if s is Schedule.dualpipe and not dualpipe_batch_ok(pp, m):
         raise InputError(f"schedule=dualpipe needs an even pp >= 2 and an even number of micro-batches "
                          f">= 2*pp (DualPipe.step asserts it): pp={pp}, microbatches={m}")
+    units = simulated_units(pp, m, vpp)
+    if units > SIMULATE_MAX_UNITS:
+        raise InputError(f"pp*microbatches*vpp={pp}*{m}*{vpp}={units:,} is over the {SIMULATE_MAX_UNITS:,} the "
+                         f"simulator runs: use fewer micro-batches (the bubble depends on microbatches/pp, so "
+                         f"e.g. microbatches={max(1, SIMULATE_MAX_UNITS // (pp * vpp))} keeps the picture)")
+    if record_timeline and units > TIMELINE_MAX_UNITS:
+        raise InputError(f"pp*microbatches*vpp={units:,} is over the {TIMELINE_MAX_UNITS:,} whose timeline is "
+                         f"recorded: use --no-timeline (record_timeline=False), or fewer micro-batches")
 
 
-def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int = 1,
-             forward_s: float | Sequence[float] = 1.0,
-             backward_s: float | Sequence[float] = 2.0,
-             weight_grad_s: float | Sequence[float] | None = None,
-             p2p_s: float = 0.0,
-             record_timeline: bool = True) -> PipelineResult:
-    """Simulate one training step's pipeline schedule; see the module docstring for the model.
+# --- the simulation ------------------------------------------------------------------------------
 
-    forward_s, backward_s: per model stage (one number for all, or pp numbers), one micro-batch.
-    weight_grad_s: the W part of backward_s (default backward_s/2); only zb-h1 and dualpipe run W
-    apart. p2p_s: latency + transfer of one activation or gradient between adjacent ranks.
-    """
-    s = _schedule(schedule)
-    _validate(s, pp, num_microbatches, vpp)
-    m = num_microbatches
-    fwd = _per_stage("forward_s", forward_s, pp)
-    bwd = _per_stage("backward_s", backward_s, pp)
-    wgt = [b / 2 for b in bwd] if weight_grad_s is None else _per_stage("weight_grad_s", weight_grad_s, pp)
-    if any(w > b for w, b in zip(wgt, bwd)):
-        raise InputError(f"weight_grad_s {wgt} is the W part of backward_s {bwd}: it cannot exceed it")
-    if not any(fwd) and not any(bwd):
-        raise InputError("forward_s and backward_s are all 0: give the stages some work")
-    if not (math.isfinite(p2p_s) and p2p_s >= 0):
-        raise InputError(f"p2p_s must be finite and >= 0 seconds, got {p2p_s}")
 
-    # Virtual stages: V per micro-batch path; owner[mb*V + vs] is the rank that runs it.
+@dataclass
+class _Plan:
+    """What the list simulation runs: the virtual stages of every micro-batch's path, their
+    durations, the rank that owns each (micro-batch, virtual stage), and each rank's op order."""
+
+    num_virtual: int                 # V: virtual stages on one micro-batch's path
+    durations: tuple[list[float], ...]   # per op kind (_F, _B, _I, _W): seconds per virtual stage
+    owner: list[int]                 # owner[mb * V + vs]: the rank that runs it
+    orders: list[list[tuple]]        # per rank, ops (kind, mb, vs, mb2, vs2) in issue order
+
+
+def _plan(s: Schedule, pp: int, m: int, vpp: int, fwd: list[float], bwd: list[float],
+          wgt: list[float]) -> _Plan:
+    """Virtual stages, durations, owners and op orders of a schedule (module doc, Conventions)."""
     if s is Schedule.dualpipe:
-        V = pp
-        f_d, b_d, w_d = fwd, bwd, wgt
-        owner = [vs if mb < m // 2 else pp - 1 - vs for mb in range(m) for vs in range(V)]
+        # Every micro-batch passes all pp model stages; the first half enters at rank 0, the rest at rank pp-1.
+        num_virtual, f_d, b_d, w_d = pp, fwd, bwd, wgt
+        owner = [vs if mb < m // 2 else pp - 1 - vs for mb in range(m) for vs in range(pp)]
         orders = [_order_dualpipe(pp, m, r) for r in range(pp)]
     else:
-        V = pp * vpp
-        f_d = [fwd[vs % pp] / vpp for vs in range(V)]
-        b_d = [bwd[vs % pp] / vpp for vs in range(V)]
-        w_d = [wgt[vs % pp] / vpp for vs in range(V)]
-        owner = [vs % pp for vs in range(V)] * m
+        # pp * vpp virtual stages; virtual stage vs is chunk vs // pp of rank vs % pp, 1/vpp of its stage.
+        num_virtual = pp * vpp
+        f_d = [fwd[vs % pp] / vpp for vs in range(num_virtual)]
+        b_d = [bwd[vs % pp] / vpp for vs in range(num_virtual)]
+        w_d = [wgt[vs % pp] / vpp for vs in range(num_virtual)]
+        owner = [vs % pp for vs in range(num_virtual)] * m
         if s is Schedule.interleaved:
             orders = [_order_interleaved(pp, m, vpp, r) for r in range(pp)]
         else:
@@ -355,18 +340,28 @@ def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int 
                      Schedule.zb_h1: _order_zb_h1}[s]
             orders = [build(pp, m, r) for r in range(pp)]
     i_d = [b - w for b, w in zip(b_d, w_d)]
-    dur = (f_d, b_d, i_d, w_d)
+    return _Plan(num_virtual, (f_d, b_d, i_d, w_d), owner, orders)
 
-    # List simulation over the dependency graph: a rank runs its list in order until an op's input
-    # is missing; finishing an op wakes the rank that consumes its output. O(number of ops).
-    f_end = [_NOT_DONE] * (m * V)
-    b_end = [_NOT_DONE] * (m * V)
+
+def _run(plan: _Plan, pp: int, m: int, p2p_s: float, record_timeline: bool) -> tuple[list[float], list[list[tuple]]]:
+    """The list simulation: each rank runs its ops in order, each as soon as the rank is free and the
+    op's input has arrived; an op whose input is missing parks the rank, and finishing an op wakes
+    the rank that consumes its output. O(number of ops).
+
+    Returns each rank's finishing time and, with record_timeline, its ops with start and end times.
+    The loop is written flat (locals, no per-op calls): it runs millions of times.
+    """
+    V = plan.num_virtual
+    dur, owner, orders = plan.durations, plan.owner, plan.orders
+    f_d, b_d, w_d = dur[_F], dur[_B], dur[_W]
+    f_end = [_NOT_DONE] * (m * V)   # when (mb, vs)'s forward output exists, by mb * V + vs
+    b_end = [_NOT_DONE] * (m * V)   # when (mb, vs)'s input gradient exists
     pos, free = [0] * pp, [0.0] * pp
-    raw: list[list[tuple]] = [[] for _ in range(pp)]  # per rank, in run order
+    raw: list[list[tuple]] = [[] for _ in range(pp)]
     last = V - 1
-    stack = list(range(pp))
-    while stack:
-        r = stack.pop()
+    awake = list(range(pp))
+    while awake:
+        r = awake.pop()
         ops, i, t = orders[r], pos[r], free[r]
         record = raw[r].append if record_timeline else None
         n = len(ops)
@@ -375,7 +370,7 @@ def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int 
             k = mb * V + vs
             start = t
             if kind == _F or kind == _X:
-                if vs:
+                if vs:    # F(mb, vs) after F(mb, vs-1), plus p2p from another rank
                     ready = f_end[k - 1]
                     if ready < 0:
                         break
@@ -383,7 +378,7 @@ def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int 
                         ready += p2p_s
                     if ready > start:
                         start = ready
-                if kind == _X:  # the backward half: same checks as a B on (mb2, vs2)
+                if kind == _X:    # the overlapped backward half: the checks of a B on (mb2, vs2)
                     k2 = mb2 * V + vs2
                     if f_end[k2] < 0:
                         break
@@ -398,17 +393,17 @@ def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int 
                     end = start + f_d[vs] + b_d[vs2]
                     b_end[k2] = end
                     if vs2:
-                        stack.append(owner[k2 - 1])
+                        awake.append(owner[k2 - 1])
                 else:
                     end = start + f_d[vs]
                 f_end[k] = end
                 if vs < last:
-                    stack.append(owner[k + 1])
-            elif kind == _W:
+                    awake.append(owner[k + 1])
+            elif kind == _W:    # W(mb, vs) after B(mb, vs), same rank
                 if b_end[k] < 0:
                     break
                 end = start + w_d[vs]
-            else:  # _B or _I
+            else:    # _B or _I: after F(mb, vs) and B(mb, vs+1), plus p2p from another rank
                 if f_end[k] < 0:
                     break
                 if vs < last:
@@ -422,7 +417,7 @@ def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int 
                 end = start + dur[kind][vs]
                 b_end[k] = end
                 if vs:
-                    stack.append(owner[k - 1])
+                    awake.append(owner[k - 1])
             if record is not None:
                 record((kind, mb, vs, mb2, vs2, start, end))
             t = end
@@ -430,102 +425,77 @@ def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int 
         pos[r], free[r] = i, t
     stuck = [r for r in range(pp) if pos[r] < len(orders[r])]
     if stuck:  # a schedule-builder bug, never a user error
-        raise RuntimeError(f"pipeline schedule {s.value} deadlocked on ranks {stuck}")
+        raise RuntimeError(f"pipeline deadlocked on ranks {stuck}")
+    return free, raw
 
-    # Busy time and held activations, walked in each rank's (serial) op order.
-    unit = 1 if s is Schedule.dualpipe else vpp
+
+def _busy_and_peak(plan: _Plan, pp: int, unit: int) -> tuple[list[float], list[float]]:
+    """Per rank: compute seconds, and the most micro-batches whose forward activations are held at
+    once (module doc), counting `unit` chunks as one micro-batch; walked in each rank's op order."""
+    dur = plan.durations
+    f_d, b_d = dur[_F], dur[_B]
     busy, peak = [], []
     for r in range(pp):
         total, held, top = 0.0, 0, 0
-        for kind, mb, vs, mb2, vs2 in orders[r]:
+        for kind, mb, vs, mb2, vs2 in plan.orders[r]:
             total += f_d[vs] + b_d[vs2] if kind == _X else dur[kind][vs]
             if kind == _F or kind == _X:
                 held += 1
                 top = max(top, held)
-            if kind != _F and kind != _I:
+            if kind != _F and kind != _I:    # B, W and FB free a micro-batch's activations
                 held -= 1
         busy.append(total)
         peak.append(top / unit)
+    return busy, peak
+
+
+def _events(s: Schedule, pp: int, m: int, raw: list[list[tuple]]) -> list[PipelineEvent]:
+    """The recorded ops as PipelineEvents, rank by rank."""
+    def chunk(mb: int, vs: int) -> int:
+        return int(mb >= m // 2) if s is Schedule.dualpipe else vs // pp
+
+    return [PipelineEvent(r, _KIND_NAME[kind], mb, chunk(mb, vs), start, end,
+                          mb2 if kind == _X else None, chunk(mb2, vs2) if kind == _X else None)
+            for r in range(pp) for kind, mb, vs, mb2, vs2, start, end in raw[r]]
+
+
+def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int = 1,
+             forward_s: float | Sequence[float] = 1.0,
+             backward_s: float | Sequence[float] = 2.0,
+             weight_grad_s: float | Sequence[float] | None = None,
+             p2p_s: float = 0.0,
+             record_timeline: bool = True) -> PipelineResult:
+    """Simulate one training step's pipeline schedule; see the module docstring for the model.
+
+    forward_s, backward_s: per model stage (one number for all, or pp numbers), one micro-batch.
+    weight_grad_s: the W part of backward_s (default backward_s/2); only zb-h1 and dualpipe run W
+    apart. p2p_s: latency + transfer of one activation or gradient between adjacent ranks.
+    Sizes are bounded: pp x num_microbatches x vpp <= SIMULATE_MAX_UNITS (TIMELINE_MAX_UNITS with
+    the timeline).
+    """
+    s = _schedule(schedule)
+    _validate(s, pp, num_microbatches, vpp, record_timeline)
+    m = num_microbatches
+    fwd = _per_stage("forward_s", forward_s, pp)
+    bwd = _per_stage("backward_s", backward_s, pp)
+    wgt = [b / 2 for b in bwd] if weight_grad_s is None else _per_stage("weight_grad_s", weight_grad_s, pp)
+    if any(w > b for w, b in zip(wgt, bwd)):
+        raise InputError(f"weight_grad_s {wgt} is the W part of backward_s {bwd}: it cannot exceed it")
+    if not any(fwd) and not any(bwd):
+        raise InputError("forward_s and backward_s are all 0: give the stages some work")
+    if not (math.isfinite(p2p_s) and p2p_s >= 0):
+        raise InputError(f"p2p_s must be finite and >= 0 seconds, got {p2p_s}")
+
+    plan = _plan(s, pp, m, vpp, fwd, bwd, wgt)
+    free, raw = _run(plan, pp, m, p2p_s, record_timeline)
+    busy, peak = _busy_and_peak(plan, pp, unit=1 if s is Schedule.dualpipe else vpp)
     makespan = max(free)
-
-    timeline = []
-    if record_timeline:
-        def chunk(mb: int, vs: int) -> int:
-            return int(mb >= m // 2) if s is Schedule.dualpipe else vs // pp
-
-        for r in range(pp):
-            for kind, mb, vs, mb2, vs2, start, end in raw[r]:
-                timeline.append(PipelineEvent(
-                    r, _KIND_NAME[kind], mb, chunk(mb, vs), start, end,
-                    mb2 if kind == _X else None, chunk(mb2, vs2) if kind == _X else None))
     return PipelineResult(
         schedule=s.value, pp=pp, num_microbatches=m, vpp=vpp, makespan_s=makespan,
         bubble_fraction=max(0.0, 1.0 - sum(busy) / pp / makespan), stage_busy_s=busy,  # clamp float noise
-        peak_inflight_microbatches=peak, timeline=timeline,
+        peak_inflight_microbatches=peak, timeline=_events(s, pp, m, raw) if record_timeline else [],
     )
 
 
-# ----------------------------------------------------------------------------------------------
-# Rendering
-
-
-_FILL = {"F": "F", "B": "B", "W": "W", "FB": "X"}
-
-
-def render_ascii(result: PipelineResult, width: int = 100) -> str:
-    """A rank x time grid: F forward, B backward, W weight gradient, X overlapped F&B, '.' idle.
-    Each op starts with its capital letter, then its micro-batch id where there is room (X shows
-    the forward's), then lower-case fill, so adjacent ops stay apart."""
-    if not result.timeline:
-        raise InputError("render_ascii needs a timeline: simulate with record_timeline=True")
-    label = max(len(f"rank {result.pp - 1} |"), 8)
-    cols = max(10, width - label - 1)
-    scale = cols / result.makespan_s
-    rows = []
-    grid = [["."] * cols for _ in range(result.pp)]
-    for e in result.timeline:
-        c0 = min(cols - 1, int(round(e.start_s * scale)))
-        c1 = min(cols, max(c0 + 1, int(round(e.end_s * scale))))
-        letter, cells = _FILL[e.kind], c1 - c0
-        tag = f"{letter}{e.microbatch}"
-        head = tag if len(tag) <= cells else letter
-        grid[e.stage][c0:c1] = head + letter.lower() * (cells - len(head))
-    for r, row in enumerate(grid):
-        rows.append(f"{f'rank {r}':<{label - 1}}|" + "".join(row) + "|")
-    axis = f"0 s{'':<{max(0, cols - 14)}}{result.makespan_s:>10.4g} s"
-    rows.append(" " * label + axis)
-    rows.append(" " * label + "F forward  B backward  W weight grad  X overlapped F&B  . idle")
-    if len(result.timeline) > result.pp * cols:
-        rows.append(" " * label + "(more ops than columns: a column shows the last op in it)")
-    return "\n".join(rows)
-
-
-def render_mermaid(result: PipelineResult, max_events: int = 2000) -> str:
-    """A ```mermaid gantt block (one section per rank) for Markdown reports. Times are integers
-    in the unit named in the title (ms, us or ns, whichever keeps the makespan >= 1000 units)."""
-    if not result.timeline:
-        raise InputError("render_mermaid needs a timeline: simulate with record_timeline=True")
-    unit, scale = "ns", 1e9
-    for name, factor in (("ms", 1e3), ("us", 1e6)):
-        if result.makespan_s * factor >= 1000:
-            unit, scale = name, factor
-            break
-    lines = ["```mermaid", "gantt",
-             f"    title {result.schedule} pp={result.pp} microbatches={result.num_microbatches}"
-             f" vpp={result.vpp}, bubble {result.bubble_fraction:.1%} (time in {unit})",
-             "    dateFormat x", "    axisFormat %L"]
-    by_rank: dict[int, list[PipelineEvent]] = {}
-    for e in result.timeline[:max_events]:
-        by_rank.setdefault(e.stage, []).append(e)
-    for r in sorted(by_rank):
-        lines.append(f"    section rank {r}")
-        for e in by_rank[r]:
-            name = f"{e.kind}{e.microbatch}" + (f"/B{e.backward_microbatch}" if e.kind == "FB" else "")
-            if result.vpp > 1:
-                name += f" c{e.chunk}"
-            start, end = round(e.start_s * scale), round(e.end_s * scale)
-            lines.append(f"    {name} : {start}, {max(end, start + 1)}")
-    if len(result.timeline) > max_events:
-        lines.append(f"    %% {len(result.timeline) - max_events} more events left out")
-    lines.append("```")
-    return "\n".join(lines)
+# Rendering lives in pipeline_render.py; imported here so `pipeline.render_ascii` keeps working.
+from .pipeline_render import render_ascii, render_mermaid  # noqa: E402

@@ -52,9 +52,13 @@ def register(app: typer.Typer) -> None:
         width: Annotated[int, typer.Option("--width", help="columns of the ASCII timeline")] = 100,
         mermaid: Annotated[bool, typer.Option("--mermaid", help="print a Mermaid gantt block instead of ASCII")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="print the result object as JSON")] = False,
-        timeline: Annotated[bool, typer.Option("--timeline/--no-timeline", help="record and print the timeline")] = True,
+        timeline: Annotated[Optional[bool], typer.Option(
+            "--timeline/--no-timeline",
+            help="record and print the timeline (default: on for text, off for --json, which would embed every event)")] = None,
     ) -> None:
         """Simulate a pipeline schedule over its dependency graph: bubble, peak in-flight micro-batches, timeline."""
+        if timeline is None:
+            timeline = not as_json
         result = bubble_report(schedule, pp, microbatches, vpp, forward, backward, weight_grad, p2p,
                                timeline or mermaid)
         if as_json:
