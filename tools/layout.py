@@ -5,12 +5,12 @@ Every check names all of its factors, e.g. "tp*pp*cp=24 does not divide gpus=64"
 
 from __future__ import annotations
 
-import math
-
+from .codes import SCHEDULE_CODES
 from .errors import InputError
 from .recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
 from .recompute import module_applies
 from .specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, RecomputeModule, Schedule
+from .validity import Knobs, check
 
 
 def _positive(name: str, value: int | float | None) -> None:
@@ -128,62 +128,13 @@ def resolve_config(
     if precision is Precision.fp8 and not fp8_supported:
         raise InputError("precision=fp8 needs FP8 tensor cores (Hopper or newer): use --precision bf16")
 
-    model_parallel = tp * pp * cp
-    if gpus % model_parallel:
-        raise InputError(
-            f"tp*pp*cp={tp}*{pp}*{cp}={model_parallel} does not divide gpus={gpus}: "
-            f"choose sizes whose product divides {gpus}"
-        )
-    dp = gpus // model_parallel
-    if model.num_attention_heads % tp:
-        raise InputError(
-            f"tp={tp} does not divide the {model.num_attention_heads} attention heads of {model.name}"
-        )
-    kv = model.num_kv_heads
-    if model.attention_type == "mha" and kv % tp and tp % kv:
-        raise InputError(f"tp={tp} and the {kv} key/value heads of {model.name} must divide one another")
-    if pp > model.num_layers:
-        raise InputError(f"pp={pp} is larger than the {model.num_layers} layers of {model.name}")
-    if ep > 1:
-        if not model.is_moe:
-            raise InputError(f"ep={ep} needs a mixture-of-experts model; {model.name} is dense: use --ep 1")
-        if model.num_experts % ep:
-            raise InputError(f"ep={ep} does not divide the {model.num_experts} experts of {model.name}")
-        if (dp * cp) % ep:
-            raise InputError(
-                f"ep={ep} must divide dp*cp={dp}*{cp}={dp * cp} (experts are spread over the data-parallel ranks)"
-            )
-    if cp > 1 and seq % (2 * cp):
-        raise InputError(f"seq={seq} must be divisible by 2*cp={2 * cp} for load-balanced context parallelism")
-    if tp > 1 and sequence_parallel and (seq // cp) % tp:
-        raise InputError(f"seq/cp={seq // cp} must be divisible by tp={tp} for sequence parallelism")
-
-    if vpp > 1:
-        if pp == 1:
-            raise InputError(f"vpp={vpp} needs pipeline parallelism: set --pp above 1 or use --vpp 1")
-        stage_layers = math.ceil(model.num_layers / pp)
-        if stage_layers % vpp:
-            raise InputError(
-                f"vpp={vpp} does not divide the {stage_layers} layers per stage "
-                f"({model.num_layers} layers / pp={pp})"
-            )
     if schedule is None:
         schedule = Schedule.interleaved if vpp > 1 else Schedule.one_f_one_b
     schedule = _choice(Schedule, "schedule", schedule)
-    if schedule is Schedule.interleaved and vpp == 1:
-        raise InputError("schedule=interleaved needs --vpp 2 or more (virtual stages per rank)")
-    if schedule is not Schedule.interleaved and vpp > 1:
-        raise InputError(f"vpp={vpp} is only used by the interleaved schedule: use --schedule interleaved or --vpp 1")
-    if schedule is Schedule.dualpipe and pp > 1 and pp % 2:
-        raise InputError(f"schedule=dualpipe needs an even pp, got pp={pp}")
-
-    if gbs is not None and gbs % (dp * mbs):
-        raise InputError(
-            f"gbs={gbs} is not divisible by dp*mbs={dp}*{mbs}={dp * mbs}: "
-            f"use a multiple of {dp * mbs}"
-        )
-    if schedule is Schedule.dualpipe and pp > 1 and gbs is not None and (gbs // (dp * mbs)) % 2:
-        raise InputError("schedule=dualpipe needs an even number of micro-batches (gbs / (dp*mbs))")
+    knobs = Knobs(gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, seq=seq, gbs=gbs,
+                  schedule=SCHEDULE_CODES[schedule], sequence_parallel=sequence_parallel)
+    check(model, knobs)   # validity.RULES, the search's rules too
+    dp = int(knobs.dp)
 
     return ParallelConfig(
         tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, vpp=vpp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
