@@ -17,11 +17,15 @@ from trainplan.tools.collectives import group_layout
 from trainplan.tools.errors import InputError
 from trainplan.tools.layout import resolve_config
 from trainplan.tools.pipeline import _validate, simulate
-from trainplan.tools.search import (
-    KNOBS, R_BUDGET, R_DEADLINE, R_HEADS, R_MEMORY, R_SCALAR_INVALID, REASONS, Pins, _dp_exchange_and_optimizer,
-    _S, _SCHEDULE_BY_CODE, _RECOMPUTE_BY_CODE, _stage_counts, _work_pieces, enumerate_space,
-    gpu_counts, pipeline_makespan, prepare, scalar_policy_reason, search, search_scalar, validity,
+from trainplan.tools.codes import RECOMPUTE_BY_CODE as _RECOMPUTE_BY_CODE, SCHEDULE_BY_CODE as _SCHEDULE_BY_CODE
+from trainplan.tools.codes import SCHEDULE_CODES as _S
+from trainplan.tools.pipeline_closed_form import makespan_closed_form as pipeline_makespan
+from trainplan.tools.search import R_SCALAR_INVALID, prepare, scalar_policy_reason, search, search_scalar
+from trainplan.tools.search_score import dp_optimizer_p2p, stage_counts as _stage_counts, work_pieces as _work_pieces
+from trainplan.tools.search_space import (
+    KNOBS, R_BUDGET, R_DEADLINE, R_MEMORY, REASONS, Pins, enumerate_space, gpu_counts, validity,
 )
+from trainplan.tools.validity import R_HEADS
 from trainplan.tools.specs import Schedule
 
 SMALL = dict(model="llama3-8b", gpu="h100", gpus=16, gbs=32, seq=4096)
@@ -214,16 +218,13 @@ def test_stage_pieces_and_dp_terms_match_step(model, gpu, gpus, gbs, seq, precis
                 for s, ids in enumerate(step._stage_layers(job.model, cfg.pp))]
         for s, w in enumerate(work):
             np.testing.assert_allclose(stages[:3, s], [w.forward_s, w.backward_s, w.weight_grad_s], rtol=1e-9)
-        params = step.stage_params(job.model, cfg.pp)
         forward = np.array([[w.forward_s for w in work]])
         backward = np.array([[w.backward_s for w in work]])
-        exposed, optimizer, p2p = _dp_exchange_and_optimizer(
-            job.model, cluster, job, (cfg.tp, cfg.cp, cfg.dp, cfg.ep, cfg.pp), params, np.array([cfg.zero]),
+        exposed, optimizer, p2p = dp_optimizer_p2p(
+            job.model, cluster, job, (cfg.tp, cfg.cp, cfg.dp, cfg.ep, cfg.pp), np.array([cfg.zero]),
             forward, backward, np.array([cfg.num_microbatches]), np.array([float(cfg.mbs)]))
-        stage_params = [(d / cfg.tp, e / (cfg.tp * cfg.ep)) for d, e in zip(*params)]
-        expect_dp = max(step._dp_exchange_s(job.model, cfg, cluster, groups, stage_params[s], work[s].forward_s,
-                                            work[s].backward_s, cfg.num_microbatches) for s in range(cfg.pp))
-        expect_opt = max(step._optimizer_s(cfg, cluster, p) for p in stage_params)
+        result = step.step_time(job.model, cfg, cluster)
+        expect_dp, expect_opt = result.breakdown["comm/dp"], result.breakdown["optimizer"]
         np.testing.assert_allclose([exposed[0], optimizer[0]], [expect_dp, expect_opt], rtol=1e-9, atol=1e-12)
 
 

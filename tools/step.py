@@ -260,26 +260,44 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
     return exposed * (np.asarray(params) > 0)
 
 
-def _dp_exchange_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
-                   rank_params: tuple[float, float], first_forward_s: float, last_backward_s: float,
-                   num_microbatches: int) -> float:
-    """Exposed data-parallel seconds on one stage: dense parameters over dp*cp, experts over edp."""
-    grad_bytes = 2 if cfg.bf16_grads else 4
-    return float(sum(
-        dp_exchange_s(cfg.zero, params, group, cluster, first_forward_s, last_backward_s, num_microbatches,
-                      grad_bytes)
-        for params, group in ((rank_params[0], groups["dp_cp"]), (rank_params[1], groups["edp"]))
-    ))
+def data_parallel_s(zero, dense_params, expert_params, groups: dict, cluster: ClusterSpec, forward_s, backward_s,
+                    num_microbatches, bf16_grads: bool = False):
+    """Exposed data-parallel seconds of one rank: its dense parameters over dp*cp, its expert
+    parameters over the expert-data-parallel group (dp_exchange_s each). numpy-friendly in every
+    argument but the groups, cluster and bf16_grads: the scalar step and the search share it."""
+    grad_bytes = 2 if bf16_grads else 4
+    return sum(dp_exchange_s(zero, params, group, cluster, forward_s, backward_s, num_microbatches, grad_bytes)
+               for params, group in ((dense_params, groups["dp_cp"]), (expert_params, groups["edp"])))
 
 
-def _optimizer_s(cfg: ParallelConfig, cluster: ClusterSpec, rank_params: tuple[float, float]) -> float:
-    dense, expert = rank_params
-    dp_cp = cfg.dp * cfg.cp
-    sharded = dense / (dp_cp if cfg.zero >= 1 else 1) + expert / (cfg.expert_dp if cfg.zero >= 1 else 1)
-    if cfg.optimizer_offload:
+def optimizer_s(zero, dense_params, expert_params, dp_cp: int, expert_dp: int, gpu, offload: bool = False):
+    """Seconds of one rank's optimizer step on the parameters it owns: ZeRO >= 1 shards dense
+    parameters over dp*cp and expert parameters over the expert-data-parallel group.
+
+    On the GPU: a memory-bound pass of ADAM_BYTES_PER_PARAM. With optimizer_offload (ZeRO-Offload):
+    fp32 gradients down and bf16 weights up over PCIe, and a CPU Adam. numpy-friendly in zero and
+    the parameter counts."""
+    sharded = dense_params / np.where(zero >= 1, dp_cp, 1) + expert_params / np.where(zero >= 1, expert_dp, 1)
+    if offload:
         pcie_s = sharded * (4 + 2) / (PCIE_GB_S * 1e9)
         return pcie_s + sharded / CPU_ADAM_PARAMS_PER_S
-    return compute.memory_bound_time_s(ADAM_BYTES_PER_PARAM * sharded, cluster.gpu, kernels=4)
+    return compute.memory_bound_time_s(ADAM_BYTES_PER_PARAM * sharded, gpu, kernels=4)
+
+
+def p2p_s(model: ModelSpec, mbs, seq: int, cp: int, tp: int, sequence_parallel: bool, groups: dict,
+          cluster: ClusterSpec, pp: int):
+    """Seconds of one pipeline hop: a micro-batch's activation (or its gradient), 2 b s/cp h bytes,
+    split over tp with sequence parallelism; 0 without pipeline parallelism. numpy-friendly in mbs."""
+    if pp == 1:
+        return np.zeros_like(np.asarray(mbs, dtype=float))
+    p2p_bytes = 2.0 * mbs * seq / cp * model.hidden_size / (tp if sequence_parallel else 1)
+    return collective_time_s("p2p", p2p_bytes, groups["pp"], cluster)
+
+
+def rank_params(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters one rank of each pipeline stage holds after TP and EP sharding."""
+    dense, expert = stage_params(model, pp)
+    return dense / tp, expert / (tp * ep)
 
 
 def stage_params(model: ModelSpec, pp: int) -> tuple[np.ndarray, np.ndarray]:
@@ -326,13 +344,11 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     work = [stage_work(model, cfg, cluster, groups, s, ids) for s, ids in enumerate(stages)]
     m = cfg.num_microbatches
 
-    tokens = cfg.mbs * cfg.seq / cfg.cp
-    p2p_bytes = 2 * tokens * model.hidden_size / (cfg.tp if cfg.sequence_parallel else 1)
-    p2p_s = collective_time_s("p2p", p2p_bytes, groups["pp"], cluster) if cfg.pp > 1 else 0.0
+    hop_s = float(p2p_s(model, cfg.mbs, cfg.seq, cfg.cp, cfg.tp, cfg.sequence_parallel, groups, cluster, cfg.pp))
     result = simulate(
         cfg.schedule if cfg.pp > 1 else Schedule.one_f_one_b, cfg.pp, m, vpp=cfg.vpp,
         forward_s=[w.forward_s for w in work], backward_s=[w.backward_s for w in work],
-        weight_grad_s=[w.weight_grad_s for w in work], p2p_s=p2p_s, record_timeline=record_timeline,
+        weight_grad_s=[w.weight_grad_s for w in work], p2p_s=hop_s, record_timeline=record_timeline,
     )
     makespan = result.makespan_s
 
@@ -342,15 +358,13 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
         rank_stages = [(critical, m / 2), (cfg.pp - 1 - critical, m / 2)]
     else:
         rank_stages = [(critical, m)]
-    dense, expert = stage_params(model, cfg.pp)
-    # What one rank of each stage holds after TP and EP sharding.
-    stage_params_per_rank = [(d / cfg.tp, e / (cfg.tp * cfg.ep)) for d, e in zip(dense, expert)]
-    dp_exposed = max(
-        _dp_exchange_s(model, cfg, cluster, groups, stage_params_per_rank[s], work[s].forward_s,
-                       work[s].backward_s, m)
-        for s in range(cfg.pp)
-    )
-    optimizer = max(_optimizer_s(cfg, cluster, p) for p in stage_params_per_rank)
+    # The slowest stage's data-parallel exchange and optimizer step (each stage's rank does its own).
+    dense, expert = rank_params(model, cfg.pp, cfg.tp, cfg.ep)
+    dp_exposed = float(np.max(data_parallel_s(
+        cfg.zero, dense, expert, groups, cluster, np.array([w.forward_s for w in work]),
+        np.array([w.backward_s for w in work]), m, cfg.bf16_grads)))
+    optimizer = float(np.max(optimizer_s(cfg.zero, dense, expert, cfg.dp * cfg.cp, cfg.expert_dp, cluster.gpu,
+                                         cfg.optimizer_offload)))
     step_s = makespan + dp_exposed + optimizer
 
     compute_s = sum(n * work[s].compute_s for s, n in rank_stages)

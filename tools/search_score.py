@@ -1,0 +1,201 @@
+"""The layout search's vectorised scoring: memory, step time, days and cost of many valid layouts
+at once, from the scalar model's own terms.
+
+- Memory: memory.memory_totals_vectorised, the same core (memory._core) as memory_breakdown, on
+  the most loaded rank; a layout fits when its total is at most capacity - headroom.
+- Stage work: a stage's per-micro-batch forward, backward and weight-gradient seconds are linear in
+  its layers, so step.stage_work runs once per unique (tp, cp, ep, mbs, recompute, dualpipe) on one
+  dense layer, one MoE layer, the embedding and the head, and is broadcast over every stage of
+  every layout with numpy.
+- Pipeline: pipeline_closed_form.makespan_closed_form (the simulator in closed form).
+- Data parallelism, optimizer and p2p: step.data_parallel_s, step.optimizer_s, step.p2p_s and
+  step.rank_params, the very functions step.step_time calls.
+- Days and cost: cost.SECONDS_PER_DAY with the job's goodput, as cost.training_cost.
+
+tests/test_search.py checks that this path and the scalar one (resolve_config + estimate.evaluate)
+agree on random layouts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import step
+from .codes import PRECISION_CODES, RECOMPUTE_BY_CODE, SCHEDULE_CODES
+from .collectives import group_layout
+from .cost import SECONDS_PER_DAY
+from .layout import model_layers_per_stage
+from .memory import memory_totals_vectorised
+from .pipeline_closed_form import makespan_closed_form
+from .search_space import (
+    R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, SearchJob, enumerate_space, validity,
+)
+from .specs import ClusterSpec, ModelSpec, ParallelConfig, Schedule
+
+_DUAL = SCHEDULE_CODES[Schedule.dualpipe]
+_PIECES = ("forward_s", "backward_s", "weight_grad_s", "compute_s", "comm/tp", "comm/cp", "comm/ep")
+
+
+def _stage_piece(work) -> list[float]:
+    return [work.forward_s, work.backward_s, work.weight_grad_s, work.compute_s,
+            work.comm_s["tp"], work.comm_s["cp"], work.comm_s["ep"]]
+
+
+def work_pieces(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key: tuple) -> np.ndarray:
+    """(4, len(_PIECES)): one dense layer, one MoE layer, the embedding and the head, each as
+    step.stage_work sees it for one micro-batch. A stage is the sum of its pieces."""
+    tp, cp, ep, mbs, rec, dual = key
+    cfg = ParallelConfig(tp=tp, pp=3, cp=cp, ep=ep, dp=ep, mbs=mbs, seq=job.seq,
+                         recompute=RECOMPUTE_BY_CODE[rec], precision=job.precision,
+                         schedule=Schedule.dualpipe if dual else Schedule.one_f_one_b, sequence_parallel=tp > 1,
+                         tp_comm_overlap=job.tp_comm_overlap and tp > 1)
+    groups = group_layout(cfg, cluster.gpus_per_node)
+    moe = set(model.moe_layers) if model.is_moe else set()
+    dense_id = next((i for i in range(model.num_layers) if i not in moe), None)
+    moe_id = next((i for i in range(model.num_layers) if i in moe), None)
+    rows = []
+    for stage, ids in ((1, [dense_id]), (1, [moe_id]), (0, []), (2, [])):
+        if ids and ids[0] is None:
+            rows.append([0.0] * len(_PIECES))
+        else:
+            rows.append(_stage_piece(step.stage_work(model, cfg, cluster, groups, stage, ids)))
+    return np.array(rows)
+
+
+def stage_counts(model: ModelSpec, pp: int) -> np.ndarray:
+    """(4, pp): dense layers, MoE layers, holds the embedding, holds the head, per stage."""
+    counts = model_layers_per_stage(model, pp)
+    moe = set(model.moe_layers) if model.is_moe else set()
+    out, start = np.zeros((4, pp)), 0
+    for s, n in enumerate(counts):
+        ids = range(start, start + n)
+        out[1, s] = sum(1 for i in ids if i in moe)
+        out[0, s] = n - out[1, s]
+        start += n
+    out[2, 0] = 1.0
+    out[3, pp - 1] = 1.0
+    return out
+
+
+def dp_optimizer_p2p(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key: tuple, zero: np.ndarray,
+                     forward_s: np.ndarray, backward_s: np.ndarray, m: np.ndarray,
+                     mbs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(exposed DP seconds, optimizer seconds, p2p seconds) for rows sharing (tp, cp, dp, ep, pp),
+    each the slowest stage's, through step's own functions over numpy rows x stages."""
+    tp, cp, dp, ep, pp = key
+    cfg = ParallelConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, seq=job.seq, sequence_parallel=tp > 1)
+    groups = group_layout(cfg, cluster.gpus_per_node)
+    dense, expert = step.rank_params(model, pp, tp, ep)
+    z = zero[:, None]
+    exposed = step.data_parallel_s(z, dense, expert, groups, cluster, forward_s, backward_s, m[:, None],
+                                   job.bf16_grads)
+    optimizer = step.optimizer_s(z, dense, expert, dp * cp, cfg.expert_dp, cluster.gpu, job.optimizer_offload)
+    p2p = step.p2p_s(model, mbs, job.seq, cp, tp, tp > 1, groups, cluster, pp)
+    return (np.max(exposed * np.ones_like(forward_s), axis=1), np.max(optimizer * np.ones_like(forward_s), axis=1),
+            np.asarray(p2p, dtype=float) * np.ones(mbs.size))
+
+
+def vector_times(model: ModelSpec, job: SearchJob, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """step_s and its parts for valid layouts (all on one GPU count), vectorised (module doc)."""
+    n = rows["tp"].size
+    out = {k: np.zeros(n) for k in ("step_s", "makespan_s", "comm/dp", "optimizer")}
+    if not n:
+        return out
+    cluster = job.cluster(int(rows["gpus"][0]))
+    dual = (rows["schedule"] == _DUAL) & (rows["pp"] > 1) & (rows["ep"] > 1) & model.is_moe
+    work_keys = np.stack([rows["tp"], rows["cp"], rows["ep"], rows["mbs"], rows["recompute"], dual]).T
+    unique_work, work_index = np.unique(work_keys, axis=0, return_inverse=True)
+    work_index = work_index.reshape(-1)
+    pieces = np.stack([work_pieces(model, cluster, job, tuple(int(x) for x in key)) for key in unique_work])
+    for pp in np.unique(rows["pp"]):
+        pp = int(pp)
+        idx = np.nonzero(rows["pp"] == pp)[0]
+        counts = stage_counts(model, pp)                      # (4, pp)
+        stage = np.einsum("kc,nkj->njc", counts, pieces[work_index[idx]])   # (n, pieces, pp)
+        forward_s, backward_s, weight_s = stage[:, 0], stage[:, 1], stage[:, 2]
+        dp_keys = np.stack([rows["tp"][idx], rows["cp"][idx], rows["dp"][idx], rows["ep"][idx]]).T
+        unique_dp, dp_index = np.unique(dp_keys, axis=0, return_inverse=True)
+        dp_index = dp_index.reshape(-1)
+        exposed, optimizer, p2p = np.zeros(idx.size), np.zeros(idx.size), np.zeros(idx.size)
+        for j, key in enumerate(unique_dp):
+            sub = np.nonzero(dp_index == j)[0]
+            rows_sub = idx[sub]
+            e, o, c = dp_optimizer_p2p(
+                model, cluster, job, (*(int(x) for x in key), pp), rows["zero"][rows_sub],
+                forward_s[sub], backward_s[sub], rows["m"][rows_sub], rows["mbs"][rows_sub].astype(float))
+            exposed[sub], optimizer[sub], p2p[sub] = e, o, c
+        makespan = makespan_closed_form(rows["schedule"][idx], pp, rows["m"][idx], rows["vpp"][idx],
+                                        forward_s, backward_s, weight_s, p2p)
+        out["makespan_s"][idx] = makespan
+        out["comm/dp"][idx] = exposed
+        out["optimizer"][idx] = optimizer
+        out["step_s"][idx] = makespan + exposed + optimizer
+    return out
+
+
+def vector_memory(job: SearchJob, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """memory.memory_totals_vectorised for valid rows, with the job's fixed knobs."""
+    n = rows["tp"].size
+    if not n:
+        return {"total": np.zeros(0)}
+    return memory_totals_vectorised(job.model, job.gpu, {
+        "tp": rows["tp"], "pp": rows["pp"], "cp": rows["cp"], "ep": rows["ep"], "dp": rows["dp"],
+        "vpp": rows["vpp"], "zero": rows["zero"], "mbs": rows["mbs"], "num_microbatches": rows["m"],
+        "seq": np.full(n, job.seq), "recompute": rows["recompute"], "schedule": rows["schedule"],
+        "precision": np.full(n, PRECISION_CODES[job.precision]),
+        "sequence_parallel": (rows["tp"] > 1).astype(float),
+        "optimizer_offload": np.full(n, float(job.optimizer_offload)),
+        "bf16_grads": np.full(n, float(job.bf16_grads)),
+    })
+
+
+def training_days_cost(job: SearchJob, gpus: int, step_s: np.ndarray):
+    """(days, cost_usd) of the job's tokens at step_s seconds per step, or (None, None) without tokens."""
+    if job.tokens is None:
+        return None, None
+    steps = math.ceil(job.tokens / (job.gbs * job.seq))
+    days = steps * step_s / job.goodput / SECONDS_PER_DAY
+    cost = gpus * steps * step_s / job.goodput / 3600 * job.price
+    return days, cost
+
+
+def evaluate_count(job: SearchJob, gpus: int, score_of, engine_ok=None) -> dict:
+    """The vectorised pass on one GPU count: every layout's rejection reason (-1: kept) and the
+    kept rows with memory_gib, step_s and score = score_of(step_s, gpus, days, cost).
+
+    engine_ok(rows) -> bool array: the layouts the requested engine runs (None: any)."""
+    model = job.model
+    space = enumerate_space(model, gpus, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.pins)
+    reason, dp, m = validity(model, space, job.gbs, job.seq, job.node, job.allow_cross_node_tp)
+    reason = np.asarray(reason).reshape(-1)
+    live = np.nonzero(reason < 0)[0]
+    rows = {k: v[live] for k, v in space.items()}
+    rows["dp"], rows["m"] = np.asarray(dp).reshape(-1)[live], np.asarray(m).reshape(-1)[live]
+
+    def drop(bad: np.ndarray, why: str) -> None:
+        """Reject the live rows where bad holds, under `why`, and keep the rest."""
+        nonlocal live, rows
+        reason[live[bad]] = REASONS.index(why)
+        rows = {k: v[~bad] for k, v in rows.items()}
+        live = live[~bad]
+
+    if engine_ok is not None and live.size:
+        drop(~engine_ok(rows), R_ENGINE)
+    memory = vector_memory(job, rows)
+    drop(memory["total"] > job.gpu.memory_gib - job.headroom_gib, R_MEMORY)
+    rows["memory_gib"] = memory["total"][memory["total"] <= job.gpu.memory_gib - job.headroom_gib]
+    times = vector_times(model, job, rows)
+    days, cost = training_days_cost(job, gpus, times["step_s"])
+    rows["step_s"] = times["step_s"]
+    if job.deadline_days is not None:
+        late = days > job.deadline_days
+        drop(late, R_DEADLINE)
+        days, cost = days[~late], cost[~late]
+    if job.budget_usd is not None:
+        over = cost > job.budget_usd
+        drop(over, R_BUDGET)
+        days, cost = days[~over], cost[~over]
+    rows["score"] = np.asarray(score_of(rows["step_s"], gpus, days, cost), dtype=float) * np.ones(rows["tp"].size)
+    return {"space": space, "reason": reason, "rows": rows}
