@@ -114,3 +114,38 @@ def test_vectorised_masks_equal_the_scalar_path():
         assert vec["total"][i] == pytest.approx(memory_breakdown(DSV2, cfg, H100).total, rel=1e-12)
     del arrays["recompute_modules"]    # the default mask: core_attn where selective
     assert memory_totals_vectorised(DSV2, H100, arrays)["total"][0] == pytest.approx(vec["total"][0], rel=1e-12)
+
+
+# --- DeepSeek-V3's other documented memory techniques (§3.3.3) -------------------------------------
+
+
+def test_bf16_moments_store_eight_bytes_per_parameter():
+    m = load_model("llama3-8b")
+    plain = memory_breakdown(m, resolve_config(m, 8, zero=0), H100)
+    moments = memory_breakdown(m, resolve_config(m, 8, zero=0, bf16_moments=True), H100)
+    assert moments.optimizer == pytest.approx(plain.optimizer * 8 / 12, rel=1e-12)
+    assert moments.weights == plain.weights and moments.gradients == plain.gradients
+
+
+def test_fp8_activations_halve_swiglu_inputs_and_keep_one_attention_output():
+    m = load_model("deepseek-v3")
+    kw = dict(gpus=64, ep=64, seq=4096, recompute="none", precision="fp8")
+    plain = activation_bytes_per_layer(m, resolve_config(m, **kw), 3)
+    low = activation_bytes_per_layer(m, resolve_config(m, fp8_activations=True, **kw), 3)
+    assert low["moe/expert_act_input"] == plain["moe/expert_act_input"] / 2
+    s, a, dv = 4096, m.num_attention_heads, m.v_head_dim
+    assert plain["attention/context"] == 3 * s * a * dv     # bf16 O + TE's fp8 copy
+    assert low["attention/context"] == 2 * s * a * dv       # one 16-bit copy
+    assert low["moe/dispatched"] == plain["moe/dispatched"]
+    with pytest.raises(InputError, match="needs precision=fp8"):
+        resolve_config(m, gpus=64, ep=64, fp8_activations=True)
+
+
+def test_moe_token_buffers_are_one_layers_all_to_all():
+    m = load_model("deepseek-v2-lite")
+    s, k, h = 4096, m.experts_per_token, m.hidden_size
+    for ep, copies in ((8, 2), (1, 1)):
+        r = memory_breakdown(m, resolve_config(m, 8, ep=ep, seq=s), H100)
+        assert r.breakdown["activations/moe_token_buffers"] * 2**30 == pytest.approx(copies * 2 * s * k * h, rel=1e-12)
+    dense = memory_breakdown(load_model("llama3-8b"), resolve_config(load_model("llama3-8b"), 8), H100)
+    assert "activations/moe_token_buffers" not in dense.breakdown

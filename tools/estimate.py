@@ -27,7 +27,7 @@ def config_dict(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig) -> 
         "attention": cfg.attention.value,
         "sequence_parallel": cfg.sequence_parallel, "tp_comm_overlap": cfg.tp_comm_overlap,
         "optimizer_offload": cfg.optimizer_offload,
-        "bf16_grads": cfg.bf16_grads,
+        "bf16_grads": cfg.bf16_grads, "bf16_moments": cfg.bf16_moments, "fp8_activations": cfg.fp8_activations,
         "gpus_per_node": cluster.gpus_per_node, "gpus_per_host": cluster.gpus_per_host,
         "interconnect": cluster.gpu.interconnect, "intra_node_bw": cluster.intra_node_bw,
         "inter_node_bw": cluster.inter_node_bw,
@@ -97,6 +97,7 @@ def estimate(model: str, gpu: str, gpus: int, *, tp: int = 1, pp: int = 1, cp: i
              tokens: str | float | None = None, price: float | None = None, goodput: float | None = None,
              gpus_per_node: int | None = None, intra_node_bw: float | None = None,
              inter_node_bw: float | None = None, optimizer_offload: bool = False, bf16_grads: bool = False,
+             bf16_moments: bool = False, fp8_activations: bool = False,
              tp_comm_overlap: bool = False, ramp_start_gbs: int | None = None,
              ramp_tokens: str | float | None = None,
              sequence_parallel: bool = True, headroom_gib: float = 0.0, timeline: bool = False) -> dict:
@@ -117,7 +118,8 @@ def estimate(model: str, gpu: str, gpus: int, *, tp: int = 1, pp: int = 1, cp: i
         recompute=recompute, recompute_modules=recompute_modules, schedule=schedule, precision=precision,
         attention=attention,
         sequence_parallel=sequence_parallel,
-        optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, tp_comm_overlap=tp_comm_overlap,
+        optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, bf16_moments=bf16_moments,
+        fp8_activations=fp8_activations, tp_comm_overlap=tp_comm_overlap,
         fp8_supported=gpu_spec.fp8_tflops is not None,
     )
     if (ramp_start_gbs is None) != (ramp_tokens is None):

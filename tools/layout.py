@@ -112,6 +112,8 @@ def resolve_config(
     optimizer_offload: bool = False,
     tp_comm_overlap: bool = False,
     bf16_grads: bool = False,
+    bf16_moments: bool = False,
+    fp8_activations: bool = False,
     fp8_supported: bool = True,
 ) -> ParallelConfig:
     """Validate a layout for a model on gpus GPUs and return it with every knob resolved."""
@@ -125,6 +127,8 @@ def resolve_config(
     recompute_modules = resolve_recompute_modules(model, recompute, recompute_modules)
     precision = _choice(Precision, "precision", precision)
     attention = _choice(Attention, "attention", attention)
+    if fp8_activations and precision is not Precision.fp8:
+        raise InputError("fp8_activations needs precision=fp8 (FP8 GEMMs): use --precision fp8 or drop it")
     if precision is Precision.fp8 and not fp8_supported:
         raise InputError("precision=fp8 needs FP8 tensor cores (Hopper or newer): use --precision bf16")
 
@@ -141,5 +145,6 @@ def resolve_config(
         recompute=recompute, recompute_modules=recompute_modules, schedule=schedule, precision=precision,
         attention=attention,
         sequence_parallel=sequence_parallel and tp > 1,
-        optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, tp_comm_overlap=tp_comm_overlap and tp > 1,
+        optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, bf16_moments=bf16_moments,
+        fp8_activations=fp8_activations, tp_comm_overlap=tp_comm_overlap and tp > 1,
     )

@@ -61,6 +61,8 @@ GRAD_BYTES_BF16 = 2.0
 """bf16 gradients (bf16_grads option), B/param"""
 OPTIMIZER_BYTES = 12.0
 """fp32 master copy 4 + Adam m 4 + Adam v 4, B/param"""
+OPTIMIZER_BYTES_BF16_MOMENTS = 8.0
+"""fp32 master copy 4 + bf16 Adam m 2 + v 2, B/param (bf16_moments: DeepSeek-V3 §3.3.3)"""
 FP8_WEIGHT_CACHE_BYTES = 2.0
 """Transformer Engine fp8 weight + fp8 transpose kept for every GEMM weight with precision=fp8, B/param"""
 
@@ -70,6 +72,12 @@ NCCL_GIB_PER_GROUP = 688e6 / GIB
 """NCCL buffers per communicator that carries traffic: 544-688 MB measured per process group on
 A100 NVLink (NVIDIA/nccl#964); we take 688 MB for each of the tp, pp, cp, dp and ep groups with
 more than one rank. An NCCL all-to-all can take more (3.3 GB on 8xH100, NVIDIA/nccl#1685)."""
+# MoE token buffers (activations/moe_token_buffers), transient: while one MoE layer combines (and
+# again in its backward), the experts' bf16 outputs, s b k rows of h, are the all-to-all send buffer
+# and a receive buffer of the same size holds what comes back (all_to_all_single needs distinct input
+# and output; Megatron's MoEAlltoAllTokenDispatcher): 2 x 2 s b k h bytes with ep > 1; with ep = 1
+# only the permuted copy, 2 s b k h. The dispatched copies kept for the backward are counted with
+# the layer (moe/dispatched).
 TEMPORARIES_FRACTION = 0.05
 """Allocator fragmentation and temporaries, as a share of activations: Megatron's theoretical
 memory adds 5% "for optimizer and miscellaneous temporaries" (theoretical_memory_usage.py)."""
@@ -271,7 +279,8 @@ def _has_dropout(model: ModelSpec) -> bool:
     return model.attention_dropout > 0
 
 
-def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=False) -> dict[str, np.ndarray]:
+def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=False,
+                   fp8_activations=False) -> dict[str, np.ndarray]:
     """Bytes one block saves for backward per micro-batch with no recompute, per tensor group.
 
     s: local tokens per sequence (seq / cp); seq: full length (keys of eager attention).
@@ -299,6 +308,10 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
     experts' intermediates. The expert outputs are not kept: Megatron-Core multiplies the routing
     probabilities inside the experts' activation (activation_func_with_probs in experts.py, "memory
     efficient token permutation", MCore v0.13), so the combine is a plain sum that saves nothing.
+    fp8_activations (DeepSeek-V3 §3.3.3, "Low-Precision Storage"): the SwiGLU inputs of the routed
+    and shared experts are cached in FP8 (1 B, so 2sbf_e for gate and up), and the attention output
+    O, read by the attention backward and the output projection, is one 16-bit copy (DeepSeek's
+    E5M6, taken at 2 B: the report does not say it is packed) instead of bf16 O plus an FP8 cache.
     """
     h, a = model.hidden_size, model.num_attention_heads
     tok = s * b
@@ -321,7 +334,8 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
     # eager: softmax output 2 B (+ dropout mask 1 B and dropout output 2 B), a s x seq each, and the
     # context as the out-proj GEMM input; flash: fp32 log-sum-exp, O in bf16 (+ fp8 copy for the GEMM)
     x["attention/core"] = np.where(eager, (2 + 3 * dropout) * a * tok * seq / t, 4 * a * tok / t)
-    x["attention/context"] = np.where(eager, gemm_in, 2 + np.where(fp8, 1.0, 0.0)) * tok * v_width / t
+    context_bytes = np.where(fp8_activations, 2.0, 2 + np.where(fp8, 1.0, 0.0))
+    x["attention/context"] = np.where(eager, gemm_in, context_bytes) * tok * v_width / t
     if dropout:
         x["attention/dropout_mask"] = tok * h / r
     if not moe:
@@ -330,6 +344,7 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
         x["mlp/act_input"] = act * tok * model.intermediate_size / t
         x["mlp/fc2_input"] = gemm_in * tok * model.intermediate_size / t
     else:
+        act = act * np.where(fp8_activations, 0.5, 1.0)   # SwiGLU inputs cached in FP8
         rows = tok * model.experts_per_token
         fe = model.moe_intermediate_size
         fs = model.num_shared_experts * model.shared_expert_intermediate_size
@@ -368,7 +383,8 @@ def _knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
                   schedule=SCHEDULE_CODES[cfg.schedule],
                   precision=PRECISION_CODES[cfg.precision], attention=ATTENTION_CODES[cfg.attention],
                   sequence_parallel=cfg.sequence_parallel,
-                  optimizer_offload=cfg.optimizer_offload, bf16_grads=cfg.bf16_grads)
+                  optimizer_offload=cfg.optimizer_offload, bf16_grads=cfg.bf16_grads,
+                  bf16_moments=cfg.bf16_moments, fp8_activations=cfg.fp8_activations)
     return {k: np.array([[v]], dtype=float) for k, v in values.items()}
 
 
@@ -382,7 +398,7 @@ def _activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]
     t, r = k["tp"], _seq_divisor(k)
     s = k["seq"] / k["cp"]
     full = _layer_tensors(model, moe, s, k["seq"], k["mbs"], t, r, k["precision"] == PRECISION_CODES[Precision.fp8],
-                          k["attention"] == ATTENTION_CODES[Attention.eager])
+                          k["attention"] == ATTENTION_CODES[Attention.eager], k["fp8_activations"] > 0)
     layer_input = 2 * s * k["mbs"] * model.hidden_size / r
     return _stored(full, k["recompute"], k["recompute_modules"], layer_input), full
 
@@ -415,6 +431,7 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
         "mtp": (last * mtp_ne, last * mtp_ex),
     }
     grad_bytes = np.where(k["bf16_grads"] > 0, GRAD_BYTES_BF16, GRAD_BYTES)
+    optimizer_bytes = np.where(k["bf16_moments"] > 0, OPTIMIZER_BYTES_BF16_MOMENTS, OPTIMIZER_BYTES)
 
     def sharded(ne, ex, min_zero):
         """Parameters per GPU once ZeRO stage >= min_zero shards them over their data-parallel group."""
@@ -424,7 +441,7 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     for name, (ne, ex) in modules.items():
         out[f"weights/{name}"] = WEIGHT_BYTES * sharded(ne, ex, 3)
         out[f"gradients/{name}"] = grad_bytes * sharded(ne, ex, 2)
-        out[f"optimizer/{name}"] = np.where(k["optimizer_offload"] > 0, 0.0, OPTIMIZER_BYTES * sharded(ne, ex, 1))
+        out[f"optimizer/{name}"] = np.where(k["optimizer_offload"] > 0, 0.0, optimizer_bytes * sharded(ne, ex, 1))
     # fp8: TE's fp8 weight + transpose for GEMM weights (blocks and MTP), sharded like the weights.
     gemm_ne = layers_ne - rank["norm_router"] + last * (mtp_ne - m.mtp_parts["norm_router"])
     gemm_ex = layers_ex + last * mtp_ex
@@ -452,6 +469,10 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
         extra = sum(full.values()) - sum(stored.values())
         working = np.maximum(working, np.where(count > 0, extra, 0.0))
     out["activations/recompute_working_set"] = working
+    if model.is_moe:   # transient all-to-all buffers of one MoE layer (see 'MoE token buffers' above)
+        rows = k["seq"] / k["cp"] * k["mbs"] * model.experts_per_token
+        copies = np.where(k["ep"] > 1, 2.0, 1.0)
+        out["activations/moe_token_buffers"] = np.where(rank["n_moe"] > 0, copies * 2 * rows * model.hidden_size, 0.0)
     tok, h, r = k["seq"] / k["cp"] * k["mbs"], model.hidden_size, _seq_divisor(k)
     dropout_mask = tok * h / r if _has_dropout(model) else 0.0
     out["activations/embedding"] = first * inflight * chunk * (8 * tok + dropout_mask)   # int64 ids (+ mask)
@@ -531,7 +552,7 @@ def memory_breakdown(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, headro
 VECTOR_KEYS = ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbatches", "seq",
                "recompute", "schedule", "precision")
 """Required keys of memory_totals_vectorised; optional: sequence_parallel (default 1),
-optimizer_offload (0), bf16_grads (0), attention (0: flash; 1: eager), recompute_modules (an integer
+optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp8_activations (0), attention (0: flash; 1: eager), recompute_modules (an integer
 mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where recompute is selective).
 Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
@@ -545,7 +566,8 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
     memory_breakdown. Returns weights, gradients, optimizer, activations, other, total and
     worst_stage arrays; ``gpu`` is accepted for symmetry (capacity is gpu.memory_gib).
     """
-    defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0,
+    defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0, "bf16_moments": 0,
+                "fp8_activations": 0,
                 "attention": ATTENTION_CODES[Attention.flash]}
     given = {key: arrays.get(key, defaults.get(key)) for key in (*VECTOR_KEYS, *defaults)}
     if given["recompute"] is not None:

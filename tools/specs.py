@@ -292,6 +292,14 @@ class ParallelConfig(BaseModel):
     sequence_parallel: bool = Field(default=True, description="Megatron sequence parallelism with tp>1")
     optimizer_offload: bool = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")
     bf16_grads: bool = Field(default=False, description="bf16 gradients (DeepSpeed's 16 B/param) instead of fp32")
+    bf16_moments: bool = Field(
+        default=False, description="Adam moments m and v in bf16, master weights in fp32: 8 B/param of optimizer "
+                                   "states instead of 12 (DeepSeek-V3 §3.3.3; Megatron --use-precision-aware-optimizer "
+                                   "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
+    fp8_activations: bool = Field(
+        default=False, description="DeepSeek-V3's low-precision activation storage (§3.3.3), with precision=fp8: the "
+                                   "MoE SwiGLU inputs cached in FP8, and the attention output kept as one 16-bit copy "
+                                   "that both the attention backward and the output projection read")
     tp_comm_overlap: bool = Field(
         default=False, description="overlap TP/SP all-gathers and reduce-scatters with the GEMMs (Megatron --tp-comm-overlap)"
     )
