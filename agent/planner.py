@@ -181,7 +181,7 @@ def plan_offline(request: PlanRequest, request_text: str = "") -> PlanReport:
     if not candidates:
         rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"
         risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); use more "
-                     "GPUs, GPUs with more memory, a shorter sequence or a smaller global batch")
+                     "GPUs, GPUs with more memory or a shorter sequence")
         return build_report(backend="offline", request_text=request_text, request=job, recommended=None,
                             alternatives=[], rationale="", assumptions=assumptions, search=search,
                             extra_risks=risks)

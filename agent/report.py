@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from trainplan.prompts import render
+from trainplan.tools.memory_hints import largest_component, memory_fixes, phrase
 from trainplan.tools.pipeline import PipelineEvent, PipelineResult, render_ascii, render_mermaid
 
 HEADROOM_RISK = 0.10
@@ -176,8 +177,8 @@ def risks_of(result: dict, request: dict) -> list[str]:
     if headroom < HEADROOM_RISK * memory["capacity"]:
         risks.append(f"memory headroom is {headroom:.2f} GiB, {headroom / memory['capacity']:.1%} of the "
                      f"{memory['capacity']:.2f} GiB capacity (under {HEADROOM_RISK:.0%}): allocator "
-                     "fragmentation or a spike can run out of memory; full recompute, a larger tp/pp or a "
-                     "higher ZeRO stage buys room")
+                     "fragmentation or a spike can run out of memory; "
+                     f"{phrase(memory_fixes(largest_component(memory), config))} buys room")
     time = result.get("time")
     if time:
         step = time["step_s"]

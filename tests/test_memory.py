@@ -14,14 +14,14 @@ from trainplan.tools.catalog import load_gpu, load_model
 from trainplan.tools.counting import count_params
 from trainplan.tools.errors import InputError
 from trainplan.tools.layout import model_layers_per_stage, resolve_config
+from trainplan.tools.activations import activation_bytes_per_layer
+from trainplan.tools.activations import inflight_microbatches
 from trainplan.tools.memory import (
     COMPONENTS,
     GIB,
     PRECISION_CODES,
     RECOMPUTE_CODES,
     SCHEDULE_CODES,
-    activation_bytes_per_layer,
-    inflight_microbatches,
     memory_breakdown,
     memory_totals_vectorised,
 )

@@ -10,11 +10,11 @@ from trainplan.tools.catalog import load_gpu, load_model
 from trainplan.tools.counting import flops_per_token
 from trainplan.tools.errors import InputError
 from trainplan.tools.layout import resolve_config
+from trainplan.tools.activations import activation_bytes_per_layer
 from trainplan.tools.memory import (
     PRECISION_CODES,
     RECOMPUTE_CODES,
     SCHEDULE_CODES,
-    activation_bytes_per_layer,
     memory_breakdown,
     memory_totals_vectorised,
 )

@@ -1,0 +1,203 @@
+"""Activations one GPU keeps for the backward pass: tensors per block, recompute, in-flight micro-batches.
+
+Symbols as in memory.py: s sequence length, b micro-batch (mbs), h hidden size, a query heads, g
+key/value heads, d head dim, f MLP width, V vocabulary, t tensor-parallel size, r = t with sequence
+parallelism (else 1), E routed experts, k experts per token.
+
+Per tensor after Korthikanti et al. 2022 (16-bit activations, 1-byte dropout masks); _layer_tensors
+derives each tensor group. CP divides s by cp. Recompute (recompute.py): none keeps every tensor;
+selective drops the tensors of the named modules; full keeps only the layer input. In-flight
+micro-batches per schedule: inflight_microbatches. memory.py multiplies these by the layers and
+micro-batches each rank holds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import recompute as recompute_rules
+from .codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
+from .counting import is_moe_layer
+from .specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
+
+# The attention kernel is the layout's `attention` knob (never the dropout): eager attention keeps
+# the a s^2 softmax output, plus its dropout mask and output when the recipe has attention dropout;
+# flash keeps only the log-sum-exp (dropout runs inside the kernel from its RNG state).
+# ModelSpec.attention_dropout > 0 (the HF config's attn_pdrop / attention_dropout; GPT2Config
+# defaults to 0.1) also marks the hidden dropout masks of a GPT-3-style recipe.
+
+
+_NONE, _SELECTIVE, _FULL = (RECOMPUTE_CODES[m] for m in Recompute)
+_GPIPE, _INTERLEAVED, _DUALPIPE = (SCHEDULE_CODES[s] for s in (Schedule.gpipe, Schedule.interleaved,
+                                                               Schedule.dualpipe))
+
+
+# --- pipeline schedule ---------------------------------------------------------------------------
+
+
+def inflight(schedule_code, pp, num_microbatches, vpp, stage):
+    """Micro-batches whose activations stage ``stage`` holds at its peak (arrays broadcast).
+
+    Units: one micro-batch through all the layers the rank holds (for DualPipe: one chunk).
+      pp = 1: 1 (each micro-batch's backward runs before the next forward).
+      gpipe: m (all forwards, then all backwards).
+      1f1b, zb-h1: min(p - i, m) (stage i runs p - i warm-up forwards; ZB-H1 keeps 1F1B's peak,
+        Qi et al. 2024).
+      interleaved: Megatron's warm-up on rank i runs 2(p - i - 1) + (v - 1) p chunk forwards before
+        its first backward, so it holds that + 1 chunks of 1/v of its layers:
+        (2(p - i - 1) + (v - 1) p + 1) / v = p + (p - 1 - 2i)/v, capped at m. For i = 0 this is
+        Megatron's (1 + (p - 1)/(p v)) p (theoretical_memory_usage.py).
+      dualpipe: p + 1 chunks (DeepSeek-V3 paper, Table 2), capped at m.
+    """
+    p, m, v, i = (np.asarray(x, dtype=float) for x in (pp, num_microbatches, vpp, stage))
+    one_f_one_b = np.minimum(p - i, m)
+    interleaved = np.minimum(p + (p - 1 - 2 * i) / v, m)
+    counts = np.select(
+        [schedule_code == _GPIPE, schedule_code == _INTERLEAVED, schedule_code == _DUALPIPE],
+        [m + 0 * i, interleaved, np.minimum(p + 1, m) + 0 * i],
+        one_f_one_b,
+    )
+    return np.where(p == 1, 1.0, counts)
+
+
+def inflight_microbatches(schedule: Schedule | str, pp: int, num_microbatches: int, vpp: int = 1) -> list[float]:
+    """In-flight micro-batches per pipeline stage, closed forms (see _inflight)."""
+    code = SCHEDULE_CODES[Schedule(schedule)]
+    return [float(x) for x in inflight(code, pp, num_microbatches, vpp, np.arange(pp))]
+
+
+
+
+def has_dropout(model: ModelSpec) -> bool:
+    return model.attention_dropout > 0
+
+
+def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=False,
+                   fp8_activations=False) -> dict[str, np.ndarray]:
+    """Bytes one block saves for backward per micro-batch with no recompute, per tensor group.
+
+    s: local tokens per sequence (seq / cp); seq: full length (keys of eager attention).
+    Residual-stream tensors (h wide) are divided by r (= t with sequence parallelism); tensors
+    inside the TP region (heads, MLP width) by t. GEMM inputs take 1 B per element with fp8
+    (Transformer Engine caches the fp8 cast for wgrad), else 2.
+
+    GPT-3 style (Korthikanti et al. 2022, Eq. (1) and Table 2): norm inputs 2 x 2sbh; attention:
+    QKV input 2sbh, Q and K 4sbh, V 2sbh, softmax 2as^2b, its dropout mask as^2b and output
+    2as^2b, out-proj input 2sbh, dropout mask sbh (= 11sbh + 5as^2b); MLP: fc1 input 2sbh, GeLU input 8sbh, fc2
+    input 8sbh, mask sbh (= 19sbh). Total sbh(34 + 5as/h); with TP the norm inputs, the QKV and
+    fc1 inputs and the masks (10sbh) are not divided by t unless sequence parallel.
+    Llama style: no dropout; flash attention saves Q, K, V (g kv heads), its output O (also the
+    out-proj input; with fp8 TE keeps an extra fp8 copy) and the fp32 log-sum-exp 4sab, no s^2
+    tensor. SwiGLU keeps gate and up outputs (4sbf) and the down-proj input (2sbf), as Megatron's
+    fused bias_swiglu and TE's fused activation, which save only their input (unfused PyTorch
+    also keeps silu(gate) for the product: + 2sbf). Norm statistics (4 B per token) are left out,
+    as in the paper.
+    MLA: the down-projection input 2sbh, the q and kv latents twice each (latent-norm input 2sb r,
+    and its output, the up-projection input), Q and K with a (d_nope + d_rope), V and O with a d_v.
+    MoE: the MoE input 2sbh (router, shared experts and dispatch read it), fp32 router scores 4sbE,
+    the s b k dispatched token copies (balanced routing: a rank receives as many copies as its
+    tokens send; with expert TP the TP group's tokens are gathered, so not divided by t) with the
+    expert's gate/up outputs, its fp32 routing probability 4sbk and down input, and the shared
+    experts' intermediates. The expert outputs are not kept: Megatron-Core multiplies the routing
+    probabilities inside the experts' activation (activation_func_with_probs in experts.py, "memory
+    efficient token permutation", MCore v0.13), so the combine is a plain sum that saves nothing.
+    fp8_activations (DeepSeek-V3 §3.3.3, "Low-Precision Storage"): the SwiGLU inputs of the routed
+    and shared experts are cached in FP8 (1 B, so 2sbf_e for gate and up), and the attention output
+    O, read by the attention backward and the output projection, is one 16-bit copy (DeepSeek's
+    E5M6, taken at 2 B: the report does not say it is packed) instead of bf16 O plus an FP8 cache.
+    """
+    h, a = model.hidden_size, model.num_attention_heads
+    tok = s * b
+    gemm_in = np.where(fp8, 1.0, 2.0)
+    dropout = has_dropout(model)
+    act = 4.0 if model.gated_mlp else 2.0      # gate + up outputs, or the activation's input
+    x: dict[str, np.ndarray] = {"norm/inputs": model.norms_per_layer * 2 * tok * h / r,
+                                "attention/qkv_input": gemm_in * tok * h / r}
+    if model.attention_type == "mla":
+        r_q = model.q_lora_rank or 0
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        x["attention/latents"] = 2 * tok * (r_q + model.kv_lora_rank) / r
+        x["attention/latent_norm_out"] = gemm_in * tok * (r_q + model.kv_lora_rank) / r
+        x["attention/qkv"] = 2 * tok * a * (2 * qk + model.v_head_dim) / t
+        v_width = a * model.v_head_dim
+    else:
+        d, g = model.head_dim, model.num_kv_heads
+        x["attention/qkv"] = 2 * tok * d * (a + 2 * np.maximum(g, t)) / t
+        v_width = a * d
+    # eager: softmax output 2 B (+ dropout mask 1 B and dropout output 2 B), a s x seq each, and the
+    # context as the out-proj GEMM input; flash: fp32 log-sum-exp, O in bf16 (+ fp8 copy for the GEMM)
+    x["attention/core"] = np.where(eager, (2 + 3 * dropout) * a * tok * seq / t, 4 * a * tok / t)
+    context_bytes = np.where(fp8_activations, 2.0, 2 + np.where(fp8, 1.0, 0.0))
+    x["attention/context"] = np.where(eager, gemm_in, context_bytes) * tok * v_width / t
+    if dropout:
+        x["attention/dropout_mask"] = tok * h / r
+    if not moe:
+        shares_input = model.parallel_attention_mlp and model.norms_per_layer == 1
+        x["mlp/fc1_input"] = 0 * tok if shares_input else gemm_in * tok * h / r
+        x["mlp/act_input"] = act * tok * model.intermediate_size / t
+        x["mlp/fc2_input"] = gemm_in * tok * model.intermediate_size / t
+    else:
+        act = act * np.where(fp8_activations, 0.5, 1.0)   # SwiGLU inputs cached in FP8
+        rows = tok * model.experts_per_token
+        fe = model.moe_intermediate_size
+        fs = model.num_shared_experts * model.shared_expert_intermediate_size
+        x["moe/input"] = 2 * tok * h / r
+        x["moe/router_scores"] = 4 * tok * model.num_experts / r
+        x["moe/dispatched"] = gemm_in * rows * h
+        x["moe/probs"] = 4 * rows
+        x["moe/expert_act_input"] = act * rows * fe / t
+        x["moe/expert_fc2_input"] = gemm_in * rows * fe / t
+        x["moe/shared_experts"] = (act + gemm_in) * tok * fs / t
+    if dropout:
+        x["mlp/dropout_mask" if not moe else "moe/dropout_mask"] = tok * h / r
+    return x
+
+
+def _stored(tensors: dict, recompute, modules, layer_input):
+    """Apply recompute (recompute.py): selective drops the tensors of the modules in the integer
+    mask ``modules``; full keeps only the layer input."""
+    out = {}
+    for key, v in tensors.items():
+        selective_keeps = ~recompute_rules.dropped(key, modules)
+        out[key] = np.where((recompute == _NONE) | ((recompute == _SELECTIVE) & selective_keeps), v, 0.0)
+    for module, key in recompute_rules.CHECKPOINT_INPUT.items():   # the bf16 input a checkpoint keeps
+        if key in out:
+            keeps_input = (recompute == _SELECTIVE) & ((np.asarray(modules, dtype=np.int64)
+                                                        & recompute_rules.MODULE_BITS[module]) > 0)
+            out[key] = np.where(keeps_input & ~recompute_rules.dropped(key, modules), layer_input, out[key])
+    out["layer_input"] = np.where(recompute == _FULL, layer_input, 0.0)
+    return out
+
+
+def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
+    values = dict(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, dp=cfg.dp, vpp=cfg.vpp, zero=cfg.zero, mbs=cfg.mbs,
+                  num_microbatches=cfg.num_microbatches, seq=cfg.seq,
+                  recompute=RECOMPUTE_CODES[cfg.recompute], recompute_modules=recompute_rules.config_mask(cfg),
+                  schedule=SCHEDULE_CODES[cfg.schedule],
+                  precision=PRECISION_CODES[cfg.precision], attention=ATTENTION_CODES[cfg.attention],
+                  sequence_parallel=cfg.sequence_parallel,
+                  optimizer_offload=cfg.optimizer_offload, bf16_grads=cfg.bf16_grads,
+                  bf16_moments=cfg.bf16_moments, fp8_activations=cfg.fp8_activations)
+    return {k: np.array([[v]], dtype=float) for k, v in values.items()}
+
+
+def seq_divisor(k: dict):
+    """r: residual-stream tensors are split over t with sequence parallelism, else replicated."""
+    return np.where((k["sequence_parallel"] > 0) & (k["tp"] > 1), k["tp"], 1.0)
+
+
+def activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]:
+    """(stored tensors, no-recompute tensors) of one block for knob arrays k."""
+    t, r = k["tp"], seq_divisor(k)
+    s = k["seq"] / k["cp"]
+    full = _layer_tensors(model, moe, s, k["seq"], k["mbs"], t, r, k["precision"] == PRECISION_CODES[Precision.fp8],
+                          k["attention"] == ATTENTION_CODES[Attention.eager], k["fp8_activations"] > 0)
+    layer_input = 2 * s * k["mbs"] * model.hidden_size / r
+    return _stored(full, k["recompute"], k["recompute_modules"], layer_input), full
+
+
+def activation_bytes_per_layer(model: ModelSpec, cfg: ParallelConfig, layer_index: int) -> dict[str, float]:
+    """Bytes block ``layer_index`` keeps for backward per micro-batch, per tensor group, on one GPU,
+    after TP/SP/CP and recompute (see _layer_tensors; 'layer_input' is full recompute's checkpoint)."""
+    stored, _ = activation_layer(model, is_moe_layer(model, layer_index), knob_arrays(cfg))
+    return {key: float(v.squeeze()) for key, v in stored.items() if float(v.squeeze())}
