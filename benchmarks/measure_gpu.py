@@ -222,7 +222,6 @@ def run_yaml(gpu: str, device_name: str, torch_version: str, rows: list[dict], s
             "kind": "prediction",
             "description": f"{shape.name} on one {gpu}, seq {shape.seq}, mbs {shape.mbs}, "
                            f"{row['attention']} attention, recompute {row['recompute']}",
-            "used_for_calibration": False,
             "request": {
                 "model": {"value": f"{models_dir}/{run_id}-{shape.name}.json", "source": "measure_gpu shape"},
                 "gpu": {"value": gpu, "source": f"measure_gpu device: {device_name}"},

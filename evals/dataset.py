@@ -13,13 +13,14 @@ A run file (evals/runs/*.yaml):
     cases:
       - id: ...                         # unique across files
         kind: prediction | planning | claims
-        used_for_calibration: false     # true when an efficiency constant in tools/ was set from it
         request: {name: {value, source} | {value, assumed}}   # trainplan.estimate keyword arguments
         published: {quantity: {value, source, tolerance?}}    # compared with the prediction
         ...
 
 Every input is either published (`source`, a key of `sources` followed by the section) or an
 assumption (`assumed`: why). Every published figure has a `source`. tests/test_evals.py checks both.
+Whether a case was used for calibration is not written here: the calibration table
+(tools/calibration.py) names the cases each fitted constant was fitted on, and the loader marks them.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from trainplan.tools.calibration import fitted_case_ids, named_case_ids
 
 RUNS_DIR = Path(str(resources.files("trainplan.evals") / "runs"))
 
@@ -85,7 +88,8 @@ class Case(BaseModel):
     kind: Kind
     description: str = Field(description="what the case checks, in one line")
     used_for_calibration: bool = Field(
-        default=False, description="an efficiency constant in tools/ was set from this run (not held out)"
+        default=False,
+        description="set by the loader: tools/calibration.py fitted a constant on this case (not held out)"
     )
     request: dict[str, Input] = Field(default_factory=dict, description="trainplan.estimate / planner arguments")
     published: dict[str, Figure] = Field(default_factory=dict, description="quantity -> published figure")
@@ -192,12 +196,18 @@ class Dataset(BaseModel):
 
 def load_run(path: Path) -> RunFile:
     data = yaml.safe_load(path.read_text())
+    marked = [c.get("id") for c in data.get("cases", []) if isinstance(c, dict) and "used_for_calibration" in c]
+    if marked:
+        raise ValueError(f"{path.name}: case {marked[0]} sets used_for_calibration: the calibration table "
+                         "(tools/calibration.py) says which cases a constant was fitted on")
     run = RunFile.model_validate(data)
     if run.id != path.stem:
         raise ValueError(f"{path.name}: id '{run.id}' must equal the file stem '{path.stem}'")
+    fitted = fitted_case_ids()
     for case in run.cases:
         case.run = run.id
         case.run_dir = str(path.parent)
+        case.used_for_calibration = case.id in fitted
     return run
 
 
@@ -218,29 +228,7 @@ def load_dataset(directory: Path | None = None) -> Dataset:
     return dataset
 
 
-# Words that mark a line in tools/ as recording where a constant was set from.
-CALIBRATION_WORDS = ("calibrat", "fitted", "fit on", "fit to")
-
-
-def calibration_mentions(dataset: Dataset, tools_dir: Path | None = None) -> dict[str, list[str]]:
-    """Runs named on a line about calibration in tools/ (GPU JSON sources, Python comments).
-
-    tools/ records which published run set an efficiency constant ("fitted ... on ..."); a run
-    named on such a line should have the cases it was fitted on marked `used_for_calibration: true`.
-    Returns run id -> the lines.
-    """
-    tools_dir = tools_dir or Path(str(resources.files("trainplan.tools")))
-    lines: list[str] = []
-    for path in sorted(tools_dir.rglob("*")):
-        if path.suffix not in (".py", ".json") or not path.is_file():
-            continue
-        for line in path.read_text(errors="replace").splitlines():
-            if any(word in line.lower() for word in CALIBRATION_WORDS):
-                lines.append(f"{path.relative_to(tools_dir)}: {line.strip()}")
-    found: dict[str, list[str]] = {}
-    for run in dataset.runs:
-        names = [run.id, *([run.public_runs_id] if run.public_runs_id else []), *(c.id for c in run.cases)]
-        hits = [line for line in lines if any(name in line for name in names)]
-        if hits:
-            found[run.id] = hits
-    return found
+def calibration_unknown_cases(dataset: Dataset) -> list[str]:
+    """Case ids the calibration table names (fitted on or held out) that no run file defines."""
+    known = {case.id for case in dataset.cases}
+    return sorted(named_case_ids() - known)

@@ -128,10 +128,9 @@ def render_markdown(report: dict, backend: str = "offline") -> str:
         out += _table(["quantity", "meaning", "MAPE", "n", "MAPE held-out", "n held-out"], mrows)
         calibration = ", ".join(s["calibration_cases"]) or "none"
         out += ["", f"Cases used to calibrate an efficiency constant (excluded from held-out MAPE): {calibration}.", ""]
-        for run_id, lines in s.get("calibration_unmarked", {}).items():
-            out.append(f"**Warning:** tools/ names run {run_id} on a calibration line but none of its cases is "
-                       f"marked used_for_calibration: {'; '.join(lines)}")
-            out.append("")
+        if s.get("calibration_unknown"):
+            out += [f"**Warning:** tools/calibration.py names cases no run file defines: "
+                    f"{', '.join(s['calibration_unknown'])}", ""]
         out += ["### Predicted against published", "", "```"] + text_plot(prediction) + ["```", ""]
 
     planning = [c for c in cases if c["kind"] == "planning"]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .cases import DEFAULT_TOLERANCE, CaseResult, run_case
-from .dataset import Dataset, calibration_mentions, load_dataset
+from .dataset import Dataset, calibration_unknown_cases, load_dataset
 
 
 OVERALL_QUANTITIES = ("step_s", "tflops_per_gpu", "tflops_per_gpu_causal", "hardware_tflops_per_gpu", "gpu_hours", "cost_usd", "days")
@@ -71,15 +71,9 @@ def summarise(results: list[CaseResult], dataset: Dataset | None = None) -> dict
         "mape_overall_held_out": _mape(held_errors),
         "mape_overall_quantities": list(OVERALL_QUANTITIES),
         "calibration_cases": sorted(r.id for r in results if r.used_for_calibration),
-        "calibration_unmarked": _unmarked(dataset) if dataset else {},
+        "calibration_unknown": calibration_unknown_cases(dataset) if dataset else [],
         "tolerances": DEFAULT_TOLERANCE,
     }
-
-
-def _unmarked(dataset: Dataset) -> dict[str, list[str]]:
-    mentions = calibration_mentions(dataset)
-    return {run.id: mentions[run.id] for run in dataset.runs
-            if run.id in mentions and not any(c.used_for_calibration for c in run.cases)}
 
 
 def run_eval(dataset: Dataset | None = None, *, kind: str | None = None, case_id: str | None = None,

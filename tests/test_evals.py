@@ -21,7 +21,7 @@ import trainplan
 from trainplan.cli import app
 from trainplan.evals import cases as cases_module
 from trainplan.evals.cases import CLAIM_CHECKS, QUANTITIES, STRUCTURE_CHECKS, PlannerUnavailable, resolve_planner
-from trainplan.evals.dataset import RUNS_DIR, Dataset, calibration_mentions, load_dataset
+from trainplan.evals.dataset import RUNS_DIR, Dataset, calibration_unknown_cases, load_dataset
 from trainplan.evals.report import render_markdown, text_plot
 from trainplan.evals.runner import crashed, finite_errors, run_eval
 
@@ -155,9 +155,26 @@ def test_held_out_mape_leaves_out_calibration_cases(dataset: Dataset) -> None:
     assert summary["pass"] == 1 and summary["fail"] == 1
 
 
-def test_calibration_mentions_find_named_runs(dataset: Dataset, tmp_path: Path) -> None:
-    (tmp_path / "compute.py").write_text("GEMM_EFFICIENCY = 0.7  # calibrated on megatron_gpt3_175b_a100_example\n")
-    assert list(calibration_mentions(dataset, tmp_path)) == ["megatron-gpt3-175b"]
+def test_calibration_table_names_only_real_cases_and_marks_them(dataset: Dataset) -> None:
+    """The calibration table is the one place that says which cases a constant was fitted on."""
+    from trainplan.tools.calibration import constants, fitted_case_ids
+
+    assert calibration_unknown_cases(dataset) == []
+    fitted = fitted_case_ids()
+    assert fitted, "the table fits its constants on named cases"
+    assert {c.id for c in dataset.cases if c.used_for_calibration} == fitted
+    for name, fit in constants().items():
+        assert not set(fit.fitted_on) & set(fit.held_out), f"{name} holds out a case it was fitted on"
+
+
+def test_a_run_file_cannot_mark_its_own_calibration(tmp_path: Path) -> None:
+    from trainplan.evals.dataset import load_run
+
+    text = (RUNS_DIR / "megatron-gpt3-175b.yaml").read_text().replace(
+        "  - id: megatron-gpt3-175b\n", "  - id: megatron-gpt3-175b\n    used_for_calibration: true\n", 1)
+    (tmp_path / "megatron-gpt3-175b.yaml").write_text(text)
+    with pytest.raises(ValueError, match="calibration table"):
+        load_run(tmp_path / "megatron-gpt3-175b.yaml")
 
 
 def test_claims_cases_pass(dataset: Dataset) -> None:

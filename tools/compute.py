@@ -14,9 +14,9 @@ masking halves the work. Eager attention (Megatron 2021-22, HF "eager") runs ful
 the memory-bound softmax (and dropout when the recipe has it): eager_attention_time_s. The FLOPs
 that step.py counts as hardware FLOPs are the FLOPs timed here (causal for flash, full for eager).
 
-The fitted constants: each GPU's gemm_efficiency and attention_efficiency are data in
-tools/catalog/gpus/*.json, whose sources say what each was fitted on; MEMORY_BOUND_EFFICIENCY
-is below. Everything else here is a physical count with its source.
+The fitted constants (each GPU family's gemm_efficiency and attention_efficiency, and
+MEMORY_BOUND_EFFICIENCY) live in the calibration table, tools/calibration.py, with what each was
+fitted on and what was held out. Everything else here is a physical count with its source.
 """
 
 from __future__ import annotations
@@ -24,16 +24,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from . import calibration
 from .specs import Attention, GPUSpec, ModelSpec, ParallelConfig, Precision
 
 # Output tile of the GEMM kernels (cuBLAS/CUTLASS default class for large bf16 GEMMs).
 GEMM_TILE_M = 128
 GEMM_TILE_N = 128
 # Fraction of HBM bandwidth that streaming kernels (norms, activations, softmax, Adam) reach.
-# STREAM-like kernels reach 80-90% of HBM peak on A100/H100 (CUDA C++ Best Practices Guide,
-# effective bandwidth). Fitted within that range, jointly with the A100 GEMM efficiency, on the
-# odd rows of Megatron SC21 Table 1 (public-runs.yaml); the even rows are held out.
-MEMORY_BOUND_EFFICIENCY = 0.9
+MEMORY_BOUND_EFFICIENCY = calibration.MEMORY_BOUND_EFFICIENCY.value
 # Fixed cost of one kernel launch (host launch + tail), seconds. CUDA graphs hide some of it.
 KERNEL_LAUNCH_S = 4e-6
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .errors import InputError
 
@@ -194,16 +194,35 @@ class GPUSpec(BaseModel):
     price_date: str = Field(default="", description="when the price was read (YYYY-MM)")
     sm_count: int = Field(default=132, gt=0, description="streaming multiprocessors (GEMM wave quantization)")
     gemm_efficiency: float = Field(
-        default=0.75, gt=0, le=1, description="share of the dense peak that large GEMMs sustain (see sources)"
+        gt=0, le=1, description="share of the dense peak that large GEMMs sustain; default: the family's row of "
+                                "the calibration table (tools/calibration.py)"
     )
     attention_efficiency: float = Field(
-        default=0.5, gt=0, le=1, description="share of the dense BF16 peak that flash attention sustains"
+        gt=0, le=1, description="share of the dense BF16 peak that flash attention sustains; default: the "
+                                "family's row of the calibration table"
     )
     efficiency_basis: Literal["fitted", "assumed"] = Field(
         default="assumed", description="fitted: gemm/attention efficiency fitted on a public run of this GPU family; "
                                        "assumed: no public fit, taken from another family (see sources)"
     )
     sources: dict[str, str] = Field(default_factory=dict, description="where each figure came from")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _calibrated_efficiencies(cls, data):
+        """Efficiencies a GPU file does not set come from the calibration table, by architecture."""
+        names = ("gemm_efficiency", "attention_efficiency")
+        if not isinstance(data, dict) or all(name in data for name in names):
+            return data
+        from .calibration import family_efficiency
+
+        values, basis, sources = family_efficiency(str(data.get("architecture", "")))
+        data = dict(data)
+        data.setdefault("efficiency_basis", basis if not any(name in data for name in names) else "assumed")
+        data["sources"] = {**{n: sources[n] for n in names if n not in data}, **dict(data.get("sources") or {})}
+        for name in names:
+            data.setdefault(name, values[name])
+        return data
 
     @property
     def host_size(self) -> int:
