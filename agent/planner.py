@@ -114,7 +114,8 @@ def _evaluate(config: dict, job: dict, timeline: bool = False) -> dict:
     """The estimate of a config for the job's model/gpu names, tokens, price and goodput."""
     kwargs = estimate_kwargs(config)
     kwargs.update(model=job["model"], gpu=job["gpu"])
-    return estimate(**kwargs, tokens=job["tokens"], price=job["price"], goodput=job["goodput"], timeline=timeline)
+    return estimate(**kwargs, tokens=job["tokens"], price=job["price"], goodput=job["goodput"],
+                    timeline=timeline).model_dump(mode="json")
 
 
 def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float = 0.0) -> dict:

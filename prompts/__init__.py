@@ -22,9 +22,7 @@ SHIPPED_NAME = "prompt-distributed-training-planner.md"
 SHIPPED_PATH = TEMPLATE_DIR.parent / "outputs" / SHIPPED_NAME
 """Where `trainplan prompt` writes the shipped prompt: outputs/ at the repository root."""
 
-DEFAULT_SEQ_CAP = 8192
-"""seq, when not given: the model's default sequence length, capped here (pretraining runs train at
-4K-8K tokens and extend the context afterwards; Llama 3 405B pretrained at 8K)."""
+from trainplan.tools.contract import DEFAULT_SEQ_CAP, DEFAULT_SEQ_RULE  # noqa: E402,F401  (one seq default)
 DEFAULT_TOKENS_PER_PARAM = 20
 """tokens, when not given: 20 per parameter, the compute-optimal ratio of Hoffmann et al. 2022."""
 
@@ -123,7 +121,7 @@ def _defaults() -> dict:
 
     return {
         "default_gbs_rule": DEFAULT_GBS_RULE,
-        "default_seq_rule": f"the model's default sequence length, capped at {DEFAULT_SEQ_CAP}",
+        "default_seq_rule": DEFAULT_SEQ_RULE,
         "default_tokens_rule": f"{DEFAULT_TOKENS_PER_PARAM} tokens per parameter (compute-optimal, Hoffmann "
                                "et al. 2022); say so",
         "goodput": DEFAULT_GOODPUT,

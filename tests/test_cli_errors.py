@@ -55,7 +55,8 @@ def test_estimate_json_has_design_keys():
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert set(data) >= {"params", "memory_gib", "fits", "time", "training", "config"}
-    assert set(data["memory_gib"]) == {"weights", "gradients", "optimizer", "activations", "other", "total", "capacity"}
+    assert set(data["memory_gib"]) == {"weights", "gradients", "optimizer", "activations", "other", "total", "capacity",
+                                       "headroom", "headroom_share"}
     assert {"step_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "hardware_tflops_per_gpu",
             "mfu", "hfu", "bubble_fraction", "breakdown"} <= set(data["time"])
     assert {"tokens", "steps", "days", "gpu_hours", "cost_usd", "goodput"} <= set(data["training"])

@@ -32,7 +32,7 @@ def rerun(report: dict) -> dict:
     """trainplan.estimate on the recommended config with the request's tokens, price and goodput."""
     request = report["request"]
     return trainplan.estimate(**estimate_kwargs(report["recommended"]["config"]), tokens=request["tokens"],
-                              price=request["price"], goodput=request["goodput"])
+                              price=request["price"], goodput=request["goodput"]).model_dump(mode="json")
 
 
 @pytest.fixture(scope="module")

@@ -101,7 +101,8 @@ def test_vocabulary_names():
 
 def test_calculate_memory_matches_estimate():
     result = dispatch("calculate_memory", json.dumps({**JOB, "tp": 2, "gbs": 128, "seq": 8192}))
-    reference = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=64, tp=2, gbs=128, seq=8192)
+    reference = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=64, tp=2, gbs=128, seq=8192).model_dump(
+        mode="json")
     assert result["memory_gib"] == reference["memory_gib"]
     assert result["fits"] is True and result["config"] == reference["config"]
     assert len(result["per_stage"]) == 1 and result["per_stage"][0]["total"] == pytest.approx(
@@ -111,7 +112,8 @@ def test_calculate_memory_matches_estimate():
 def test_strict_nulls_resolve_to_defaults():
     nulls = {name: None for name in registry.StepArgs.model_fields if name not in JOB}
     result = dispatch("estimate_step_time", json.dumps({**JOB, **nulls, "seq": 8192}))
-    reference = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=64, seq=8192, gbs=default_gbs(8192, 64))
+    reference = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=64, seq=8192,
+                                   gbs=default_gbs(8192, 64)).model_dump(mode="json")
     assert result["time"] == reference["time"]
     assert result["config"]["gbs"] == 512 and "default rule" in result["notes"][0]
 

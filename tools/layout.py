@@ -1,11 +1,15 @@
-"""Resolve the DESIGN.md vocabulary into one validated ParallelConfig.
+"""Resolve a Layout (contract.py) into one validated ParallelConfig.
 
 Every check names all of its factors, e.g. "tp*pp*cp=24 does not divide gpus=64".
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from .codes import SCHEDULE_CODES
+from .contract import DEFAULT_GBS_RULE, Layout, default_gbs, default_seq
 from .errors import InputError
 from .recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
 from .recompute import module_applies
@@ -90,44 +94,30 @@ def resolve_recompute_modules(model: ModelSpec, recompute: Recompute,
     return tuple(m for m in RecomputeModule if m in chosen)
 
 
-def resolve_config(
-    model: ModelSpec,
-    gpus: int,
-    *,
-    tp: int = 1,
-    pp: int = 1,
-    cp: int = 1,
-    ep: int = 1,
-    vpp: int = 1,
-    zero: int = 1,
-    mbs: int = 1,
-    gbs: int | None = None,
-    seq: int | None = None,
-    recompute: str | Recompute = "selective",
-    recompute_modules: str | tuple | list | None = None,
-    schedule: str | Schedule | None = None,
-    precision: str | Precision = "bf16",
-    attention: str | Attention = "flash",
-    sequence_parallel: bool = True,
-    optimizer_offload: bool = False,
-    tp_comm_overlap: bool = False,
-    bf16_grads: bool = False,
-    bf16_moments: bool = False,
-    fp8_activations: bool = False,
-    fp8_supported: bool = True,
-) -> ParallelConfig:
-    """Validate a layout for a model on gpus GPUs and return it with every knob resolved."""
+def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *, fp8_supported: bool = True,
+                   **given: Any) -> ParallelConfig:
+    """Validate a layout for a model on gpus GPUs and return it with every knob resolved.
+
+    The knobs are the fields of contract.Layout, given as a Layout or as keywords (a None keyword
+    means the field's default). Every field reaches the ParallelConfig; the checks below are the
+    rules that relate them to the model and the GPU count.
+    """
+    values = _layout_values(layout, given)
+    tp, pp, cp, ep, vpp, zero, mbs, gbs, seq = (values[k] for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs",
+                                                                    "gbs", "seq"))
+    recompute, schedule, precision = values["recompute"], values["schedule"], values["precision"]
+    sequence_parallel, tp_comm_overlap = values["sequence_parallel"], values["tp_comm_overlap"]
     for name, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("vpp", vpp),
                         ("mbs", mbs), ("gbs", gbs), ("seq", seq)):
         _positive(name, value)
     if zero not in (0, 1, 2, 3):
         raise InputError(f"zero={zero} is not a ZeRO stage: use 0, 1, 2 or 3")
-    seq = seq or model.max_seq_len
+    seq = seq or default_seq(model.max_seq_len)
     recompute = _choice(Recompute, "recompute", recompute)
-    recompute_modules = resolve_recompute_modules(model, recompute, recompute_modules)
+    recompute_modules = resolve_recompute_modules(model, recompute, values["recompute_modules"])
     precision = _choice(Precision, "precision", precision)
-    attention = _choice(Attention, "attention", attention)
-    if fp8_activations and precision is not Precision.fp8:
+    attention = _choice(Attention, "attention", values["attention"])
+    if values["fp8_activations"] and precision is not Precision.fp8:
         raise InputError("fp8_activations needs precision=fp8 (FP8 GEMMs): use --precision fp8 or drop it")
     if precision is Precision.fp8 and not fp8_supported:
         raise InputError("precision=fp8 needs FP8 tensor cores (Hopper or newer): use --precision bf16")
@@ -140,11 +130,32 @@ def resolve_config(
     check(model, knobs)   # validity.RULES, the search's rules too
     dp = int(knobs.dp)
 
-    return ParallelConfig(
-        tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, vpp=vpp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
-        recompute=recompute, recompute_modules=recompute_modules, schedule=schedule, precision=precision,
-        attention=attention,
-        sequence_parallel=sequence_parallel and tp > 1,
-        optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, bf16_moments=bf16_moments,
-        fp8_activations=fp8_activations, tp_comm_overlap=tp_comm_overlap and tp > 1,
-    )
+    values.update(dp=dp, seq=seq, recompute=recompute, recompute_modules=recompute_modules, schedule=schedule,
+                  precision=precision, attention=attention,
+                  sequence_parallel=sequence_parallel and tp > 1, tp_comm_overlap=tp_comm_overlap and tp > 1)
+    return ParallelConfig(**values)
+
+
+def resolve_with_batch(model: ModelSpec, gpus: int, *, fp8_supported: bool = True,
+                       **knobs: Any) -> tuple[ParallelConfig, str | None]:
+    """resolve_config, with a null gbs replaced by the shared default rule (contract.DEFAULT_GBS_RULE,
+    rounded up to a multiple of dp*mbs); also returns the note that says so (None when gbs was given)."""
+    cfg = resolve_config(model, gpus, fp8_supported=fp8_supported, **knobs)
+    if cfg.gbs is not None:
+        return cfg, None
+    unit = cfg.dp * cfg.mbs
+    gbs = -(-default_gbs(cfg.seq, gpus) // unit) * unit
+    cfg = resolve_config(model, gpus, fp8_supported=fp8_supported, **{**knobs, "gbs": gbs})
+    return cfg, f"gbs not given: used {gbs} sequences by the default rule ({DEFAULT_GBS_RULE})"
+
+
+def _layout_values(layout: Layout | None, knobs: dict[str, Any]) -> dict[str, Any]:
+    """Every Layout field: from `layout`, then the keywords that are not None, then the defaults."""
+    unknown = sorted(set(knobs) - set(Layout.model_fields))
+    if unknown:
+        raise InputError(f"unknown layout knob(s) {', '.join(unknown)}: use {', '.join(Layout.model_fields)}")
+    values = {name: info.default for name, info in Layout.model_fields.items()}
+    if layout is not None:
+        values.update({name: getattr(layout, name) for name in Layout.model_fields})
+    values.update({name: value for name, value in knobs.items() if value is not None})
+    return values

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -36,34 +35,11 @@ from .errors import InputError
 from .estimate import estimate
 from .memory import memory_breakdown
 from .pipeline import render_ascii, simulate
-from .specs import ParallelConfig, Schedule
+from .contract import (DEFAULT_GBS_RULE, SEARCHED_KNOBS, TARGET_TOKENS_PER_STEP, Job, Layout,  # noqa: F401
+                       ParallelConfig, Schedule, default_gbs, fields_of, optional_model, search_fields)
 
 __all__ = ["Tool", "TOOLS", "TOOLS_BY_NAME", "tool_names", "openai_tools", "dispatch", "default_gbs",
            "DEFAULT_GBS_RULE", "TARGET_TOKENS_PER_STEP", "estimate_kwargs"]
-
-# --- the default global batch ---------------------------------------------------------------------
-
-TARGET_TOKENS_PER_STEP = 4 * 2**20
-"""About 4M tokens per step: Llama 3 405B started at 4M tokens per batch (Llama 3 paper §3.4.1);
-GPT-3 175B used 3.2M (Brown et al. 2020, Table 2.1)."""
-GPUS_PER_SEQUENCE = 8
-"""At least one sequence per 8 GPUs, so that even a TP8 layout gives every data-parallel rank a
-micro-batch (Llama 3 405B on 16K GPUs: 16M tokens per step at seq 8192 = 2048 sequences)."""
-DEFAULT_GBS_RULE = (
-    "the power of two nearest to 4M tokens / seq (4M = 2^22), raised to the next power of two of "
-    "gpus/8 when that is larger, so that data parallelism divides it (seq 8192: 512 sequences; "
-    "16,384 GPUs: 2048)"
-)
-
-
-def default_gbs(seq: int, gpus: int) -> int:
-    """Global batch in sequences when the request gives none; see DEFAULT_GBS_RULE."""
-    if seq <= 0 or gpus <= 0:
-        raise InputError(f"seq={seq} and gpus={gpus} must be positive to choose a default gbs")
-    by_tokens = 2 ** max(0, round(math.log2(TARGET_TOKENS_PER_STEP / seq)))
-    by_gpus = 2 ** math.ceil(math.log2(max(1.0, gpus / GPUS_PER_SEQUENCE)))
-    return max(by_tokens, by_gpus)
-
 
 # --- tool definitions ------------------------------------------------------------------------------
 
@@ -137,51 +113,13 @@ ScheduleName = Literal[tuple(s.value for s in Schedule)]  # type: ignore[valid-t
 PrecisionName = Literal["bf16", "fp8"]
 
 
-class JobArgs(ToolArgs):
-    model: str = Field(description="catalog model name (llama3-8b, llama3-70b, llama3-405b, deepseek-v3, "
-                                   "gpt3-175b, ...; see list_catalog) or a path to an HF config.json")
-    gpu: str = Field(description="catalog GPU name (h100-sxm-80gb, h800-sxm-80gb, a100-sxm-80gb, h200-sxm-141gb, "
-                                 "b200, gb200-nvl72, mi300x, l40s, rtx-4090, ...; see list_catalog; aliases like h100 "
-                                 "or mi300x work) or a path to a GPU JSON")
-    gpus: int = Field(description="total GPUs")
-
-
-class LayoutArgs(JobArgs):
-    tp: int | None = _opt("tensor-parallel size, with sequence parallelism; null: 1")
-    pp: int | None = _opt("pipeline-parallel size; null: 1")
-    cp: int | None = _opt("context-parallel size; null: 1")
-    ep: int | None = _opt("expert-parallel size (MoE models only; must divide dp*cp); null: 1")
-    vpp: int | None = _opt("virtual pipeline stages per rank; >1 selects the interleaved schedule; null: 1")
-    zero: int | None = _opt("ZeRO stage 0-3: 1 shards optimizer states, 2 also gradients, 3 also weights "
-                            "(FSDP); null: 1")
-    mbs: int | None = _opt("micro-batch size, sequences; null: 1")
-    seq: int | None = _opt("sequence length, tokens; null: the model's default")
-    recompute: RecomputeName | None = _opt("activation recompute: none (keep all), selective (recompute the "
-                                           "attention core), full (rerun each layer's forward); null: selective")
-    schedule: ScheduleName | None = _opt("pipeline schedule: gpipe, 1f1b, interleaved (needs vpp>1), zb-h1, "
-                                         "dualpipe (even pp); null: 1f1b, or interleaved when vpp>1")
-    precision: PrecisionName | None = _opt("GEMM precision: bf16 or fp8 (Hopper and newer); null: bf16")
-    attention: Literal["flash", "eager"] | None = _opt(
-        "attention kernel: flash (fused, causal blocks skipped) or eager (unfused s x s scores, as 2021-22 "
-        "Megatron); null: flash")
-    gpus_per_node: int | None = _opt("GPUs per NVLink/xGMI domain (PCIe cards: per host); null: the GPU's catalog value")
-    intra_node_bw: float | None = _opt("NVLink/xGMI (PCIe cards: PCIe) GB/s per GPU per direction; null: the GPU's "
-                                       "catalog value")
-    inter_node_bw: float | None = _opt("network GB/s per GPU per direction; null: the GPU's catalog value")
-    optimizer_offload: bool | None = _opt("ZeRO-Offload: optimizer states and step on the CPU; null: false")
-    bf16_grads: bool | None = _opt("bf16 gradients (DeepSpeed's 16 B/param) instead of an fp32 buffer; null: false")
-    tp_comm_overlap: bool | None = _opt("overlap tensor-parallel communication with the GEMMs (Megatron "
-                                        "--tp-comm-overlap); null: false")
-
-
-class MemoryArgs(LayoutArgs):
-    gbs: int | None = _opt("global batch, sequences; sets the micro-batches in flight (gbs / (dp*mbs)); "
-                           "null: one micro-batch per step")
-    headroom_gib: float | None = _opt("GiB per GPU to keep free when deciding fits; null: 0")
-
-
-class StepArgs(LayoutArgs):
-    gbs: int | None = _opt(f"global batch, sequences; null: the default rule ({DEFAULT_GBS_RULE})")
+# The layout tools take the Job's cluster fields and every Layout knob (contract.py), each nullable:
+# null is the field's default rule, the same in every tool (gbs: DEFAULT_GBS_RULE; seq: DEFAULT_SEQ_RULE).
+_NOT_FOR_ONE_STEP = ("tokens", "price", "goodput", "ramp_start_gbs", "ramp_tokens")
+LayoutArgs = optional_model("LayoutArgs", fields_of(Job, Layout, exclude=_NOT_FOR_ONE_STEP), base=ToolArgs,
+                            required=("model", "gpu", "gpus"))
+LayoutArgs.__doc__ = "A job's hardware and one layout: every Layout knob, null meaning its default."
+MemoryArgs = StepArgs = LayoutArgs
 
 
 class CatalogArgs(ToolArgs):
@@ -223,35 +161,11 @@ class CostArgs(ToolArgs):
                                  "(Llama 3 reports more than 90% effective training time)")
 
 
-class SearchArgs(JobArgs):
-    gbs: int | None = _opt(f"global batch, sequences; null: the default rule ({DEFAULT_GBS_RULE})")
-    seq: int | None = _opt("sequence length, tokens; null: the model's default")
-    tokens: float | str | None = _opt("training tokens, a number or '15T'; needed to rank by cost or days "
-                                      "and to report training cost")
-    price: float | None = _opt("dollars per GPU-hour; null: the GPU's catalog price")
-    precision: PrecisionName | None = _opt("GEMM precision: bf16 or fp8; null: bf16")
-    objective: Literal["throughput", "cost", "time"] | None = _opt(
-        "what to rank by: throughput (most tokens/s), cost (fewest dollars; GPU-seconds per step without "
-        "tokens), time (fewest days); null: throughput")
-    top_k: int | None = _opt("how many of the best layouts to return; null: 5")
-    tp: int | None = _opt("pin the tensor-parallel size; null: search it")
-    pp: int | None = _opt("pin the pipeline-parallel size; null: search it")
-    cp: int | None = _opt("pin the context-parallel size; null: search it")
-    ep: int | None = _opt("pin the expert-parallel size; null: search it")
-    vpp: int | None = _opt("pin the virtual pipeline stages per rank; null: search it")
-    zero: int | None = _opt("pin the ZeRO stage 0-3; null: search it")
-    mbs: int | None = _opt("pin the micro-batch size; null: search it")
-    recompute: RecomputeName | None = _opt("pin the recompute mode: none, selective or full; null: search it")
-    schedule: ScheduleName | None = _opt("pin the pipeline schedule; null: search it")
-    max_gpus: int | None = _opt("also try other GPU counts: max_gpus and halvings of it down to what the model "
-                                "needs, plus gpus; null: exactly gpus")
-    deadline_days: float | None = _opt("reject layouts whose training takes longer than this many days "
-                                       "(needs tokens); null: no deadline")
-    budget_usd: float | None = _opt("reject layouts whose training costs more dollars than this "
-                                    "(needs tokens); null: no budget")
-    headroom_gib: float | None = _opt("GiB per GPU to keep free when deciding fits; null: 0")
-    allow_cross_node_tp: bool | None = _opt("allow tp larger than a node; null: false")
-    goodput: float | None = _opt(f"share of wall-clock time that trains; null: {DEFAULT_GOODPUT}")
+SearchArgs = optional_model(
+    "SearchArgs", {k: v for k, v in search_fields().items() if k != "pareto"}, base=ToolArgs,
+    required=("model", "gpu", "gpus"),
+    descriptions={n: f"pin the {Layout.model_fields[n].description}; null: search it" for n in SEARCHED_KNOBS})
+SearchArgs.__doc__ = "A search: the Job, the searched Layout knobs as pins, and the SearchOptions."
 
 
 # --- tool functions ------------------------------------------------------------------------------
@@ -263,9 +177,9 @@ def _given(args: BaseModel, *exclude: str) -> dict:
 
 
 def estimate_kwargs(config: dict) -> dict:
-    """A result's `config` -> the keyword arguments of `estimate` that reproduce it."""
-    skip = {"dp", "num_microbatches", "gpus_per_host", "interconnect"}   # derived, not knobs
-    return {k: v for k, v in config.items() if k not in skip}
+    """A result's `config` -> the keyword arguments of `estimate` that reproduce it: the Layout's
+    fields and the Job's that the config echoes."""
+    return {k: v for k, v in config.items() if k in Layout.model_fields or k in Job.model_fields}
 
 
 def _list_catalog(args: CatalogArgs) -> dict:
@@ -319,43 +233,23 @@ def _describe_model(args: DescribeArgs) -> dict:
     }
 
 
-def _calculate_memory(args: MemoryArgs) -> dict:
+def _calculate_memory(args: LayoutArgs) -> dict:
     result = estimate(**_given(args))
-    cfg = ParallelConfig(**{k: v for k, v in result["config"].items() if k in ParallelConfig.model_fields})
+    cfg = ParallelConfig(**result.config.model_dump(include=set(ParallelConfig.model_fields)))
     memory = memory_breakdown(catalog.load_model(args.model), cfg, catalog.load_gpu(args.gpu),
                               headroom_gib=args.headroom_gib or 0.0)
-    out = {"params": result["params"], "memory_gib": result["memory_gib"], "fits": result["fits"]}
-    if not result["fits"]:
-        out["reason"] = result["reason"]
+    out = result.model_dump(mode="json", include={"params", "memory_gib", "fits", "reason"})
     out["worst_stage"] = memory.worst_stage
     out["per_stage"] = memory.per_stage
-    out["config"] = result["config"]
+    out.update(result.model_dump(mode="json", include={"config", "notes"}))
     out["convention"] = ("GiB = 2^30 bytes, per GPU on the most loaded rank; bf16 weights 2 B/param, fp32 "
                          "gradients 4, fp32 master + Adam m + v 12, sharded by the ZeRO stage")
     return out
 
 
-def _with_default_gbs(args: StepArgs | SearchArgs) -> tuple[dict, list[str]]:
-    kwargs = _given(args)
-    notes = []
-    if args.gbs is None:
-        seq = args.seq or catalog.load_model(args.model).max_seq_len
-        kwargs["gbs"] = default_gbs(seq, args.gpus)
-        notes.append(f"gbs not given: used {kwargs['gbs']} sequences by the default rule ({DEFAULT_GBS_RULE})")
-    return kwargs, notes
-
-
-def _estimate_step_time(args: StepArgs) -> dict:
-    kwargs, notes = _with_default_gbs(args)
-    result = estimate(**kwargs)
-    out = {"time": result["time"], "fits": result["fits"]}
-    if not result["fits"]:
-        out["reason"] = result["reason"]
-    out["memory_gib"] = result["memory_gib"]
-    out["config"] = result["config"]
-    if notes:
-        out["notes"] = notes
-    return out
+def _estimate_step_time(args: LayoutArgs) -> dict:
+    result = estimate(**_given(args))
+    return result.model_dump(mode="json", include={"time", "fits", "reason", "memory_gib", "config", "notes"})
 
 
 def _simulate_pipeline(args: PipelineArgs) -> dict:
@@ -386,16 +280,14 @@ def _estimate_cost(args: CostArgs) -> dict:
 def _search_configs(args: SearchArgs) -> dict:
     from .search import search
 
-    kwargs, notes = _with_default_gbs(args)
+    kwargs = _given(args)
     model, gpu, gpus = kwargs.pop("model"), kwargs.pop("gpu"), kwargs.pop("gpus")
-    if "tokens" in kwargs:
-        kwargs["tokens"] = parse_tokens(kwargs["tokens"])
-    kwargs.setdefault("top_k", 5)
     result = search(model, gpu, gpus, **kwargs)
     for candidate in result.get("candidates", []):
         candidate.pop("pipeline", None)
-    if notes:
-        result["notes"] = [*result.get("notes", []), *notes]
+    if args.gbs is None:
+        result["notes"] = [*result.get("notes", []), f"gbs not given: used {result['job']['gbs']} sequences by "
+                           f"the default rule ({DEFAULT_GBS_RULE})"]
     return result
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from .catalog import load_gpu, load_model
 from .codes import RECOMPUTE_BY_CODE, RECOMPUTE_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
 from .cost import DEFAULT_GOODPUT, parse_tokens
+from .contract import default_gbs, default_seq
 from .errors import InputError
 from .estimate import evaluate
 from .layout import resolve_config
@@ -93,16 +94,20 @@ def _positive(name: str, value) -> None:
         raise InputError(f"{name}={value} must be a positive number")
 
 
-def prepare(model: str, gpu: str, gpus: int, *, gbs: int, seq: int | None = None,
-            tokens: str | float | None = None, price: float | None = None, precision: str = "bf16",
-            objective: str = "throughput", top_k: int = 5, tp=None, pp=None, cp=None, ep=None, vpp=None,
+def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int | None = None,
+            tokens: str | float | None = None, price: float | None = None, precision: str | None = None,
+            objective: str | None = None, top_k: int | None = None, tp=None, pp=None, cp=None, ep=None, vpp=None,
             zero=None, mbs=None, recompute=None, schedule=None, max_gpus: int | None = None,
-            deadline_days: float | None = None, budget_usd: float | None = None, headroom_gib: float = 0.0,
-            allow_cross_node_tp: bool = False, pareto: bool = False, goodput: float | None = None,
+            deadline_days: float | None = None, budget_usd: float | None = None, headroom_gib: float | None = None,
+            allow_cross_node_tp: bool | None = None, pareto: bool | None = None, goodput: float | None = None,
             gpus_per_node: int | None = None, intra_node_bw: float | None = None,
             inter_node_bw: float | None = None) -> tuple[SearchJob, Objective, list[int]]:
     """Check a search request (InputError on bad input) -> (job, objective, GPU counts to try)."""
     model_spec, gpu_spec = load_model(model), load_gpu(gpu)
+    # None means the shared default (contract.py): seq and gbs by their rules, the search options below.
+    objective, top_k = objective or Objective.throughput, top_k or 5
+    precision, headroom_gib = precision or Precision.bf16, headroom_gib or 0.0
+    allow_cross_node_tp, pareto = bool(allow_cross_node_tp), bool(pareto)
     for name, value in (("gpus", gpus), ("gbs", gbs), ("top_k", top_k), ("max_gpus", max_gpus), ("seq", seq),
                         ("gpus_per_node", gpus_per_node)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0):
@@ -134,7 +139,9 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int, seq: int | None = None
         vpp=_ints("vpp", vpp, 1), zero=_ints("zero", zero, 0, 3), mbs=_ints("mbs", mbs, 1),
         recompute=_codes("recompute", Recompute, recompute, _R), schedule=_codes("schedule", Schedule, schedule, _S),
     )
-    job = SearchJob(model=model_spec, gpu=gpu_spec, gbs=int(gbs), seq=int(seq or model_spec.max_seq_len),
+    seq = int(seq or default_seq(model_spec.max_seq_len))
+    gbs = int(gbs or default_gbs(seq, int(gpus)))
+    job = SearchJob(model=model_spec, gpu=gpu_spec, gbs=gbs, seq=seq,
                precision=precision_enum, tokens=tokens_value, price=gpu_spec.price if price is None else price,
                goodput=DEFAULT_GOODPUT if goodput is None else goodput, headroom_gib=float(headroom_gib),
                allow_cross_node_tp=allow_cross_node_tp, deadline_days=deadline_days, budget_usd=budget_usd,
@@ -189,7 +196,7 @@ def _finish(job: SearchJob, objective: Objective, out: dict, scored: list[dict],
     return out
 
 
-def search(model: str, gpu: str, gpus: int, *, gbs: int, seq: int | None = None, tokens: str | float | None = None,
+def search(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int | None = None, tokens: str | float | None = None,
            price: float | None = None, precision: str = "bf16", objective: str = "throughput", top_k: int = 5,
            tp=None, pp=None, cp=None, ep=None, vpp=None, zero=None, mbs=None, recompute=None, schedule=None,
            max_gpus: int | None = None, deadline_days: float | None = None, budget_usd: float | None = None,
@@ -299,7 +306,7 @@ def exact(job: SearchJob, layout: dict) -> dict:
                          optimizer_offload=job.optimizer_offload, bf16_grads=job.bf16_grads,
                          tp_comm_overlap=job.tp_comm_overlap, fp8_supported=job.gpu.fp8_tflops is not None)
     return evaluate(job.model, job.cluster(layout["gpus"]), cfg, tokens=job.tokens, price=job.price,
-                    goodput=job.goodput, headroom_gib=job.headroom_gib)
+                    goodput=job.goodput, headroom_gib=job.headroom_gib).model_dump(mode="json")
 
 
 def _no_split(job: SearchJob, counts: list[int]) -> None:

@@ -12,20 +12,9 @@ price; differs from throughput only when several GPU counts are tried, see max_g
 
 from __future__ import annotations
 
-from enum import Enum
-
 import numpy as np
 
-
-class Objective(str, Enum):
-    """What the search ranks by."""
-
-    throughput = "throughput"
-    """most tokens per second (shortest step)"""
-    cost = "cost"
-    """fewest dollars: cost_usd with tokens, else GPUs x step time (GPU-seconds per step)"""
-    time = "time"
-    """fewest days to train the tokens; without tokens, the shortest step"""
+from .contract import Objective
 
 
 def objective_of(objective: Objective, step_s, gpus, days, cost_usd, price, tokens):

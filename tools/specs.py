@@ -1,82 +1,20 @@
 """Typed specifications shared by every calculator.
 
 ModelSpec describes a decoder-only transformer closely enough to count its parameters exactly
-(see counting.py); GPUSpec and ClusterSpec describe the hardware; ParallelConfig is one layout in
-the DESIGN.md vocabulary (tp, pp, cp, ep, vpp, zero, mbs, gbs, seq, recompute, schedule, precision).
+(see counting.py); GPUSpec and ClusterSpec describe the hardware. The layout vocabulary (Layout,
+ParallelConfig and its choices Recompute, Schedule, Precision) is defined in contract.py and
+re-exported here.
 """
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# The layout vocabulary is defined in contract.py; re-exported here for the calculators.
+from .contract import Attention, ParallelConfig, Precision, Recompute, RecomputeModule, Schedule  # noqa: F401
 from .errors import InputError
-
-
-class Recompute(str, Enum):
-    """Activation recomputation mode."""
-
-    none = "none"
-    """Keep every activation (fastest, most memory)."""
-    selective = "selective"
-    """Recompute named modules (recompute_modules); by default the attention core (softmax, dropout,
-    scores x V), Korthikanti et al. 2022."""
-    full = "full"
-    """Keep only each layer's input and rerun the layer's forward in the backward pass."""
-
-
-class RecomputeModule(str, Enum):
-    """A module that selective recompute reruns (Megatron-Core --recompute-modules; recompute.py)."""
-
-    core_attn = "core_attn"
-    """The attention core (softmax statistics, or the eager s x s tensors)."""
-    layernorm = "layernorm"
-    """The two norms of each block: their outputs are recomputed from the kept inputs."""
-    mla_up_proj = "mla_up_proj"
-    """MLA's up-projections, latent norms and RoPE: Q, K, V are recomputed from the kept latents."""
-    moe_act = "moe_act"
-    """The experts' activation (SwiGLU): its output is recomputed from its kept input."""
-    mlp = "mlp"
-    """A dense MLP, from its kept input."""
-    moe = "moe"
-    """A whole MoE layer, from its kept input."""
-
-
-class Schedule(str, Enum):
-    """Pipeline schedule."""
-
-    gpipe = "gpipe"
-    """All forwards, then all backwards: every stage holds m micro-batches."""
-    one_f_one_b = "1f1b"
-    """PipeDream-Flush 1F1B: stage i holds at most p - i micro-batches."""
-    interleaved = "interleaved"
-    """Megatron interleaved 1F1B with vpp model chunks per rank; bubble shrinks by 1/vpp."""
-    zb_h1 = "zb-h1"
-    """Zero-bubble H1 (Qi et al. 2024): backward split into input-grad B and weight-grad W."""
-    dualpipe = "dualpipe"
-    """DeepSeek-V3's bidirectional schedule with overlapped forward/backward chunks."""
-
-
-class Precision(str, Enum):
-    """Compute precision of the GEMMs."""
-
-    bf16 = "bf16"
-    """BF16 mixed precision (dense BF16 peak)."""
-    fp8 = "fp8"
-    """FP8 GEMMs (dense FP8 peak); weights and master states as in bf16 mixed precision."""
-
-
-class Attention(str, Enum):
-    """The attention kernel. Chosen by the layout, never inferred from the config's dropout."""
-
-    flash = "flash"
-    """Fused flash attention (Dao 2022; 2023): no s x s tensor in HBM; the causal mask skips the masked
-    blocks, so the kernel runs half the score FLOPs; dropout, if any, is applied inside the kernel."""
-    eager = "eager"
-    """Unfused attention (Megatron 2021-22, HF "eager"): full s x s score GEMMs (masked entries computed),
-    softmax and dropout streamed through HBM, and the s x s tensors kept for the backward."""
 
 
 class ModelSpec(BaseModel):
@@ -283,58 +221,3 @@ class ClusterSpec(BaseModel):
             intra_node_bw_efficiency=pick(intra_node_bw_efficiency, gpu.intra_node_bw_efficiency),
             inter_node_bw_efficiency=pick(inter_node_bw_efficiency, gpu.inter_node_bw_efficiency),
         )
-
-
-class ParallelConfig(BaseModel):
-    """One layout, every knob resolved. dp is derived: gpus / (tp * pp * cp)."""
-
-    tp: int = Field(default=1, ge=1, description="tensor-parallel size (with sequence parallelism)")
-    pp: int = Field(default=1, ge=1, description="pipeline-parallel size")
-    cp: int = Field(default=1, ge=1, description="context-parallel size")
-    ep: int = Field(default=1, ge=1, description="expert-parallel size (inside the dp*cp group)")
-    dp: int = Field(default=1, ge=1, description="data-parallel size, gpus / (tp*pp*cp)")
-    vpp: int = Field(default=1, ge=1, description="virtual pipeline chunks per rank")
-    zero: int = Field(default=1, ge=0, le=3, description="ZeRO stage 0-3")
-    mbs: int = Field(default=1, ge=1, description="micro-batch size, sequences")
-    gbs: int | None = Field(default=None, ge=1, description="global batch size, sequences")
-    seq: int = Field(ge=1, description="sequence length, tokens")
-    recompute: Recompute = Field(default=Recompute.selective, description="activation recompute mode")
-    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
-        default=None, description="with recompute=selective, the modules to recompute (Megatron --recompute-modules: "
-                                  "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe); DeepSeek-V3 recomputed "
-                                  "layernorm, mla_up_proj and moe_act; null: core_attn (Megatron's default)")
-    schedule: Schedule = Field(default=Schedule.one_f_one_b, description="pipeline schedule")
-    precision: Precision = Field(default=Precision.bf16, description="GEMM precision")
-    attention: Attention = Field(
-        default=Attention.flash, description="attention kernel: flash (fused, causal blocks skipped) or eager (unfused s x s)"
-    )
-    sequence_parallel: bool = Field(default=True, description="Megatron sequence parallelism with tp>1")
-    optimizer_offload: bool = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")
-    bf16_grads: bool = Field(default=False, description="bf16 gradients (DeepSpeed's 16 B/param) instead of fp32")
-    bf16_moments: bool = Field(
-        default=False, description="Adam moments m and v in bf16, master weights in fp32: 8 B/param of optimizer "
-                                   "states instead of 12 (DeepSeek-V3 §3.3.3; Megatron --use-precision-aware-optimizer "
-                                   "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
-    fp8_activations: bool = Field(
-        default=False, description="DeepSeek-V3's low-precision activation storage (§3.3.3), with precision=fp8: the "
-                                   "MoE SwiGLU inputs cached in FP8, and the attention output kept as one 16-bit copy "
-                                   "that both the attention backward and the output projection read")
-    tp_comm_overlap: bool = Field(
-        default=False, description="overlap TP/SP all-gathers and reduce-scatters with the GEMMs (Megatron --tp-comm-overlap)"
-    )
-
-    @property
-    def num_gpus(self) -> int:
-        return self.tp * self.pp * self.cp * self.dp
-
-    @property
-    def num_microbatches(self) -> int:
-        """m = gbs / (dp * mbs); 1 when no global batch is set."""
-        if self.gbs is None:
-            return 1
-        return self.gbs // (self.dp * self.mbs)
-
-    @property
-    def expert_dp(self) -> int:
-        """Expert-data-parallel size: dp * cp / ep (Megatron folds CP into the expert grid)."""
-        return max(1, self.dp * self.cp // self.ep)

@@ -1,34 +1,87 @@
 """trainplan: plan distributed LLM training.
 
-Public API (the DESIGN.md vocabulary as keyword arguments, DESIGN.md result shapes as dicts):
-    trainplan.estimate(model=..., gpu=..., gpus=..., tp=..., ...) -> dict    # one layout
-    trainplan.search(model=..., gpu=..., gpus=..., gbs=..., [pins]) -> dict  # the best layouts
-    trainplan.plan("Llama 3 70B on 512 H100s for 15T tokens") -> PlanReport # the whole plan
+Public API; every keyword is a field of trainplan.tools.contract.Job or Layout (its description there is
+also the CLI help and the tool argument's description; None means the field's default rule):
+    trainplan.estimate(model=..., gpu=..., gpus=..., tp=..., ...) -> Estimate  # one layout
+    trainplan.search(model=..., gpu=..., gpus=..., [pins]) -> dict             # the best layouts
+    trainplan.plan("Llama 3 70B on 512 H100s for 15T tokens") -> PlanReport    # the whole plan
+
+`Estimate.model_dump(mode="json")` is the `trainplan estimate --json` object. Nothing heavy is
+imported until a function is called, so `trainplan --help` stays fast.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from trainplan.tools.errors import InputError
 
-__all__ = ["InputError", "estimate", "plan", "search"]
+if TYPE_CHECKING:
+    from trainplan.agent.report import PlanReport
+    from trainplan.tools.contract import Attention, Estimate, Precision, Recompute, RecomputeModule, Schedule
+
+__all__ = ["InputError", "__version__", "estimate", "plan", "search"]
 __version__ = "0.1.0"
 
 
-def estimate(**kwargs) -> dict:
-    """Memory, time and cost of one layout; the same object as `trainplan estimate --json`."""
+def estimate(
+    model: str, gpu: str, gpus: int, *,
+    # Job: what to train and on what.
+    tokens: float | str | None = None, price: float | None = None, goodput: float | None = None,
+    gpus_per_node: int | None = None, intra_node_bw: float | None = None, inter_node_bw: float | None = None,
+    headroom_gib: float | None = None, ramp_start_gbs: int | None = None, ramp_tokens: float | str | None = None,
+    # Layout: every parallelism, memory and kernel knob.
+    tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, vpp: int = 1, zero: int = 1, mbs: int = 1,
+    gbs: int | None = None, seq: int | None = None, recompute: Recompute | str = "selective",
+    recompute_modules: tuple[RecomputeModule | str, ...] | str | None = None,
+    schedule: Schedule | str | None = None, precision: Precision | str = "bf16",
+    attention: Attention | str = "flash", sequence_parallel: bool = True,
+    optimizer_offload: bool = False, bf16_grads: bool = False, bf16_moments: bool = False,
+    fp8_activations: bool = False, tp_comm_overlap: bool = False,
+    # What to return.
+    timeline: bool = False,
+) -> Estimate:
+    """Memory, time and cost of one layout; `.model_dump(mode="json")` is `trainplan estimate --json`.
+
+    Parameters are the fields of contract.Job and contract.Layout (see their descriptions, e.g.
+    `help(trainplan.tools.contract.Layout)`); timeline=True also records the pipeline's events.
+    Raises InputError on invalid input.
+    """
     from trainplan.tools.estimate import estimate as _estimate
 
-    return _estimate(**kwargs)
+    arguments = dict(locals())
+    arguments.pop("_estimate")
+    return _estimate(**arguments)
 
 
-def search(**kwargs) -> dict:
-    """The best layouts for a job; the same object as `trainplan search --json`."""
+def search(
+    model: str, gpu: str, gpus: int, *,
+    # Job.
+    tokens: float | str | None = None, price: float | None = None, goodput: float | None = None,
+    gpus_per_node: int | None = None, intra_node_bw: float | None = None, inter_node_bw: float | None = None,
+    headroom_gib: float | None = None,
+    # Layout: None searches the knob; a value (or a list of values) pins it.
+    tp: Any = None, pp: Any = None, cp: Any = None, ep: Any = None, vpp: Any = None, zero: Any = None,
+    mbs: Any = None, recompute: Any = None, schedule: Any = None,
+    gbs: int | None = None, seq: int | None = None, precision: Precision | str | None = None,
+    # The search itself.
+    objective: str | None = None, top_k: int | None = None, max_gpus: int | None = None,
+    deadline_days: float | None = None, budget_usd: float | None = None, allow_cross_node_tp: bool | None = None,
+    pareto: bool | None = None,
+) -> dict:
+    """The best layouts for a job; the same object as `trainplan search --json`.
+
+    Job and Layout parameters as in `estimate`; a Layout knob left None is searched. gbs None: the
+    default rule (contract.DEFAULT_GBS_RULE); seq None: contract.DEFAULT_SEQ_RULE. The search options
+    are the fields of contract.SearchOptions.
+    """
     from trainplan.tools.search import search as _search
 
-    return _search(**kwargs)
+    arguments = {k: v for k, v in locals().items() if k != "_search" and v is not None}
+    return _search(**arguments)
 
 
-def plan(request_text: str | None = None, **kwargs):
+def plan(request_text: str | None = None, **kwargs: Any) -> PlanReport:
     """A PlanReport for a plain-language request (offline planner unless an LLM is configured)."""
     from trainplan.agent.planner import plan as _plan
 

@@ -16,6 +16,22 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+def _version(value: bool) -> None:
+    if value:
+        from trainplan import __version__
+
+        print(f"trainplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", help="print the version and exit", callback=_version,
+                                 is_eager=True),
+) -> None:
+    """Plan distributed LLM training: layout, memory, step time, MFU, GPU-hours and cost."""
+
 # One explicit list of command modules; each defines register(app).
 from trainplan import cli_catalog, cli_estimate, cli_simulate, cli_bubble, cli_export, cli_eval  # noqa: E402
 from trainplan import cli_plan, cli_tools  # noqa: E402

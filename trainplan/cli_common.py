@@ -1,42 +1,114 @@
-"""Options shared by the commands: one vocabulary, the same names as the tool arguments and JSON keys."""
+"""Command-line options generated from the contract's fields (tools/contract.py), so that a field
+added to Job, Layout or SearchOptions becomes a flag of `estimate`, `search` and `export` with no edit here.
+
+    options(fields, mode=...) -> [inspect.Parameter]   # one typer option per field
+    command(function, parameters)                       # give a `**options` function that signature
+
+A field's flag is `--field-name` (a Cli(...) annotation on the field overrides it); its help is the
+field's description; an Enum field offers its values. mode "value" keeps the field's default;
+"override" makes every option default to None (export --from: only what is given overrides the file);
+"pin" makes the searched Layout knobs None (search).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+import inspect
+import json
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+from types import UnionType
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 import typer
 
-from trainplan.tools.specs import Attention, Precision, Recompute, Schedule
+from trainplan.tools.contract import Cli, cli_of, shown_default
+from trainplan.tools.errors import InputError
 
-Model = Annotated[str, typer.Option("--model", help="catalog name (llama3-70b, deepseek-v3, ...) or path to an HF config.json")]
-Gpu = Annotated[str, typer.Option("--gpu", help="catalog name (h100-sxm-80gb, a100-sxm-80gb, ...) or path to a GPU JSON")]
-Gpus = Annotated[int, typer.Option("--gpus", help="total GPUs")]
-Tp = Annotated[int, typer.Option("--tp", help="tensor-parallel size (with sequence parallelism)")]
-Pp = Annotated[int, typer.Option("--pp", help="pipeline-parallel size")]
-Cp = Annotated[int, typer.Option("--cp", help="context-parallel size")]
-Ep = Annotated[int, typer.Option("--ep", help="expert-parallel size")]
-Vpp = Annotated[int, typer.Option("--vpp", help="virtual pipeline stages per rank (>1: interleaved)")]
-Zero = Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3")]
-Mbs = Annotated[int, typer.Option("--mbs", help="micro-batch size, sequences")]
-Gbs = Annotated[Optional[int], typer.Option("--gbs", help="global batch size, sequences (needed for time)")]
-Seq = Annotated[Optional[int], typer.Option("--seq", help="sequence length (default: the model's)")]
-RecomputeOpt = Annotated[Recompute, typer.Option("--recompute", help="activation recompute mode")]
-ScheduleOpt = Annotated[Optional[Schedule], typer.Option("--schedule", help="pipeline schedule (default 1f1b; interleaved when vpp>1)")]
-PrecisionOpt = Annotated[Precision, typer.Option("--precision", help="GEMM precision")]
-AttentionOpt = Annotated[Attention, typer.Option(
-    "--attention", help="attention kernel: flash (fused; causal blocks skipped) or eager (unfused s x s scores)")]
-Tokens = Annotated[Optional[str], typer.Option("--tokens", help="training tokens, e.g. 15.6T or 15.6e12")]
-Price = Annotated[Optional[float], typer.Option("--price", help="dollars per GPU-hour (default: the GPU's catalog price)")]
-Goodput = Annotated[Optional[float], typer.Option("--goodput", help="share of wall-clock time that trains (default 0.9)")]
-GpusPerNode = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPUs per NVLink/xGMI domain (PCIe cards: per host)")]
-IntraNodeBw = Annotated[Optional[float], typer.Option("--intra-node-bw", help="NVLink/xGMI (PCIe cards: PCIe) GB/s per GPU per direction")]
-InterNodeBw = Annotated[Optional[float], typer.Option("--inter-node-bw", help="network GB/s per GPU per direction")]
-OptimizerOffload = Annotated[bool, typer.Option("--optimizer-offload", help="ZeRO-Offload: optimizer on the CPU")]
-TpCommOverlap = Annotated[bool, typer.Option("--tp-comm-overlap", help="overlap TP communication with the GEMMs")]
-RampStartGbs = Annotated[Optional[int], typer.Option("--ramp-start-gbs", help="batch-size ramp: the first global batch, sequences")]
-RampTokens = Annotated[Optional[str], typer.Option("--ramp-tokens", help="batch-size ramp: tokens over which gbs grows linearly, e.g. 250B")]
-SequenceParallel = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel",
-                                                 help="Megatron sequence parallelism with tp>1")]
-HeadroomGib = Annotated[float, typer.Option("--headroom-gib", help="GiB per GPU to keep free when deciding fits")]
-Bf16Grads = Annotated[bool, typer.Option("--bf16-grads", help="bf16 gradients (16 B/param) instead of fp32")]
 Json = Annotated[bool, typer.Option("--json", help="print the result object as JSON")]
+From = Annotated[Optional[Path], typer.Option(
+    "--from", help="a saved estimate/plan JSON: its 'config' object gives the layout; flags override it")]
+
+
+def _base_type(annotation: Any, cli: Cli) -> tuple[Any, bool]:
+    """(the type typer parses, whether None is allowed) for a field's annotation."""
+    arguments = get_args(annotation)
+    nullable = False
+    if get_origin(annotation) in (Union, UnionType):
+        nullable = type(None) in arguments
+        arguments = tuple(a for a in arguments if a is not type(None))
+        annotation = arguments[0] if len(arguments) == 1 else str
+    if cli.as_text:
+        annotation = str
+    if get_origin(annotation) is Literal:
+        annotation = str
+    return annotation, nullable
+
+
+def _flag(name: str, info: Any, base: Any, cli: Cli, both_ways: bool) -> str:
+    if cli.flag:
+        return cli.flag
+    flag = "--" + name.replace("_", "-")
+    if base is bool and (both_ways or info.default is True):
+        return f"{flag}/--no-{flag[2:]}"
+    return flag
+
+
+def options(fields: dict[str, Any], *, mode: Literal["value", "override"] = "value",
+            none: tuple[str, ...] = (), helps: dict[str, str] | None = None) -> list[inspect.Parameter]:
+    """One keyword-only typer option per field (name -> FieldInfo). Fields in `none` default to None
+    (a search pin); mode "override" does that to every field (export --from)."""
+    parameters = []
+    for name, info in fields.items():
+        cli = cli_of(info)
+        base, nullable = _base_type(info.annotation, cli)
+        optional = mode == "override" or name in none
+        default = None if optional else info.get_default(call_default_factory=True)
+        required = info.is_required() and not optional
+        if isinstance(default, Enum):
+            default = default.value
+        help_text = (helps or {}).get(name, info.description or "").replace("; null: ", "; default: ")
+        if optional and info.default is not None and "default:" not in help_text and name not in none:
+            help_text += f"; default: {shown_default(info.default)}"
+        option = typer.Option(_flag(name, info, base, cli, both_ways=optional), help=help_text,
+                              show_default=not optional and not required and default is not None)
+        annotation = Annotated[Optional[base] if (nullable or optional) else base, option]  # noqa: UP045
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                                            default=inspect.Parameter.empty if required else default))
+    return parameters
+
+
+def command(function: Callable[..., Any], parameters: list[inspect.Parameter]) -> Callable[..., Any]:
+    """Give `function(**options)` the signature typer reads, so its options are `parameters`."""
+    function.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    function.__annotations__ = {p.name: p.annotation for p in parameters}
+    return function
+
+
+def given(values: dict[str, Any]) -> dict[str, Any]:
+    """The options that were given (not None), Enum members as their values."""
+    return {k: getattr(v, "value", v) for k, v in values.items() if v is not None}
+
+
+def saved_config(path: Path, fields: dict[str, Any]) -> dict[str, Any]:
+    """The layout in a saved `estimate --json` result (key 'config') or a plan (its recommended config)."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(f"cannot read --from file '{path}': {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--from file '{path}' is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    candidates = [data.get("config"), (data.get("recommended") or {}).get("config"), data] \
+        if isinstance(data, dict) else []
+    keys = fields
+    for config in candidates:
+        if isinstance(config, dict) and "tp" in config:
+            return {key: config[key] for key in keys if config.get(key) is not None}
+    raise InputError(f"--from file '{path}' has no 'config' object with a layout: save one with estimate --json")
+
+
+def merged_options(fields: dict[str, Any], values: dict[str, Any], source: Path | None) -> dict[str, Any]:
+    """A saved config (--from), then the options that were given over it."""
+    merged = saved_config(source, fields) if source is not None else {}
+    merged.update(given(values))
+    return merged

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import typer
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainplan import cli_common as opt
+from trainplan.tools.errors import InputError
 
 
 def render_estimate(result: dict, console: Console) -> None:
@@ -57,36 +59,23 @@ def render_estimate(result: dict, console: Console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("estimate")
-    def estimate_command(
-        model: opt.Model, gpu: opt.Gpu, gpus: opt.Gpus,
-        tp: opt.Tp = 1, pp: opt.Pp = 1, cp: opt.Cp = 1, ep: opt.Ep = 1, vpp: opt.Vpp = 1, zero: opt.Zero = 1,
-        mbs: opt.Mbs = 1, gbs: opt.Gbs = None, seq: opt.Seq = None,
-        recompute: opt.RecomputeOpt = "selective", schedule: opt.ScheduleOpt = None,
-        precision: opt.PrecisionOpt = "bf16", attention: opt.AttentionOpt = "flash", tokens: opt.Tokens = None, price: opt.Price = None,
-        goodput: opt.Goodput = None, gpus_per_node: opt.GpusPerNode = None,
-        intra_node_bw: opt.IntraNodeBw = None, inter_node_bw: opt.InterNodeBw = None,
-        optimizer_offload: opt.OptimizerOffload = False, bf16_grads: opt.Bf16Grads = False,
-        tp_comm_overlap: opt.TpCommOverlap = False, ramp_start_gbs: opt.RampStartGbs = None,
-        ramp_tokens: opt.RampTokens = None, sequence_parallel: opt.SequenceParallel = True,
-        headroom_gib: opt.HeadroomGib = 0.0,
-        as_json: opt.Json = False,
-    ) -> None:
+    def estimate_command(source: opt.From = None, as_json: opt.Json = False, **values) -> None:
         """Memory per GPU, step time, MFU and training cost of one layout."""
         from trainplan.tools.estimate import estimate
 
-        result = estimate(
-            model=model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero=zero, mbs=mbs, gbs=gbs,
-            seq=seq, recompute=getattr(recompute, "value", recompute),
-            schedule=getattr(schedule, "value", schedule), precision=getattr(precision, "value", precision),
-            attention=getattr(attention, "value", attention),
-            tokens=tokens, price=price, goodput=goodput, gpus_per_node=gpus_per_node,
-            intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw,
-            optimizer_offload=optimizer_offload, bf16_grads=bf16_grads, tp_comm_overlap=tp_comm_overlap,
-            ramp_start_gbs=ramp_start_gbs, ramp_tokens=ramp_tokens, sequence_parallel=sequence_parallel,
-            headroom_gib=headroom_gib,
-        )
+        merged = opt.merged_options(fields, values, source)
+        for key in ("model", "gpu", "gpus"):
+            if merged.get(key) is None:
+                raise InputError(f"--{key} is required (or pass --from with a saved estimate)")
+        result = estimate(**merged)
         if as_json:
-            print(json.dumps(result, indent=2))
+            print(json.dumps(result.model_dump(mode="json"), indent=2))
         else:
-            render_estimate(result, Console())
+            render_estimate(result.model_dump(mode="json"), Console())
+
+    from trainplan.tools.contract import Job, Layout, fields_of
+
+    fields = fields_of(Job, Layout)
+    tail = [inspect.Parameter("source", inspect.Parameter.KEYWORD_ONLY, annotation=opt.From, default=None),
+            inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=opt.Json, default=False)]
+    app.command("estimate")(opt.command(estimate_command, [*opt.options(fields, mode="override"), *tail]))

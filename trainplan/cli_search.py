@@ -7,8 +7,8 @@ input (one `error:` line, from main() in cli.py).
 
 from __future__ import annotations
 
+import inspect
 import json
-from typing import Annotated, Optional
 
 import typer
 from rich import box
@@ -17,29 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainplan import cli_common as opt
-from trainplan.tools.search import CALCULON_LAYOUTS_PER_S, Objective, explain_runner_up, label
-from trainplan.tools.specs import Recompute, Schedule
-
-TpPin = Annotated[Optional[int], typer.Option("--tp", help="pin the tensor-parallel size (default: searched)")]
-PpPin = Annotated[Optional[int], typer.Option("--pp", help="pin the pipeline-parallel size (default: searched)")]
-CpPin = Annotated[Optional[int], typer.Option("--cp", help="pin the context-parallel size (default: searched)")]
-EpPin = Annotated[Optional[int], typer.Option("--ep", help="pin the expert-parallel size (default: searched)")]
-VppPin = Annotated[Optional[int], typer.Option("--vpp", help="pin the virtual stages per rank (default: searched)")]
-ZeroPin = Annotated[Optional[int], typer.Option("--zero", help="pin the ZeRO stage 0-3 (default: searched)")]
-MbsPin = Annotated[Optional[int], typer.Option("--mbs", help="pin the micro-batch size (default: searched)")]
-RecomputePin = Annotated[Optional[Recompute], typer.Option("--recompute", help="pin the recompute mode (default: searched)")]
-SchedulePin = Annotated[Optional[Schedule], typer.Option("--schedule", help="pin the pipeline schedule (default: searched)")]
-GbsRequired = Annotated[int, typer.Option("--gbs", help="global batch size, sequences")]
-ObjectiveOpt = Annotated[Objective, typer.Option("--objective", help="rank by throughput, cost or time")]
-TopK = Annotated[int, typer.Option("--top-k", help="how many layouts to show")]
-MaxGpus = Annotated[Optional[int], typer.Option(
-    "--max-gpus", help="also try GPU counts from this many down, halving, to the fewest that could hold the model")]
-DeadlineDays = Annotated[Optional[float], typer.Option("--deadline-days", help="drop layouts that train the tokens in more days")]
-Budget = Annotated[Optional[float], typer.Option("--budget", help="drop layouts that cost more dollars (budget_usd)")]
-HeadroomGib = Annotated[float, typer.Option("--headroom-gib", help="GiB per GPU to keep free")]
-Pareto = Annotated[bool, typer.Option("--pareto", help="report the days/cost front across GPU counts (needs --tokens)")]
-CrossNodeTp = Annotated[bool, typer.Option("--allow-cross-node-tp", help="let tp span more than one node")]
-
+from trainplan.tools.search import CALCULON_LAYOUTS_PER_S, explain_runner_up, label
 
 def _days(result: dict) -> str:
     return f"{result['training']['days']:.1f}" if "training" in result else "-"
@@ -116,34 +94,21 @@ def render_search(result: dict, console: Console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("search")
-    def search_command(
-        model: opt.Model, gpu: opt.Gpu, gpus: opt.Gpus, gbs: GbsRequired,
-        seq: opt.Seq = None, tokens: opt.Tokens = None, price: opt.Price = None,
-        precision: opt.PrecisionOpt = "bf16", objective: ObjectiveOpt = Objective.throughput, top_k: TopK = 5,
-        max_gpus: MaxGpus = None, deadline_days: DeadlineDays = None, budget: Budget = None,
-        headroom_gib: HeadroomGib = 0.0, pareto: Pareto = False, allow_cross_node_tp: CrossNodeTp = False,
-        tp: TpPin = None, pp: PpPin = None, cp: CpPin = None, ep: EpPin = None, vpp: VppPin = None,
-        zero: ZeroPin = None, mbs: MbsPin = None, recompute: RecomputePin = None, schedule: SchedulePin = None,
-        goodput: opt.Goodput = None, gpus_per_node: opt.GpusPerNode = None,
-        intra_node_bw: opt.IntraNodeBw = None, inter_node_bw: opt.InterNodeBw = None,
-        as_json: opt.Json = False,
-    ) -> None:
+    def search_command(as_json: opt.Json = False, **fields) -> None:
         """The best layouts for a job: every knob searched unless pinned; exit 1 when none is feasible."""
         from trainplan.tools.search import search
 
-        result = search(
-            model=model, gpu=gpu, gpus=gpus, gbs=gbs, seq=seq, tokens=tokens, price=price,
-            precision=getattr(precision, "value", precision), objective=getattr(objective, "value", objective),
-            top_k=top_k, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero=zero, mbs=mbs,
-            recompute=getattr(recompute, "value", recompute), schedule=getattr(schedule, "value", schedule),
-            max_gpus=max_gpus, deadline_days=deadline_days, budget_usd=budget, headroom_gib=headroom_gib,
-            allow_cross_node_tp=allow_cross_node_tp, pareto=pareto, goodput=goodput,
-            gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw,
-        )
+        result = search(**opt.given(fields))
         if as_json:
             print(json.dumps(result, indent=2))
         else:
             render_search(result, Console())
         if not result["candidates"]:
             raise typer.Exit(code=1)
+
+    from trainplan.tools.contract import SEARCHED_KNOBS, Layout, search_fields
+
+    pins = {name: f"pin the {Layout.model_fields[name].description} (default: searched)" for name in SEARCHED_KNOBS}
+    parameters = opt.options(search_fields(), none=SEARCHED_KNOBS, helps=pins)
+    json_option = inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=opt.Json, default=False)
+    app.command("search")(opt.command(search_command, [*parameters, json_option]))

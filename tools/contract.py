@@ -1,0 +1,552 @@
+"""The typed contract: Job, Layout and Estimate. Every knob and every result field is defined here once.
+
+Data flow (ARCHITECTURE.md draws it):
+
+    request text -> PlanRequest (agent/request.py) -> Job + Layout (this module)
+      -> resolve_config (tools/layout.py: validates, derives dp, fills seq/schedule) -> ParallelConfig
+      -> evaluate (tools/estimate.py: memory, step time, cost) -> Estimate -> PlanReport (agent/report.py)
+
+- `Job`: what to train and on what (model, GPU, count, tokens, price, goodput, cluster overrides).
+- `Layout`: every parallelism, memory and kernel knob, as a user gives it (null: the default rule).
+- `ParallelConfig`: a Layout with every knob resolved (dp derived, seq and schedule filled in); what
+  the calculators read.
+- `Estimate`: the result of one layout (params, memory_gib, fits/reason, time, training, config, notes);
+  `trainplan estimate --json` is `Estimate.model_dump(mode="json")`.
+
+What derives from these fields (nothing else lists the knobs):
+- the CLI options of `estimate`, `export` and `search` (trainplan/cli_common.py `options_from`),
+- the tool argument models of `calculate_memory`, `estimate_step_time`, `search_configs`
+  (tools/registry.py builds them with `optional_model`),
+- the `config` echoed in every result (`Config` below), `export --from` and the report's layout,
+- the `trainplan.estimate` / `trainplan.search` keyword parameters (written out for IDEs; a test,
+  tests/test_contract.py, fails when one lacks a field or disagrees with its default).
+
+To add a knob:
+1. Add a field to `Layout` (or `Job`) below: type, default, description. The description is the CLI
+   help, the tool argument description and the API documentation; say what null/the default means.
+   Annotate it with `Cli(...)` only when the flag is not simply `--field-name` (see `Cli`).
+2. Make it act: validate it in `tools/layout.resolve_config` (which passes every Layout field through)
+   and read `cfg.<name>` in the calculator it changes (memory.py, step.py, ...), and in the exporter
+   that must write it.
+3. Add the keyword to `trainplan.estimate` / `trainplan.search` in trainplan/__init__.py (the test
+   above names it if you forget).
+Nothing else: the CLI flag, the tool argument, `export --from` and the `config` echo follow.
+
+Defaults that every tool shares (a null means the same thing everywhere):
+- seq: the model's maximum sequence length capped at DEFAULT_SEQ_CAP (`default_seq`);
+- gbs: `default_gbs` (DEFAULT_GBS_RULE) when a step time is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_serializer
+
+from .cost import DEFAULT_GOODPUT
+from .errors import InputError
+
+# --- choices -------------------------------------------------------------------------------------
+
+
+class Recompute(str, Enum):
+    """Activation recomputation mode."""
+
+    none = "none"
+    """Keep every activation (fastest, most memory)."""
+    selective = "selective"
+    """Recompute named modules (recompute_modules); by default the attention core (softmax, dropout,
+    scores x V), Korthikanti et al. 2022."""
+    full = "full"
+    """Keep only each layer's input and rerun the layer's forward in the backward pass."""
+
+
+class RecomputeModule(str, Enum):
+    """A module that selective recompute reruns (Megatron-Core --recompute-modules; recompute.py)."""
+
+    core_attn = "core_attn"
+    """The attention core (softmax statistics, or the eager s x s tensors)."""
+    layernorm = "layernorm"
+    """The two norms of each block: their outputs are recomputed from the kept inputs."""
+    mla_up_proj = "mla_up_proj"
+    """MLA's up-projections, latent norms and RoPE: Q, K, V are recomputed from the kept latents."""
+    moe_act = "moe_act"
+    """The experts' activation (SwiGLU): its output is recomputed from its kept input."""
+    mlp = "mlp"
+    """A dense MLP, from its kept input."""
+    moe = "moe"
+    """A whole MoE layer, from its kept input."""
+
+
+class Schedule(str, Enum):
+    """Pipeline schedule."""
+
+    gpipe = "gpipe"
+    """All forwards, then all backwards: every stage holds m micro-batches."""
+    one_f_one_b = "1f1b"
+    """PipeDream-Flush 1F1B: stage i holds at most p - i micro-batches."""
+    interleaved = "interleaved"
+    """Megatron interleaved 1F1B with vpp model chunks per rank; bubble shrinks by 1/vpp."""
+    zb_h1 = "zb-h1"
+    """Zero-bubble H1 (Qi et al. 2024): backward split into input-grad B and weight-grad W."""
+    dualpipe = "dualpipe"
+    """DeepSeek-V3's bidirectional schedule with overlapped forward/backward chunks."""
+
+
+class Precision(str, Enum):
+    """Compute precision of the GEMMs."""
+
+    bf16 = "bf16"
+    """BF16 mixed precision (dense BF16 peak)."""
+    fp8 = "fp8"
+    """FP8 GEMMs (dense FP8 peak); weights and master states as in bf16 mixed precision."""
+
+
+class Attention(str, Enum):
+    """The attention kernel. Chosen by the layout, never inferred from the config's dropout."""
+
+    flash = "flash"
+    """Fused flash attention (Dao 2022; 2023): no s x s tensor in HBM; the causal mask skips the masked
+    blocks, so the kernel runs half the score FLOPs; dropout, if any, is applied inside the kernel."""
+    eager = "eager"
+    """Unfused attention (Megatron 2021-22, HF "eager"): full s x s score GEMMs (masked entries computed),
+    softmax and dropout streamed through HBM, and the s x s tensors kept for the backward."""
+
+
+class Objective(str, Enum):
+    """What a search ranks by."""
+
+    throughput = "throughput"
+    """most tokens per second (shortest step)"""
+    cost = "cost"
+    """fewest dollars: cost_usd with tokens, else GPUs x step time (GPU-seconds per step)"""
+    time = "time"
+    """fewest days to train the tokens; without tokens, the shortest step"""
+
+
+@dataclass(frozen=True)
+class Cli:
+    """How a field appears on the command line when the plain `--field-name` is not enough.
+
+    flag: the option's declaration (e.g. "--budget", "--bf16-grads/--fp32-grads");
+    as_text: the CLI reads text and the model parses it (tokens "15T").
+    """
+
+    flag: str | None = None
+    as_text: bool = False
+
+
+def cli_of(info: Any) -> Cli:
+    """The Cli metadata of a pydantic FieldInfo (the default when it has none)."""
+    return next((m for m in info.metadata if isinstance(m, Cli)), Cli())
+
+
+# --- the shared defaults -------------------------------------------------------------------------
+
+DEFAULT_SEQ_CAP = 8192
+"""seq, when not given: the model's maximum sequence length, capped here (pretraining runs train at
+4K-8K tokens and extend the context afterwards; Llama 3 405B pretrained at 8K)."""
+DEFAULT_SEQ_RULE = f"the model's maximum sequence length, capped at {DEFAULT_SEQ_CAP}"
+
+TARGET_TOKENS_PER_STEP = 4 * 2**20
+"""About 4M tokens per step: Llama 3 405B started at 4M tokens per batch (Llama 3 paper §3.4.1);
+GPT-3 175B used 3.2M (Brown et al. 2020, Table 2.1)."""
+GPUS_PER_SEQUENCE = 8
+"""At least one sequence per 8 GPUs, so that even a TP8 layout gives every data-parallel rank a
+micro-batch (Llama 3 405B on 16K GPUs: 16M tokens per step at seq 8192 = 2048 sequences)."""
+DEFAULT_GBS_RULE = (
+    "the power of two nearest to 4M tokens / seq (4M = 2^22), raised to the next power of two of "
+    "gpus/8 when that is larger, so that data parallelism divides it (seq 8192: 512 sequences; "
+    "16,384 GPUs: 2048); for one layout, rounded up to a multiple of dp*mbs"
+)
+
+
+def default_seq(max_seq_len: int) -> int:
+    """The sequence length when none is given; see DEFAULT_SEQ_RULE."""
+    return min(max_seq_len, DEFAULT_SEQ_CAP)
+
+
+def default_gbs(seq: int, gpus: int) -> int:
+    """Global batch in sequences when the request gives none; see DEFAULT_GBS_RULE."""
+    if seq <= 0 or gpus <= 0:
+        raise InputError(f"seq={seq} and gpus={gpus} must be positive to choose a default gbs")
+    by_tokens = 2 ** max(0, round(math.log2(TARGET_TOKENS_PER_STEP / seq)))
+    by_gpus = 2 ** math.ceil(math.log2(max(1.0, gpus / GPUS_PER_SEQUENCE)))
+    return max(by_tokens, by_gpus)
+
+
+# --- what to train and on what --------------------------------------------------------------------
+
+class Job(BaseModel):
+    """What to train and on what: the model, the hardware, the token budget and its price."""
+
+    model: str = Field(description="catalog model name (llama3-8b, llama3-70b, llama3-405b, deepseek-v3, "
+                                   "gpt3-175b, ...; see list_catalog) or a path to an HF config.json")
+    gpu: str = Field(description="catalog GPU name (h100-sxm-80gb, h800-sxm-80gb, a100-sxm-80gb, h200-sxm-141gb, "
+                                 "b200, gb200-nvl72, mi300x, l40s, rtx-4090, ...; see list_catalog; aliases like h100 "
+                                 "or mi300x work) or a path to a GPU JSON")
+    gpus: int = Field(description="total GPUs")
+    tokens: Annotated[float | str | None, Cli(as_text=True)] = Field(
+        default=None, description="training tokens, a number (15.6e12) or text with a suffix ('15T', '300B'); "
+                                  "needed for steps, days and cost; null: no training cost")
+    price: float | None = Field(default=None, description="dollars per GPU-hour; null: the GPU's catalog price")
+    goodput: float | None = Field(
+        default=None, description=f"share of wall-clock time that trains, in (0, 1]; null: {DEFAULT_GOODPUT} "
+                                  "(Llama 3 reports more than 90% effective training time)")
+    gpus_per_node: int | None = Field(
+        default=None, description="GPUs per NVLink/xGMI domain (PCIe cards: per host); null: the GPU's catalog value")
+    intra_node_bw: float | None = Field(
+        default=None, description="NVLink/xGMI (PCIe cards: PCIe) GB/s per GPU per direction; null: the GPU's "
+                                  "catalog value")
+    inter_node_bw: float | None = Field(
+        default=None, description="network GB/s per GPU per direction; null: the GPU's catalog value")
+    headroom_gib: float | None = Field(
+        default=None, description="GiB per GPU to keep free when deciding fits; null: 0")
+    ramp_start_gbs: int | None = Field(
+        default=None, description="batch-size ramp: the first global batch, sequences (with ramp_tokens); "
+                                  "null: no ramp")
+    ramp_tokens: Annotated[float | str | None, Cli(as_text=True)] = Field(
+        default=None, description="batch-size ramp: tokens over which gbs grows linearly to gbs, e.g. 250B "
+                                  "(with ramp_start_gbs); null: no ramp")
+
+
+# --- the layout ----------------------------------------------------------------------------------
+
+
+class Layout(BaseModel):
+    """Every parallelism, memory and kernel knob, as given; None means the default rule stated in
+    the description. dp is never given: it is gpus / (tp*pp*cp)."""
+
+    tp: int = Field(default=1, ge=1, description="tensor-parallel size (with sequence parallelism)")
+    pp: int = Field(default=1, ge=1, description="pipeline-parallel size")
+    cp: int = Field(default=1, ge=1, description="context-parallel size")
+    ep: int = Field(default=1, ge=1, description="expert-parallel size (MoE models only; must divide dp*cp)")
+    vpp: int = Field(default=1, ge=1, description="virtual pipeline stages per rank (>1: the interleaved schedule)")
+    zero: int = Field(default=1, ge=0, le=3, description="ZeRO stage 0-3: 1 shards optimizer states, 2 also "
+                                                         "gradients, 3 also weights (FSDP)")
+    mbs: int = Field(default=1, ge=1, description="micro-batch size, sequences")
+    gbs: int | None = Field(default=None, ge=1, description="global batch size, sequences; sets the micro-batches "
+                                                            f"per step, gbs / (dp*mbs); null: {DEFAULT_GBS_RULE}")
+    seq: int | None = Field(default=None, ge=1, description=f"sequence length, tokens; null: {DEFAULT_SEQ_RULE}")
+    recompute: Recompute = Field(default=Recompute.selective, description="activation recompute: none (keep "
+                                 "all), selective (recompute the attention core), full (rerun each layer's forward)")
+    recompute_modules: Annotated[tuple[RecomputeModule, ...] | None, Cli(as_text=True)] = Field(
+        default=None, description="with recompute=selective, the modules to recompute (Megatron --recompute-modules: "
+                                  "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe; comma-separated on the "
+                                  "command line); DeepSeek-V3 recomputed layernorm, mla_up_proj and moe_act; null: "
+                                  "core_attn (Megatron's default)")
+    schedule: Schedule | None = Field(default=None, description="pipeline schedule: gpipe, 1f1b, interleaved "
+                                      "(needs vpp>1), zb-h1, dualpipe (even pp); null: 1f1b, or interleaved when vpp>1")
+    precision: Precision = Field(default=Precision.bf16, description="GEMM precision: bf16 or fp8 (Hopper and newer)")
+    attention: Attention = Field(default=Attention.flash, description="attention kernel: flash (fused, causal blocks "
+                                 "skipped) or eager (unfused s x s scores, as 2021-22 Megatron)")
+    sequence_parallel: Annotated[bool, Cli("--sequence-parallel/--no-sequence-parallel")] = Field(
+        default=True, description="Megatron sequence parallelism with tp>1")
+    optimizer_offload: bool = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")
+    bf16_grads: Annotated[bool, Cli("--bf16-grads/--fp32-grads")] = Field(
+        default=False, description="bf16 gradients (DeepSpeed's 16 B/param) instead of an fp32 buffer")
+    bf16_moments: bool = Field(
+        default=False, description="Adam moments m and v in bf16, master weights in fp32: 8 B/param of optimizer "
+                                   "states instead of 12 (DeepSeek-V3 §3.3.3; Megatron --use-precision-aware-optimizer "
+                                   "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
+    fp8_activations: bool = Field(
+        default=False, description="DeepSeek-V3's low-precision activation storage (§3.3.3), with precision=fp8: the "
+                                   "MoE SwiGLU inputs cached in FP8, and the attention output kept as one 16-bit copy "
+                                   "that both the attention backward and the output projection read")
+    tp_comm_overlap: bool = Field(default=False, description="overlap TP/SP all-gathers and reduce-scatters with "
+                                                             "the GEMMs (Megatron --tp-comm-overlap)")
+
+
+def _described(model: type[BaseModel], name: str, **kwargs: Any) -> Any:
+    """A Field carrying `model.name`'s description: a field re-typed elsewhere keeps one definition."""
+    return Field(description=model.model_fields[name].description, **kwargs)
+
+
+class ParallelConfig(Layout):
+    """One layout, every knob resolved (tools/layout.resolve_config): dp derived, seq and schedule set."""
+
+    dp: int = Field(default=1, ge=1, description="data-parallel size, gpus / (tp*pp*cp)")
+    seq: int = _described(Layout, "seq", ge=1)
+    schedule: Schedule = _described(Layout, "schedule", default=Schedule.one_f_one_b)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def num_microbatches(self) -> int:
+        """m = gbs / (dp * mbs); 1 when no global batch is set."""
+        if self.gbs is None:
+            return 1
+        return self.gbs // (self.dp * self.mbs)
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size: dp * cp / ep (Megatron folds CP into the expert grid)."""
+        return max(1, self.dp * self.cp // self.ep)
+
+    def layout(self) -> dict[str, Any]:
+        """The Layout fields of this config (what estimate/export take back to reproduce it)."""
+        return {name: getattr(self, name) for name in Layout.model_fields}
+
+
+SEARCHED_KNOBS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule")
+"""The Layout knobs a search varies unless pinned (tools/search.py Pins holds one slot per name)."""
+SEARCH_FIXED_KNOBS = ("gbs", "seq", "precision")
+"""The Layout knobs a search takes as given (null: the shared default rule)."""
+SEARCH_JOB_EXCLUDED = ("ramp_start_gbs", "ramp_tokens")
+"""Job fields a search does not take (a batch ramp is priced by estimate)."""
+
+
+def search_fields() -> dict[str, Any]:
+    """The search's inputs, name -> FieldInfo: the Job (less the ramp), the Layout knobs it searches or
+    fixes, and the SearchOptions. `trainplan search`, the search_configs tool and trainplan.search take these."""
+    fields = fields_of(Job, exclude=SEARCH_JOB_EXCLUDED)
+    fields.update({name: Layout.model_fields[name] for name in (*SEARCHED_KNOBS, *SEARCH_FIXED_KNOBS)})
+    fields.update(SearchOptions.model_fields)
+    return fields
+
+
+class SearchOptions(BaseModel):
+    """What a search optimises and may use, beyond the Job and the Layout knobs it searches."""
+
+    objective: Objective = Field(default=Objective.throughput, description="what to rank by: throughput (most "
+                                 "tokens/s), cost (fewest dollars; GPU-seconds per step without tokens), time "
+                                 "(fewest days)")
+    top_k: int = Field(default=5, ge=1, description="how many of the best layouts to return")
+    max_gpus: int | None = Field(default=None, description="also try other GPU counts: max_gpus and halvings of it "
+                                 "down to what the model needs, plus gpus; null: exactly gpus")
+    deadline_days: float | None = Field(default=None, description="reject layouts whose training takes longer than "
+                                        "this many days (needs tokens); null: no deadline")
+    budget_usd: Annotated[float | None, Cli("--budget")] = Field(
+        default=None, description="reject layouts whose training costs more dollars than this (needs tokens); "
+                                  "null: no budget")
+    allow_cross_node_tp: bool = Field(default=False, description="allow tp larger than a node")
+    pareto: bool = Field(default=False, description="also report the days/cost front across GPU counts (needs tokens)")
+
+
+# --- the result ----------------------------------------------------------------------------------
+
+
+class Result(BaseModel):
+    """Base of the result models. Fields are read as attributes (`estimate.time.step_s`).
+
+    Transitional: `result["time"]["step_s"]`, `"time" in result` and `result.get(...)` also work, so
+    that code written against the former dict result keeps running while it moves to attributes
+    (the dump is the same object). A section that is None counts as absent for `in` and `get`."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in type(self).model_fields and key not in type(self).model_computed_fields:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and getattr(self, key, None) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = getattr(self, key, None)
+        return default if value is None else value
+
+
+class Params(Result):
+    total: int = Field(description="parameters of the main model (MTP modules apart)")
+    active: int = Field(description="parameters active per token (MoE: shared + top-k experts)")
+    mtp: int = Field(default=0, description="multi-token-prediction parameters, counted apart")
+
+
+class MemoryGiB(Result):
+    """Memory per GPU on the most loaded rank, GiB (2^30 B)."""
+
+    weights: float = Field(description="model weights held by this rank")
+    gradients: float = Field(description="gradient buffer")
+    optimizer: float = Field(description="fp32 master weights and Adam moments held on the GPU")
+    activations: float = Field(description="activations kept for the backward pass, all in-flight micro-batches")
+    other: float = Field(description="workspace, logits, communication buffers, allocator reserve")
+    total: float = Field(description="sum of the parts")
+    capacity: float = Field(description="the GPU's usable memory")
+
+    @computed_field(description="capacity - total, GiB (negative when it does not fit)")
+    @property
+    def headroom(self) -> float:
+        return self.capacity - self.total
+
+    @computed_field(description="headroom / capacity")
+    @property
+    def headroom_share(self) -> float:
+        return self.headroom / self.capacity
+
+
+class StepTime(Result):
+    """One training step on the critical pipeline stage; breakdown sums to step_s.
+
+    Built from tools/step.py's StepResult.to_dict(); a key step.py adds before it is typed here passes
+    through (extra="allow") rather than being dropped."""
+
+    model_config = ConfigDict(extra="allow")
+
+    step_s: float = Field(description="seconds per training step")
+    tokens_per_s: float = Field(description="training tokens per second, whole job")
+    tokens_per_s_per_gpu: float = Field(description="tokens_per_s / gpus")
+    tflops_per_gpu: float = Field(description="model TFLOP/s per GPU (3 x forward, no recompute)")
+    hardware_tflops_per_gpu: float = Field(description="model + recompute TFLOP/s per GPU")
+    mfu: float = Field(description="model FLOPs utilisation: tflops_per_gpu / peak_tflops")
+    hfu: float = Field(description="hardware FLOPs utilisation: the FLOPs the kernels run (causal under flash, "
+                                   "full under eager), recompute included")
+    tflops_per_gpu_causal: float = Field(description="model TFLOP/s per GPU with attention counted causally")
+    mfu_causal: float = Field(description="tflops_per_gpu_causal / peak_tflops")
+    bubble_fraction: float = Field(description="idle share of the pipeline (simulator)")
+    peak_tflops: float = Field(description="dense peak of the precision used, the MFU denominator")
+    mfu_denominator: str = Field(description="which peak and which FLOPs convention MFU uses")
+    breakdown: dict[str, float] = Field(description="seconds per part: compute, comm/tp, comm/cp, comm/ep, bubble, "
+                                                    "comm/dp, optimizer")
+
+    @computed_field(description="each breakdown part / step_s")
+    @property
+    def shares(self) -> dict[str, float]:
+        return {part: seconds / self.step_s for part, seconds in self.breakdown.items()}
+
+    @computed_field(description="exposed communication (the comm/* parts) / step_s")
+    @property
+    def comm_share(self) -> float:
+        return sum(s for part, s in self.breakdown.items() if part.startswith("comm/")) / self.step_s
+
+    @computed_field(description="the pipeline bubble part / step_s")
+    @property
+    def bubble_share(self) -> float:
+        return self.breakdown.get("bubble", 0.0) / self.step_s
+
+
+class Training(Result):
+    """The whole run: steps, days, GPU-hours and dollars (tools/cost.py's CostResult)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    tokens: float = Field(description="training tokens")
+    steps: int = Field(description="optimizer steps")
+    days: float = Field(description="wall-clock days, goodput included")
+    gpu_hours: float = Field(description="GPU-hours, goodput included")
+    cost_usd: float = Field(description="dollars: gpu_hours x price")
+    goodput: float = Field(description="share of wall-clock time that trains")
+    price_per_gpu_hour: float = Field(description="dollars per GPU-hour used")
+
+
+class Config(ParallelConfig, Result):
+    """The full layout actually used, every knob resolved, with the job it ran on."""
+
+    model: str = _described(Job, "model")
+    gpu: str = _described(Job, "gpu")
+    gpus: int = _described(Job, "gpus")
+    gpus_per_node: int = _described(Job, "gpus_per_node")
+    intra_node_bw: float = _described(Job, "intra_node_bw")
+    inter_node_bw: float = _described(Job, "inter_node_bw")
+    gpus_per_host: int = Field(description="GPUs per server (never more than gpus_per_node)")
+    interconnect: str = Field(description="the fast domain's fabric: nvlink, xgmi or pcie")
+
+    @computed_field(description="micro-batches per step, gbs / (dp*mbs); null without gbs")
+    @property
+    def num_microbatches(self) -> int | None:
+        return None if self.gbs is None else self.gbs // (self.dp * self.mbs)
+
+    @model_serializer(mode="wrap")
+    def _job_first(self, handler):
+        data = handler(self)
+        return {key: data[key] for key in _CONFIG_ORDER if key in data} | data
+
+
+_CONFIG_ORDER = ("model", "gpu", "gpus", "tp", "pp", "cp", "ep", "dp")
+
+
+_OPTIONAL_SECTIONS = ("reason", "time", "pipeline", "training", "notes")
+
+
+class Estimate(Result):
+    """Memory, time and cost of one layout: `trainplan estimate --json` and `trainplan.estimate(...)`.
+
+    A section that was not computed (time without gbs, training without tokens, reason when it fits)
+    is None here and left out of the dump."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    params: Params = Field(description="parameter counts")
+    memory_gib: MemoryGiB = Field(description="memory per GPU on the most loaded rank")
+    fits: bool = Field(description="whether the layout fits in the GPU's memory (minus headroom_gib)")
+    reason: str | None = Field(default=None, description="why it does not fit; null when it fits")
+    time: StepTime | None = Field(default=None, description="step time; null without gbs")
+    pipeline: dict[str, Any] | None = Field(default=None, description="the simulated pipeline (timeline=True)")
+    training: Training | None = Field(default=None, description="run cost; null without tokens and gbs")
+    config: Config = Field(description="the full layout actually used")
+    notes: list[str] | None = Field(default=None, description="what was assumed or could not be computed")
+
+    @model_serializer(mode="wrap")
+    def _leave_out_absent(self, handler):
+        data = handler(self)
+        for key in _OPTIONAL_SECTIONS:
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+
+# --- deriving argument models ----------------------------------------------------------------------
+
+
+def fields_of(*models: type[BaseModel], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """name -> FieldInfo of the models' fields, in order, less `exclude`."""
+    return {name: info for model in models for name, info in model.model_fields.items() if name not in exclude}
+
+
+def optional_model(name: str, fields: dict[str, Any], *, base: type[BaseModel] = BaseModel,
+                   required: tuple[str, ...] = (), descriptions: dict[str, str] | None = None) -> type[BaseModel]:
+    """A model with `fields` (name -> FieldInfo), each `X | None = None` (null: the field's default rule)
+    except those in `required`. Tool argument models are built this way, so that OpenAI strict mode
+    (every field present, null allowed) works and no knob is written twice."""
+    from pydantic import create_model
+
+    built: dict[str, Any] = {}
+    descriptions = descriptions or {}
+    for field_name, info in fields.items():
+        description = descriptions.get(field_name, info.description)
+        annotation = _inline_choices(info.annotation)
+        if field_name in required:
+            built[field_name] = (annotation, Field(description=description))
+            continue
+        if info.default is not None and "null:" not in description:
+            description = f"{description}; null: {shown_default(info.default)}"
+        built[field_name] = (annotation | None, Field(default=None, description=description))
+    return create_model(name, __base__=base, **built)
+
+
+def _inline_choices(annotation: Any) -> Any:
+    """An Enum type as a Literal of its values, so that a tool schema lists them inline."""
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return Literal[tuple(member.value for member in annotation)]  # type: ignore[valid-type]
+    arguments = get_args(annotation)
+    if arguments and get_origin(annotation) in (Union, UnionType):
+        return Union[tuple(_inline_choices(a) for a in arguments)]  # type: ignore[return-value]
+    return annotation
+
+
+def shown_default(value: Any) -> str:
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def field_docs(*models: type[BaseModel]) -> str:
+    """`name: description` lines for the fields of `models` (API docstrings)."""
+    lines = []
+    for model in models:
+        for name, info in model.model_fields.items():
+            lines.append(f"    {name}: {info.description}")
+    return "\n".join(lines)
+
+
+__all__ = ["Cli", "Config", "cli_of", "DEFAULT_GBS_RULE", "DEFAULT_GOODPUT", "DEFAULT_SEQ_CAP", "DEFAULT_SEQ_RULE",
+           "Estimate", "Job", "Layout", "Objective", "SEARCHED_KNOBS", "SearchOptions", "search_fields", "MemoryGiB", "ParallelConfig", "Params",
+           "Attention", "Precision", "Recompute", "RecomputeModule", "Schedule", "StepTime", "Training", "default_gbs", "default_seq",
+           "optional_model", "shown_default", "field_docs", "fields_of"]
