@@ -80,6 +80,17 @@ def gpu_names() -> list[str]:
     return sorted(p.stem for p in GPUS_DIR.glob("*.json"))
 
 
+def _gpu_written(name: str) -> str | None:
+    """The catalog GPU that a whole name, written as people write it, names ('H100 SXM5', 'A100 40GB',
+    'H100 PCIe 80GB'): names.py derives these spellings from the entries' names and aliases."""
+    from .names import gpu_mentions
+
+    mentions = gpu_mentions(name.strip())
+    if len(mentions) == 1 and mentions[0].start == 0 and mentions[0].end == len(name.strip()):
+        return mentions[0].name
+    return None
+
+
 def _resolve(name: str, directory: Path, aliases: dict[str, str], kind: str, known: list[str]) -> Path:
     """A catalog name, an alias, or a path to a JSON file -> the file's path."""
     if not name or not name.strip():
@@ -102,6 +113,9 @@ def _resolve(name: str, directory: Path, aliases: dict[str, str], kind: str, kno
     if key in aliases:
         return directory / f"{aliases[key]}.json"
     if kind == "gpu":
+        written = _gpu_written(name)
+        if written:
+            return directory / f"{written}.json"
         raise unknown_gpu(name)
     raise unknown_name(kind, name, known)
 

@@ -1,0 +1,224 @@
+"""Catalog names as people write them, derived from the catalog's own entries (no alias lists).
+
+GPUs. An entry's name is parts joined by '-': a base and qualifiers. A qualifier is a form factor
+(sxm, pcie, nvl) or a memory size ('80gb'); every other part belongs to the base. So
+'h100-sxm-80gb' is the base h100 with {sxm, 80gb}, 'h100-pcie' is h100 with {pcie}, 'rtx-4090'
+is the base rtx4090 and 'mi300x' the base mi300x. People write the base with some qualifiers
+next to it, in any order: 'H100', 'H100 SXM5', 'H100 PCIe', 'A100 40GB', '80GB A100',
+'A100-SXM4-80GB', '8xH100'. A mention names the entry of its base whose qualifiers include every
+written one. With none written it names the SXM part with the most memory, which is what 'H100'
+or 'A100' alone means in training papers. Written qualifiers that no entry of the base has
+('H100 NVL' when the catalog has no NVL entry) name nothing: callers refuse, and never substitute
+a part with a different peak or interconnect.
+
+Models. An entry's name is a family with its version ('llama3', 'qwen2.5', 'mistral'), a size
+('70b', '8x7b') and variants ('a3b', 'lite'). `model_by_family_and_size` reads a family and a
+size written apart and in any order ('a 70B Llama 3 model', 'a 7B Mistral').
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..errors import InputError
+from . import gpu_names, model_names
+
+_FORM_FACTORS = ("sxm", "pcie", "nvl")
+_QUALIFIER_PART = re.compile(r"(?:sxm\d?|pcie|nvl|\d{2,3}gb)")
+_SEP = r"[\s_-]*"
+QUALIFIER = r"(?:sxm\d?|pci[\s-]?e(?:xpress)?|nvl|\d{2,3}\s*gi?b)"
+"""A qualifier as written in text (case-insensitive): 'SXM5', 'PCIe', 'PCI-E', 'NVL', '80 GB', '80GiB'."""
+
+
+def key(name: str) -> str:
+    """Lower-case letters and digits only: 'Llama-3 70B' -> 'llama370b'."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def canonical_qualifier(written: str) -> str:
+    """'SXM5' -> 'sxm', 'PCI-E' -> 'pcie', '80 GiB' -> '80gb', 'NVL' -> 'nvl'."""
+    q = key(written)
+    if q.startswith("sxm"):
+        return "sxm"
+    if q.startswith("pci"):
+        return "pcie"
+    memory = re.fullmatch(r"(\d+)gi?b", q)
+    return f"{memory.group(1)}gb" if memory else q
+
+
+@dataclass(frozen=True)
+class GpuEntry:
+    """A catalog GPU name split into its base and qualifiers."""
+
+    name: str
+    base: str
+    base_parts: tuple[str, ...]
+    qualifiers: frozenset[str]
+
+    @property
+    def memory_gb(self) -> int:
+        sizes = [int(q[:-2]) for q in self.qualifiers if q.endswith("gb")]
+        return max(sizes, default=0)
+
+
+def split_gpu_name(name: str) -> GpuEntry:
+    parts = [p for p in name.lower().split("-") if p]
+    quals = [p for p in parts if _QUALIFIER_PART.fullmatch(p)]
+    base_parts = tuple(p for p in parts if p not in quals) or tuple(parts)
+    return GpuEntry(name=name, base="".join(base_parts), base_parts=base_parts,
+                    qualifiers=frozenset(canonical_qualifier(q) for q in quals))
+
+
+def _memory_fits(entry: GpuEntry, written_gb: int) -> bool:
+    """A written memory size fits an entry named with it, or, when the name states none, the
+    entry's catalog memory within 5% ('80GB' and 79.6 GiB usable)."""
+    if entry.memory_gb:
+        return entry.memory_gb == written_gb
+    from . import load_gpu
+
+    try:
+        capacity = load_gpu(entry.name).memory_gib
+    except InputError:  # not a catalog file (a name list given by a caller): no memory known
+        return False
+    return abs(capacity - written_gb) <= 0.05 * written_gb
+
+
+def _has(entry: GpuEntry, qualifier: str) -> bool:
+    if qualifier.endswith("gb") and qualifier[:-2].isdigit():
+        return _memory_fits(entry, int(qualifier[:-2]))
+    return qualifier in entry.qualifiers
+
+
+def choose_gpu(entries: list[GpuEntry], written: set[str]) -> GpuEntry | None:
+    """The entry (all of one base) whose qualifiers include every written one: with several, the
+    SXM part, then the most memory, then the shortest name; None when no entry has them all."""
+    matching = [e for e in entries if all(_has(e, q) for q in written)]
+    if not matching:
+        return None
+    return min(matching, key=lambda e: ("sxm" not in e.qualifiers, -e.memory_gb, len(e.qualifiers), e.name))
+
+
+@dataclass(frozen=True)
+class GpuMention:
+    """A GPU named in text: the catalog entry (None: the catalog has no such part), as written."""
+
+    name: str | None
+    written: str
+    start: int
+    end: int
+    base: str
+
+
+@lru_cache(maxsize=8)
+def _gpu_index(names: tuple[str, ...]) -> tuple[dict[str, list[GpuEntry]], re.Pattern]:
+    by_base: dict[str, list[GpuEntry]] = {}
+    for name in names:
+        entry = split_gpu_name(name)
+        by_base.setdefault(entry.base, []).append(entry)
+    patterns = {}
+    for base, entries in by_base.items():
+        for entry in entries:
+            patterns[_SEP.join(re.escape(p) for p in entry.base_parts)] = base
+    alternatives = "|".join(sorted(patterns, key=len, reverse=True))
+    # A base starts a word (or follows a count glued with x: '8xH100') and ends one, save for a plural
+    # 's' or glued qualifiers ('H100SXM', 'A100-80GB').
+    pattern = re.compile(
+        rf"(?P<pre>(?<![a-z0-9])\d{{2,3}}\s*gi?b\s+)?"
+        rf"(?:(?<![a-z0-9])|(?<=[0-9][x×]))(?P<base>{alternatives})"
+        rf"(?P<post>(?:{_SEP}{QUALIFIER}(?![a-z0-9]))*)(?P<plural>s?)(?![a-z0-9])", re.IGNORECASE)
+    return by_base, pattern
+
+
+def gpu_mentions(text: str, names: list[str] | None = None) -> list[GpuMention]:
+    """Every GPU base mentioned in `text`, in order, each resolved to a catalog entry or None."""
+    by_base, pattern = _gpu_index(tuple(names if names is not None else gpu_names()))
+    bases = {key(p): b for b, entries in by_base.items() for p in ["".join(e.base_parts) for e in entries]}
+    out = []
+    for match in pattern.finditer(text):
+        base = bases[key(match.group("base"))]
+        written_quals = {canonical_qualifier(q) for q in re.findall(QUALIFIER, (match.group("pre") or "") + " "
+                                                                      + match.group("post"), re.IGNORECASE)}
+        chosen = choose_gpu(by_base[base], written_quals)
+        written = text[match.start():match.end() - len(match.group("plural"))].strip()
+        out.append(GpuMention(name=chosen.name if chosen else None, written=written, start=match.start(),
+                              end=match.end(), base=base))
+    return out
+
+
+def close_gpu_names(written: str, names: list[str] | None = None) -> list[str]:
+    """Catalog GPUs whose name resembles `written` ('RTX 9090' -> rtx-4090 when the catalog has it)."""
+    known = names if names is not None else gpu_names()
+    keyed = {key(n): n for n in known}
+    keyed.update({split_gpu_name(n).base: n for n in known})
+    close = difflib.get_close_matches(key(written), list(keyed), n=6, cutoff=0.5)
+    return list(dict.fromkeys(keyed[c] for c in close))[:3]
+
+
+# --- models ------------------------------------------------------------------------------------------
+
+_SIZE_PART = re.compile(r"\d+(?:\.\d+)?b|\d+x\d+(?:\.\d+)?b")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A catalog model name split into family letters, version, size and variants."""
+
+    name: str
+    letters: str
+    version: str
+    size: str | None
+
+    @property
+    def family(self) -> str:
+        return self.letters + self.version
+
+
+def split_model_name(name: str) -> ModelEntry:
+    parts = name.lower().split("-")
+    head = re.fullmatch(r"([a-z]+)(\d+(?:\.\d+)?)?", parts[0])
+    letters, version = (head.group(1), head.group(2) or "") if head else (parts[0], "")
+    size = next((p for p in parts[1:] if _SIZE_PART.fullmatch(p)), None)
+    return ModelEntry(name=name, letters=letters, version=version, size=size)
+
+
+def _version_fits(catalog_version: str, written: str | None) -> bool:
+    """'3' fits '3', '3.1' and '3.3' (a point release of the same architecture) and an unwritten one."""
+    if not written:
+        return True
+    return written == catalog_version or written.startswith(catalog_version + ".")
+
+
+@dataclass(frozen=True)
+class FamilyMention:
+    letters: str
+    version: str | None
+    start: int
+    end: int
+
+
+def family_mentions(text: str, names: list[str] | None = None) -> list[FamilyMention]:
+    """Model families written in `text` ('Llama 3', 'llama-3.1', 'Mistral', 'Qwen2.5'), in order."""
+    entries = [split_model_name(n) for n in (names if names is not None else model_names())]
+    letters = sorted({e.letters for e in entries}, key=len, reverse=True)
+    pattern = re.compile(rf"(?<![a-z0-9])({'|'.join(map(re.escape, letters))})(?:[\s_-]*(\d+(?:\.\d+)?)"
+                         r"(?![\d.]*\s*(?:b|x\d|billion)(?![a-z])))?(?![a-z])", re.IGNORECASE)
+    return [FamilyMention(m.group(1).lower(), m.group(2), m.start(), m.end()) for m in pattern.finditer(text)]
+
+
+def model_by_family_and_size(family: FamilyMention, sizes: list[str],
+                             names: list[str] | None = None) -> tuple[str | None, list[str]]:
+    """(the catalog model of this family with one of the written sizes, the family's catalog members).
+
+    sizes are written sizes normalised like catalog parts ('70b', '8x7b'). With no size written, a
+    family with one member in the catalog names it ('a Mistral model')."""
+    members = [e for e in (split_model_name(n) for n in (names if names is not None else model_names()))
+               if e.letters == family.letters and _version_fits(e.version, family.version)]
+    matches = [e for e in members if e.size in sizes]
+    if len(matches) == 1:
+        return matches[0].name, [e.name for e in members]
+    if not sizes and len(members) == 1:
+        return members[0].name, [e.name for e in members]
+    return None, [e.name for e in members]
