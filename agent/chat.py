@@ -217,7 +217,11 @@ class ChatSession:
     # --- turns ------------------------------------------------------------------------------------
 
     def turn_offline(self, line: str) -> None:
-        update = parse_partial(line)
+        try:
+            update = parse_partial(line)
+        except InputError as exc:
+            self.error(str(exc))
+            return
         if self.request is not None and not update.given():
             self.error("nothing to change found in that: say e.g. \"what if I only have 256 GPUs?\", "
                        "\"use fp8\", \"seq 4k\", \"for 2T tokens\", or a new model and hardware")
@@ -268,7 +272,11 @@ class ChatSession:
             elif kind == "retry":
                 status.update(f"retrying the LLM server (attempt {data['attempt']})...")
 
-        update = parse_partial(line)
+        try:
+            update = parse_partial(line)
+        except InputError as exc:
+            self.error(str(exc))
+            return
         self.request = update if self.request is None else merge(self.request, update)
         before = len(self.messages)
         status.start()

@@ -1,0 +1,417 @@
+"""The rules that read a plain-language request, one function per part of it.
+
+Each rule reads what it understands from a RequestText, marks those characters as read and puts
+the values in `found` (the PlanRequest fields). Rules run in the order of READERS: names first
+(paths, models and GPUs, so that the digits inside 'Llama 3 70B' or 'H100' are never read as
+counts), then the quantities with units (tokens, batch, sequence, price, budget, deadline), then
+GPU counts, then the words that steer the plan (objective, precision, pins, negations), and last
+the model read by family and size in any order ('a 70B Llama 3 model'), once the sizes with other
+units ('200B tokens') are taken.
+
+A count or an amount that cannot be meant ('-512 H100s', '512.5 H100s', '-15T tokens', '0 GPUs')
+raises InputError naming it: a request is never read as something else than it says.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from trainplan.tools import catalog
+from trainplan.tools.catalog.names import (
+    close_gpu_names, family_mentions, gpu_mentions, key, model_by_family_and_size, split_gpu_name,
+)
+from trainplan.tools.errors import InputError
+from trainplan.tools.specs import GPUSpec
+
+from .request_text import DECIMAL, MULT, NUM, RequestText, number
+
+MAX_GPUS = 2**20
+"""Most GPUs a request may name (1,048,576; the largest published runs use 16,384 to 100,000)."""
+MAX_TOKENS = 1e15
+"""Most training tokens a request may name (1,000T; the largest published runs use tens of T)."""
+CJK_MULT = {"万亿": 1e12, "亿": 1e8, "万": 1e4}
+"""Chinese multipliers: '15万亿' = 15e12, '200万' = 2e6."""
+_ANY_MULT = rf"(?:万亿|亿|万|{MULT})"
+_NODE = (r"(?:nodes?|servers?|machines?|hosts?|boxes|dgx(?:[\s-]*[abh]\d{3})?s?|hgx(?:[\s-]*[abh]\d{3})?s?"
+         r"|台(?:机器|服务器)?|个?节点|ノード|노드)")
+_CLASSIFIER = r"(?:张|块|卡|枚|개|장)"
+_GPU_WORD = r"(?:gpus?|accelerators?|cards?|devices?|张卡|块卡|卡)(?![a-z])"
+_AT_MOST_BEFORE = (r"(?:up\s+to|at\s+most|no\s+more\s+than|not\s+more\s+than|max(?:imum)?(?:\s+of)?|<=|≤|"
+                   r"fewer\s+than|less\s+than|under|最多|不超过|至多)\s*(?:of\s+)?(?:use\s+|using\s+)?$")
+_AT_MOST_AFTER = r"\s*(?:at\s+most|max(?:imum)?|or\s+(?:fewer|less)|以内|以下)(?![a-z])"
+EXAMPLE = '"Llama 3 70B on 512 H100s for 15T tokens"'
+
+
+def _scale(suffix: str | None) -> float:
+    suffix = (suffix or "").lower()
+    return CJK_MULT.get(suffix) or DECIMAL.get(suffix, 1.0)
+
+
+def _written(t: RequestText, start: int, end: int) -> str:
+    return t.text[start:end].strip()
+
+
+# --- names --------------------------------------------------------------------------------------------
+
+
+def read_paths(t: RequestText, found: dict[str, Any]) -> None:
+    """Paths to JSON files: a GPU file (it holds bf16_tflops) or a model's HF config.json."""
+    for match in t.matches(r"(?<![^\s(\"'])((?:[~.]{0,2}/)?[\w./~-]+\.json)(?![\w/])"):
+        path = match.group(1)
+        field = "gpu" if _is_gpu_file(path) else "model"
+        if field not in found:
+            found[field] = path
+            found.setdefault("_spans", {})[field] = match.span(1)
+            t.mark(*match.span(1))
+
+
+def _is_gpu_file(path: str) -> bool:
+    try:
+        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and "bf16_tflops" in data
+
+
+def _model_keys() -> dict[str, str]:
+    keys = {key(name): name for name in catalog.model_names()}
+    keys.update(catalog.MODEL_ALIASES)
+    return keys
+
+
+def read_model_name(t: RequestText, found: dict[str, Any]) -> None:
+    """A catalog model name or alias written together ('Llama 3 70B', 'llama3-70b', 'DeepSeek-V3'):
+    the longest such name in the text, separators ignored."""
+    if "model" in found:
+        return
+    chars, index = [], []
+    for i, ch in enumerate(t.text):
+        if ch.isascii() and ch.isalnum():
+            chars.append(ch.lower())
+            index.append(i)
+    norm = "".join(chars)
+    best: tuple[int, int, str, int, int] | None = None
+    for name_key, name in _model_keys().items():
+        start = norm.find(name_key)
+        while start >= 0:
+            s, e = index[start], index[start + len(name_key) - 1] + 1
+            before = t.text[s - 1] if s else " "
+            after = t.text[e] if e < len(t.text) else " "
+            glued = before.isascii() and before.isalnum()
+            if not glued and not (after.isascii() and after.isdigit()) and not t.is_read(s, e):
+                candidate = (len(name_key), -s, name, s, e)
+                if best is None or candidate > best:
+                    best = candidate
+                break
+            start = norm.find(name_key, start + 1)
+    if best:
+        found["model"] = best[2]
+        t.mark(best[3], best[4])
+
+
+_SIZE = r"(?<![0-9a-z.])([0-9]+(?:x[0-9]+)?(?:\.[0-9]+)?)\s*(?:b|billion)(?:[\s-]*param(?:eter)?s?)?(?![a-z])"
+
+
+def read_model_by_family(t: RequestText, found: dict[str, Any]) -> None:
+    """A family and a size written apart, in any order: 'a 70B Llama 3 model', 'a 7B Mistral'.
+    A family and size the catalog lacks ('Llama 2 13B') is refused with the family's members."""
+    if "model" in found:
+        return
+    sizes = [(m.group(1).lower() + "b", m) for m in t.matches(_SIZE, 1)]
+    for family in family_mentions(t.text):
+        if t.is_read(family.start, family.end):
+            continue
+        name, members = model_by_family_and_size(family, [s for s, _ in sizes])
+        if name:
+            found["model"] = name
+            t.mark(family.start, family.end)
+            for size, match in sizes:
+                if name.lower().split("-")[1:2] == [size] or size in name.lower().split("-"):
+                    t.mark(*match.span())
+            return
+        if sizes:
+            written = t.text[family.start:family.end].strip() + " " + sizes[0][1].group(0).strip()
+            close = ", ".join(members) if members else ", ".join(catalog.model_names())
+            raise InputError(f"not in the catalog: {written} (the catalog has {close}); pass a path to its HF "
+                             "config.json instead, e.g. \"./config.json on 512 H100s\"")
+
+
+def _gpu_file_hint() -> str:
+    required = [name for name, field in GPUSpec.model_fields.items() if field.is_required()]
+    return ("describe it in a GPU JSON file with " + ", ".join(required) + " (like tools/catalog/gpus/"
+            "h100-sxm-80gb.json) and write its path in the request, e.g. \"Llama 3 70B on 64 x ./my-gpu.json\"")
+
+
+def not_in_catalog(written: str, close: list[str], note: str = "") -> InputError:
+    near = f"close: {', '.join(close)}; " if close else f"known: {', '.join(catalog.gpu_names())}; "
+    return InputError(f"not in the catalog: {written}{note} ({near}{_gpu_file_hint()})")
+
+
+_NOT_THIS = r"(?:instead\s+of|rather\s+than|not|from|than|vs\.?|versus)\s+(?:the\s+|an?\s+)?(?:[0-9]+\s*)?$"
+
+
+def read_gpu(t: RequestText, found: dict[str, Any]) -> None:
+    """The GPU: a catalog entry as people write it (tools/catalog/names.py), or InputError when the
+    written part is not in the catalog ('H100 NVL' without an NVL entry; 'MI300X', 'RTX 9090')."""
+    if "gpu" in found:
+        return
+    mentions = [m for m in gpu_mentions(t.text) if not t.is_read(m.start, m.end)]
+    if mentions:
+        wanted = [m for m in mentions if not re.search(_NOT_THIS, t.before(m.start), re.IGNORECASE)]
+        mention = (wanted or mentions)[0]
+        if mention.name is None:
+            same_base = [n for n in catalog.gpu_names() if split_gpu_name(n).base == mention.base]
+            raise not_in_catalog(mention.written, same_base or close_gpu_names(mention.written),
+                                 ", a part with its own peak and interconnect")
+        found["gpu"] = mention.name
+        found.setdefault("_spans", {})["gpu"] = (mention.start, mention.end)
+        t.mark(mention.start, mention.end)
+        return
+    unknown = _unknown_gpu(t)
+    if unknown:
+        raise not_in_catalog(unknown, close_gpu_names(unknown))
+
+
+_BRANDED = (r"(?<![a-z0-9])((?:rtx|gtx|titan|quadro|tesla|radeon|instinct|gaudi|tpu|trainium|inferentia)"
+            r"(?:[\s-]*(?:pro|ada|ultra))?(?:[\s-]*[a-z]{0,3}[0-9]+[a-z0-9]*)?|mi[0-9]{2,3}[a-z]*)(?![a-z0-9])")
+_CODE = r"(?<![a-z0-9])([a-z]{1,2}[0-9]{2,4}[a-z]{0,2})s?(?![a-z0-9])"
+_NOT_GPU_CODES = re.compile(r"(?:bf|fp|tf|int|tp|pp|cp|ep|dp|sp|vp|mb|gb|tb|pb|sm|nv|fa|v)[0-9]+|[a-z]{1,2}0+",
+                            re.IGNORECASE)
+_GPU_CONTEXT_BEFORE = r"(?:[0-9]\s*(?:k\s*)?(?:[x×*]\s*)?|\b(?:on|using|with|of|use|across)\s+(?:the\s+|an?\s+)?)$"
+_GPU_CONTEXT_AFTER = rf"\s*(?:{_GPU_WORD}|{_NODE})"
+
+
+def _unknown_gpu(t: RequestText) -> str | None:
+    """A GPU-looking name the catalog lacks: a brand ('RTX 9090', 'MI300X') anywhere, or a code like
+    'V100' where a GPU goes ('8 V100s', 'on V100', 'V100 GPUs')."""
+    branded = t.first(_BRANDED, 1)
+    if branded:
+        return branded.group(1)
+    for match in t.matches(_CODE, 1):
+        code = match.group(1)
+        if _NOT_GPU_CODES.fullmatch(code):
+            continue
+        if (re.search(_GPU_CONTEXT_BEFORE, t.before(match.start()), re.IGNORECASE)
+                or re.match(_GPU_CONTEXT_AFTER, t.text[match.end():match.end() + 24], re.IGNORECASE)):
+            plural = code.endswith("s") and code[-2].isdigit() and not code[0].islower()
+            return code[:-1] if plural else code
+    return None
+
+
+# --- counts -------------------------------------------------------------------------------------------
+
+_COUNT = rf"({NUM})\s*(k(?![a-z]))?"
+"""A count, with an optional binary k: GPU counts are quoted in binary ('16k H100s' = 16,384)."""
+
+
+def _count(t: RequestText, match: re.Match, what: str, group: int = 1, phrase_end: int | None = None) -> int:
+    """The whole positive count of a _COUNT match at `group` (its k at group + 1); an error quotes
+    the text up to phrase_end ('-512 H100s')."""
+    start, end = match.span(group)
+    k = match.group(group + 1)
+    written = _written(t, start, phrase_end or (match.end(group + 1) if k else end))
+    if t.negative_at(start):
+        raise InputError(f"'-{written}' is not a number of {what}: write a positive whole number, "
+                         f"e.g. {EXAMPLE}")
+    value = number(match.group(group)) * (1024 if k else 1)
+    if value != int(value):
+        raise InputError(f"'{written}' is not a whole number of {what}: write a whole number, e.g. {EXAMPLE}")
+    if value <= 0:
+        raise InputError(f"'{written}' is not a usable number of {what}: it must be at least 1, e.g. {EXAMPLE}")
+    return int(value)
+
+
+def _gpu_phrase_end(t: RequestText, index: int, gpu_span: tuple[int, int] | None) -> int | None:
+    """End of the GPU named right after `index` ('x H100s', '张H100', ' GPUs', 'x ./gpu.json', '张')."""
+    lead = re.match(rf"\s*(?:[x×*]\s*)?(?:{_CLASSIFIER}\s*)?(?:nvidia\s+)?", t.text[index:index + 32],
+                    re.IGNORECASE)
+    at = index + lead.end()
+    if gpu_span and at == gpu_span[0]:
+        return gpu_span[1]
+    word = re.match(_GPU_WORD, t.text[at:at + 16], re.IGNORECASE)
+    if word:
+        return at + word.end()
+    if re.search(_CLASSIFIER + r"\s*$", lead.group(0)):
+        return at
+    return None
+
+
+def _upper_bound(t: RequestText, start: int, end: int) -> tuple[bool, int, int]:
+    """Whether a count is an upper bound ('up to 512 H100s', '512 GPUs at most'), and the span to mark."""
+    window = t.before(start, 32)
+    before = re.search(_AT_MOST_BEFORE, window, re.IGNORECASE)
+    if before:
+        return True, start - len(window) + before.start(), end
+    after = re.match(_AT_MOST_AFTER, t.text[end:end + 24], re.IGNORECASE)
+    if after:
+        return True, start, end + after.end()
+    return False, start, end
+
+
+def _set_gpus(t: RequestText, found: dict[str, Any], gpus: int, start: int, end: int,
+              per_node: int | None = None) -> None:
+    if gpus > MAX_GPUS:
+        raise InputError(f"'{_written(t, start, end)}' is {gpus:,} GPUs, more than {MAX_GPUS:,}: check the count")
+    bound, start, end = _upper_bound(t, start, end)
+    found["max_gpus" if bound else "gpus"] = gpus
+    if per_node:
+        found["gpus_per_node"] = per_node
+    t.mark(start, end)
+
+
+def read_counts(t: RequestText, found: dict[str, Any]) -> None:
+    """How many GPUs: nodes x GPUs per node ('64 nodes of 8 H100s', '64台8卡H100', '8 H100s per node,
+    64 nodes', '64 x 8 H100'), a count by the GPU ('512 H100s', '16k H100', '512张H100', 'H100 x 512'),
+    'N GPUs', or 'N nodes' (x the GPU's gpus_per_node). 'up to N' / 'at most N' make it max_gpus."""
+    span = found.get("_spans", {}).get("gpu")
+    nodes_of = rf"{_COUNT}\s*(?:[x×*]\s*)?{_NODE}\s*(?:,\s*)?(?:each\s+|每(?:个|台)?(?:节点|机器)?\s*)?" \
+               rf"(?:of|with|having|containing|x|×|\*|each\s+with)?\s*(?:each\s+)?{_COUNT}"
+    for match in t.matches(nodes_of, 1):
+        end = _gpu_phrase_end(t, match.end(), span)
+        if end is not None:
+            per_node = _count(t, match, "GPUs per node", 3, end)
+            _set_gpus(t, found, _count(t, match, "nodes", 1, end) * per_node, match.start(), end, per_node)
+            return
+    for match in t.matches(_COUNT, 1):
+        end = _gpu_phrase_end(t, match.end(), span)
+        if end is None:
+            continue
+        per = re.match(rf"\s*(?:per|/|a|each|in\s+each|on\s+each|every)\s*{_NODE}", t.text[end:end + 32],
+                       re.IGNORECASE)
+        if per:  # '8 H100s per node' with 'N nodes' elsewhere
+            nodes = next(t.matches(rf"{_COUNT}\s*(?:[x×*]\s*)?{_NODE}(?![a-z])", 1), None)
+            if nodes is None or nodes.start() == match.start():
+                continue
+            per_node = _count(t, match, "GPUs per node", 1, end)
+            t.mark(end, end + per.end())
+            t.mark(*nodes.span())
+            _set_gpus(t, found, _count(t, nodes, "nodes") * per_node, match.start(1), end, per_node)
+            return
+        window = t.before(match.start(1), 24)
+        product = re.search(rf"{_COUNT}\s*[x×*]\s*$", window, re.IGNORECASE)
+        if product:  # '64 x 8 H100': 64 nodes of 8
+            per_node = _count(t, match, "GPUs per node", 1, end)
+            nodes = _count(t, product, "nodes")
+            _set_gpus(t, found, nodes * per_node, match.start(1) - len(window) + product.start(), end, per_node)
+            return
+        _set_gpus(t, found, _count(t, match, "GPUs", 1, end), match.start(1), end)
+        return
+    if span:  # 'H100 x 512', 'H100: 512', 'H100を512枚'
+        after = re.compile(rf"\s*(?:gpus?|cards)?\s*(?:[x×*:]|を|が)\s*{_COUNT}\s*{_CLASSIFIER}?",
+                           re.IGNORECASE).match(t.text, span[1], span[1] + 48)
+        if after and not t.is_read(*after.span(1)):
+            _set_gpus(t, found, _count(t, after, "GPUs", 1, after.end()), after.start(), after.end())
+            return
+    count = next(t.matches(rf"{_COUNT}\s*(?:[x×*]\s*)?{_GPU_WORD}", 1), None)
+    if count:
+        _set_gpus(t, found, _count(t, count, "GPUs", 1, count.end()), count.start(1), count.end())
+        return
+    nodes = next(t.matches(rf"{_COUNT}\s*(?:[x×*]\s*)?{_NODE}(?![a-z])", 1), None)
+    if nodes:
+        per_node = catalog.load_gpu(found["gpu"]).gpus_per_node if "gpu" in found else 8
+        _set_gpus(t, found, _count(t, nodes, "nodes", 1, nodes.end()) * per_node, nodes.start(1), nodes.end())
+
+
+# --- amounts with units ---------------------------------------------------------------------------------
+
+_PER_BATCH = r"\s*(?:per|/|a|each)\s*(?:global\s*)?(?:batch|step|iteration)"
+
+
+def _amount(t: RequestText, match: re.Match, what: str, group: int = 1) -> float:
+    """A positive amount with its multiplier (group + 1): '15T', '300 billion', '15万亿'."""
+    start = match.start(group)
+    written = _written(t, start, match.end())
+    if t.negative_at(start):
+        raise InputError(f"'-{written}' is negative: write a positive number of {what}, e.g. {EXAMPLE}")
+    value = number(match.group(group)) * _scale(match.group(group + 1))
+    if value <= 0:
+        raise InputError(f"'{written}' must be more than zero {what}: e.g. {EXAMPLE}")
+    return value
+
+
+def read_tokens(t: RequestText, found: dict[str, Any]) -> None:
+    """Tokens per batch ('4M tokens per batch': gbs = tokens / seq, K and M read as 2^10 and 2^20 as
+    batch sizes are quoted) and training tokens ('15T tokens', '300 billion tokens', '15T token')."""
+    batch = (t.take(rf"({NUM})\s*({_ANY_MULT})?\s*tokens?{_PER_BATCH}")
+             or t.take(rf"batch(?:\s*size)?\s*(?:of|:|=|is)?\s*({NUM})\s*({_ANY_MULT})?\s*tokens?(?![a-z])"))
+    if batch:
+        suffix = (batch.group(2) or "").lower()
+        binary = {"k": 2**10, "m": 2**20}.get(suffix)
+        found["batch_tokens"] = _amount(t, batch, "tokens per batch") * (binary / _scale(suffix) if binary else 1)
+    for match in t.matches(rf"({NUM})\s*({_ANY_MULT})?\s*(?:个\s*)?(?:training\s+)?tokens?(?![a-z])", 1):
+        if re.match(r"\s*(?:sequences?|context|seq)", t.text[match.end():match.end() + 12], re.IGNORECASE):
+            continue
+        tokens = _amount(t, match, "tokens")
+        if tokens > MAX_TOKENS:
+            raise InputError(f"'{_written(t, *match.span())}' is {tokens:.3g} tokens, more than {MAX_TOKENS:.0e} "
+                             "(the largest published runs train on tens of T): check the number and its unit")
+        found["tokens"] = tokens
+        t.mark(*match.span())
+        return
+
+
+def read_sequence_and_batch(t: RequestText, found: dict[str, Any]) -> None:
+    """seq ('sequence length 8192', 'seq 4k', '8k context'; k = 1024) and gbs ('global batch 1024',
+    'gbs=256', '512 sequences per batch')."""
+    seq = (t.take(rf"(?:sequence(?:\s*length)?|seq(?:uence)?[\s_-]*len(?:gth)?|seq|context(?:\s*length)?|ctx|"
+                  rf"序列长度|上下文)\s*(?:of|:|=|is)?\s*{_COUNT}")
+           or t.take(rf"{_COUNT}[\s-]*(?:tokens?[\s-]*)?(?:context|sequences?(?![\s-]*(?:per|/|a\s|each))|"
+                     r"seq(?:uence)?[\s-]*len(?:gth)?|seq)(?![a-z])"))
+    if seq:
+        found["seq"] = _count(t, seq, "tokens of sequence")
+    gbs = (t.take(rf"(?:global[\s_-]*batch(?:[\s_-]*size)?|batch[\s_-]*size|gbs)\s*(?:of|:|=|is)?\s*{_COUNT}"
+                  r"(?!\s*(?:thousand|million|billion|trillion|[mbt])?\s*tokens)")
+           or t.take(rf"{_COUNT}\s*sequences?{_PER_BATCH}"))
+    if gbs:
+        found["gbs"] = _count(t, gbs, "sequences per batch")
+
+
+def read_money(t: RequestText, found: dict[str, Any]) -> None:
+    """price ('$2/GPU-hour', '$2.5 per GPU hour') and budget_usd ('budget $2M', '$500K budget',
+    'under $2M', 'no more than 2 million dollars', '预算200万美元')."""
+    price = (t.take(rf"(?:(?:at|under|below|for|of|price)\s*:?\s*)?\$\s*({NUM})\s*(?:/|per|an|a)\s*(?:gpu[\s-]*)?(?:h|hr|hour)(?![a-z])")
+             or t.take(rf"({NUM})\s*(?:usd|dollars?)\s*(?:/|per|an|a)\s*(?:gpu[\s-]*)?(?:h|hr|hour)(?![a-z])"))
+    if price:
+        found["price"] = _positive_price(t, price)
+    dollars = rf"(?:\$\s*({NUM})\s*({_ANY_MULT})?(?![0-9])|({NUM})\s*({_ANY_MULT})?\s*(?:usd|dollars|美元|ドル)(?![a-z]))"
+    budget = (t.take(rf"(?:budget|预算|予算)\s*(?:of|:|=|is)?\s*(?:under\s*|up\s*to\s*|at\s*most\s*)?{dollars}")
+              or t.take(rf"{dollars}\s*(?:budget|or\s*less|max(?:imum)?|total|cap|以内)(?![a-z])")
+              or t.take(rf"(?:under|below|at\s*most|no\s*more\s*than|max(?:imum)?|within|up\s*to|spend|for|costs?)\s*"
+                        rf"(?:of\s*)?{dollars}(?!\s*(?:/|per|an?\s)\s*(?:gpu|h))"))
+    if budget:
+        group = 1 if budget.group(1) else 3
+        found["budget_usd"] = _amount(t, budget, "dollars", group)
+
+
+def _positive_price(t: RequestText, match: re.Match) -> float:
+    if t.negative_at(match.start(1)) or number(match.group(1)) <= 0:
+        raise InputError(f"'{_written(t, *match.span())}' is not a price: write e.g. $2/GPU-hour")
+    return number(match.group(1))
+
+
+_DAY_UNITS = {"d": 1.0, "day": 1.0, "days": 1.0, "天": 1.0, "日": 1.0, "일": 1.0, "week": 7.0, "weeks": 7.0,
+              "wk": 7.0, "wks": 7.0, "周": 7.0, "週": 7.0, "週間": 7.0, "주": 7.0, "month": 30.0, "months": 30.0,
+              "个月": 30.0, "ヶ月": 30.0, "か月": 30.0, "개월": 30.0}
+
+
+def read_deadline(t: RequestText, found: dict[str, Any]) -> None:
+    """deadline_days: 'within 30 days', 'in 4 weeks', 'deadline 30 days', '30 days or less',
+    'in a month', '30天内'. A month is 30 days."""
+    units = r"(days?|d|weeks?|wks?|months?)(?![a-z])"
+    cue = r"(?:within|in|under|deadline(?:\s*(?:of|is))?|by|less\s*than|at\s*most|no\s*more\s*than|max(?:imum)?|" \
+          r"finish(?:ed)?\s*in|done\s*in|take\s*(?:at\s*most|no\s*more\s*than)?)"
+    match = (t.take(rf"{cue}\s*:?\s*[-\u2212]?({NUM})\s*{units}")
+             or t.take(rf"({NUM})[\s-]*{units}\s*(?:deadline|or\s*less|max(?:imum)?|at\s*most)(?![a-z])")
+             or t.take(rf"({NUM})\s*(天|日|일|週間|周|週|주|个月|ヶ月|か月|개월)(?:内|以内|之内|이내)?"))
+    if match:
+        days = number(match.group(1))
+        if t.negative_at(match.start(1)) or days <= 0:
+            raise InputError(f"'{_written(t, *match.span())}' is not a deadline: write e.g. within 30 days")
+        found["deadline_days"] = days * _DAY_UNITS[match.group(2).lower()]
+        return
+    word = t.take(rf"{cue}\s*(?:a|one)\s*(day|week|month)(?![a-z])")
+    if word:
+        found["deadline_days"] = _DAY_UNITS[word.group(1).lower()]

@@ -1,0 +1,112 @@
+"""The rules that read what steers a plan: the objective, the precision, pinned layout sizes and
+negations ('no tensor parallelism' -> tp 1, 'not fp8' -> bf16). See agent/request_rules.py for
+how rules read a RequestText."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainplan.tools.errors import InputError
+
+from .request_text import RequestText
+
+
+OBJECTIVES = {
+    "cost": r"cheapest|least\s+expensive|lowest[\s-]+(?:cost|price)|min(?:imi[sz]e|imum|imal)?\s+(?:the\s+)?"
+            r"(?:total\s+)?(?:cost|spend(?:ing)?|dollars|price|bill)|most\s+(?:cost[\s-]*(?:effective|efficient)|"
+            r"economical)|cost[\s-]*(?:optimal|efficient)|least\s+(?:money|cost)|最便宜|成本最低|最低成本|最省钱|最安",
+    "time": r"fastest|quickest|as\s+(?:fast|quickly|soon)\s+as\s+possible|asap|shortest\s+(?:time|training|run)|"
+            r"min(?:imi[sz]e|imum|imal)?\s+(?:the\s+)?(?:training\s+|wall[\s-]*clock\s+)?(?:time|days|duration)|"
+            r"least\s+time|最快|最短时间|最短",
+    "throughput": r"(?:max(?:imi[sz]e|imum)?|highest|best|most)\s+(?:the\s+)?(?:throughput|tokens?/s|"
+                  r"tokens\s+per\s+second|mfu)",
+}
+"""Words that choose the search objective (tools/search.py: throughput, time, cost)."""
+
+
+def read_objective(t: RequestText, found: dict[str, Any]) -> None:
+    """objective: 'cheapest' / 'minimise cost' -> cost, 'fastest' -> time, 'max throughput' -> throughput."""
+    hits = [(m.start(), name, m) for name, pattern in OBJECTIVES.items()
+            for m in [t.first(rf"(?<![a-z])(?:{pattern})(?![a-z])")] if m]
+    if hits:
+        _, name, match = min(hits, key=lambda h: h[0])
+        found["objective"] = name
+        t.mark(*match.span())
+
+
+_NEGATION = (r"(?<![a-z])(?:not|no|without|w/o|don'?t\s+(?:use|want|need)|do\s+not\s+(?:use|want|need)|avoid(?:ing)?|"
+             r"never|disable|skip|不用|不要|不使用|不需要|不开|无)(?:\s+(?:use|using|any|the|a|an|with))*\s*")
+_DISABLED_AFTER = r"\s*(?:off|disabled|=\s*(?:off|false|no|none))(?![a-z])"
+FEATURES = {
+    "tp": (r"tensor[\s-]*parallel(?:ism)?|tp", 1),
+    "pp": (r"pipeline(?:[\s-]*parallel(?:ism)?)?|pipelining|pp", 1),
+    "cp": (r"context[\s-]*parallel(?:ism)?|cp", 1),
+    "ep": (r"expert[\s-]*parallel(?:ism)?|ep", 1),
+    "vpp": (r"interleav(?:ing|ed)(?:\s+schedule)?|virtual[\s-]*pipeline(?:[\s-]*stages)?|vpp", 1),
+    "zero": (r"zero|optimi[sz]er[\s-]*(?:state[\s-]*)?sharding", 0),
+    "recompute": (r"(?:activation[\s-]*|gradient[\s-]*)?(?:recompute|recomputation|checkpointing)", "none"),
+}
+"""Layout features a negation pins off: 'no tensor parallelism' -> tp=1, 'without pipeline' -> pp=1,
+'no activation checkpointing' -> recompute=none."""
+
+
+def read_negations(t: RequestText, found: dict[str, Any]) -> set[str]:
+    """Pins from negations ('no TP', 'without pipeline parallelism', 'TP off'); also returns the negated
+    precisions ('not fp8')."""
+    negated = set()
+    for match in t.matches(rf"{_NEGATION}(fp8|bf16)(?![a-z0-9])", 1):
+        negated.add(match.group(1).lower())
+        t.mark(*match.span())
+    for match in t.matches(rf"(?<![a-z0-9])(fp8|bf16){_DISABLED_AFTER}", 1):
+        negated.add(match.group(1).lower())
+        t.mark(*match.span())
+    for field, (pattern, off) in FEATURES.items():
+        match = (t.first(rf"{_NEGATION}(?:{pattern})(?![a-z0-9])")
+                 or t.first(rf"(?<![a-z0-9])(?:{pattern}){_DISABLED_AFTER}"))
+        if match:
+            found[field] = off
+            t.mark(*match.span())
+    return negated
+
+
+def read_precision(t: RequestText, found: dict[str, Any], negated: set[str]) -> None:
+    """precision: the last of 'fp8' / 'bf16' written; 'not fp8' alone means bf16 (and the reverse)."""
+    said = [m for m in t.matches(r"(?<![a-z0-9])(fp8|bf16)(?![a-z0-9])", 1)]
+    for match in said:
+        t.mark(*match.span())
+    if said:
+        found["precision"] = said[-1].group(1).lower()
+    elif negated and len(negated) == 1:
+        found["precision"] = "bf16" if "fp8" in negated else "fp8"
+
+
+PIN_NAMES = {
+    "tp": r"tp|tensor[\s-]*parallel(?:ism|[\s-]*size)?",
+    "pp": r"pp|pipeline[\s-]*parallel(?:ism|[\s-]*size)?|pipeline[\s-]*stages",
+    "cp": r"cp|context[\s-]*parallel(?:ism|[\s-]*size)?",
+    "ep": r"ep|expert[\s-]*parallel(?:ism|[\s-]*size)?",
+    "vpp": r"vpp|virtual[\s-]*(?:pipeline[\s-]*)?stages",
+    "zero": r"zero(?:[\s_-]*stage)?",
+}
+"""How each pinned layout size is written: 'TP8', 'tp=8', 'TP size 8', 'tensor parallelism of 8',
+'8-way TP', '16 pipeline stages', 'ZeRO-3'."""
+
+
+def read_pins(t: RequestText, found: dict[str, Any]) -> None:
+    for pin, names in PIN_NAMES.items():
+        if pin in found:
+            continue
+        match = (t.take(rf"(?<![a-z0-9])(?:{names})\s*(?:size|degree)?\s*(?:of|[-=:]|is)?\s*([0-9]+)(?![0-9.])", 1)
+                 or t.take(rf"(?<![0-9a-z.])([0-9]+)[\s-]*(?:way\s+)?(?:{names})(?![a-z0-9])", 1))
+        if match:
+            value = int(match.group(1))
+            if pin != "zero" and value < 1 or pin == "zero" and value > 3:
+                raise InputError(f"'{t.text[match.start():match.end()].strip()}' is not a {pin} size: "
+                                 + ("ZeRO stages are 0-3" if pin == "zero" else f"{pin} is at least 1"))
+            found[pin] = value
+    if "zero" not in found and t.take(r"(?<![a-z])fsdp(?![a-z])"):
+        found["zero"] = 3  # FSDP full shard shards weights, gradients and optimizer: ZeRO-3
+    recompute = t.take(r"(?<![a-z])(full|selective)[\s-]*(?:activation[\s-]*)?(?:recompute|recomputation|"
+                       r"checkpointing)(?![a-z])")
+    if recompute and "recompute" not in found:
+        found["recompute"] = recompute.group(1).lower()

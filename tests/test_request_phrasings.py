@@ -1,0 +1,204 @@
+"""The parser reads requests as users write them: every row of issue 11's table and issue 13's
+plain-language cases, free word order, nodes x GPUs per node, bounds, objectives, negations and
+CJK text, and it refuses what cannot be meant with one clear line."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainplan.agent.request import parse_partial, parse_request
+from trainplan.agent.request_text import MAX_CHARS, MAX_DIGITS
+from trainplan.tools.errors import InputError
+
+H100 = "h100-sxm-80gb"
+
+
+def read(text: str, *fields: str) -> dict:
+    got = parse_partial(text).model_dump()
+    return {k: got[k] for k in fields}
+
+
+# --- issue 11's table: each request as written there -----------------------------------------------------
+
+def test_nodes_of_gpus_multiply():
+    assert read("Llama 3 70B on 64 nodes of 8 H100s", "model", "gpu", "gpus", "gpus_per_node") == {
+        "model": "llama3-70b", "gpu": H100, "gpus": 512, "gpus_per_node": 8}
+
+
+def test_cheapest_with_up_to_is_a_cost_objective_and_a_bound():
+    got = read("What's the cheapest way to train Llama 3 70B with up to 512 H100s?",
+               "model", "gpu", "gpus", "max_gpus", "objective")
+    assert got == {"model": "llama3-70b", "gpu": H100, "gpus": None, "max_gpus": 512, "objective": "cost"}
+
+
+def test_deadline_without_a_count_is_complete():
+    request = parse_request("Train Llama 3 70B for 2T tokens in 30 days on H100s")
+    assert (request.model, request.gpu, request.gpus, request.tokens, request.deadline_days) == (
+        "llama3-70b", H100, None, 2e12, 30.0)
+
+
+def test_not_fp8_is_bf16():
+    assert read("Llama 3 70B on 512 H100s, not fp8", "precision") == {"precision": "bf16"}
+
+
+def test_no_tensor_parallelism_pins_tp_to_one():
+    assert read("Llama 3 70B on 512 H100s, no tensor parallelism", "tp") == {"tp": 1}
+
+
+@pytest.mark.parametrize(("text", "model"), [
+    ("train a 70B Llama 3 model on 256 H100s", "llama3-70b"),
+    ("a 7B Mistral on 8 A100s", "mistral-7b"),
+])
+def test_free_word_order_models(text, model):
+    assert parse_partial(text).model == model
+
+
+def test_chinese_request():
+    got = read("用512张H100训练Llama 3 70B，15T token", "model", "gpu", "gpus", "tokens")
+    assert got == {"model": "llama3-70b", "gpu": H100, "gpus": 512, "tokens": 15e12}
+
+
+# --- many phrasings ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # nodes x GPUs per node
+    ("Llama 3 8B on 4 nodes with 8 H100s each", {"gpus": 32, "gpus_per_node": 8}),
+    ("llama3-8b, 16 servers x 8 A100 80GB", {"gpus": 128, "gpus_per_node": 8, "gpu": "a100-sxm-80gb"}),
+    ("Llama 3 8B on 8 H100s per node, 4 nodes", {"gpus": 32, "gpus_per_node": 8}),
+    ("Llama 3 8B on 4 x 8 A100 80GB", {"gpus": 32, "gpus_per_node": 8}),
+    ("llama3-8b on 16 nodes of 4 H100s", {"gpus": 64, "gpus_per_node": 4}),
+    ("llama3-8b on 8 nodes of H100", {"gpus": 64, "gpus_per_node": None}),
+    ("64台8卡H100训练Llama 3 70B，30天内完成", {"gpus": 512, "gpus_per_node": 8, "deadline_days": 30.0}),
+    # counts written around the GPU
+    ("H100 x 512 for llama3-8b", {"gpus": 512}),
+    ("llama3-8b on 8xH100", {"gpus": 8}),
+    ("Llama 3 70B on 1.5k H100s", {"gpus": 1536}),
+    ("Llama 3 70B, 16,384 H100s", {"gpus": 16384}),
+    ("Llama 3 70B on 512 NVIDIA H100 GPUs", {"gpus": 512}),
+    ("Ｌｌａｍａ ３ ７０Ｂ on ５１２ Ｈ１００ｓ", {"model": "llama3-70b", "gpus": 512}),  # full-width
+    # upper bounds
+    ("Llama 3 70B with at most 256 H100s", {"gpus": None, "max_gpus": 256}),
+    ("Llama 3 70B, no more than 1024 GPUs, H100", {"max_gpus": 1024}),
+    ("Llama 3 70B on 512 H100s at most", {"max_gpus": 512}),
+    ("用最多512张H100训练Llama 3 70B", {"max_gpus": 512}),
+    # objectives
+    ("Llama 3 8B on 64 H100s, minimise cost", {"objective": "cost"}),
+    ("Llama 3 8B on 64 H100s, minimize the total cost", {"objective": "cost"}),
+    ("the most cost-effective plan for Llama 3 8B on 64 H100s", {"objective": "cost"}),
+    ("fastest way to train Llama 3 8B on 64 H100s", {"objective": "time"}),
+    ("Llama 3 8B on 64 H100s as fast as possible", {"objective": "time"}),
+    ("Llama 3 8B on 64 H100s, maximize throughput", {"objective": "throughput"}),
+    ("最便宜的方案：用64张H100训练Llama 3 8B", {"objective": "cost"}),
+    # deadlines and budgets
+    ("Llama 3 8B on 64 H100s for 1T tokens, done in 2 weeks", {"deadline_days": 14.0}),
+    ("Llama 3 8B on 64 H100s for 1T tokens within a month", {"deadline_days": 30.0}),
+    ("Llama 3 8B on 64 H100s for 1T tokens, budget of $250K", {"budget_usd": 2.5e5}),
+    ("Llama 3 8B on 64 H100s for 1T tokens, spend no more than 2 million dollars", {"budget_usd": 2e6}),
+    ("Llama 3 70B on 512 H100s, budget $2M, under $2.5/GPU-hour", {"budget_usd": 2e6, "price": 2.5}),
+    # negations and pins
+    ("Llama 3 70B on 512 H100s without pipeline parallelism", {"pp": 1}),
+    ("Llama 3 70B on 512 H100s, without pipeline", {"pp": 1}),
+    ("Llama 3 70B on 512 H100s, no PP, no CP", {"pp": 1, "cp": 1}),
+    ("Llama 3 70B on 512 H100s, don't use fp8", {"precision": "bf16"}),
+    ("Llama 3 70B on 512 H100s, fp8 off", {"precision": "bf16"}),
+    ("Llama 3 70B on 512 H100s, no activation checkpointing", {"recompute": "none"}),
+    ("Llama 3 70B on 512 H100s with full recompute", {"recompute": "full"}),
+    ("Llama 3 70B on 512 H100s, 8-way TP and 4 pipeline stages", {"tp": 8, "pp": 4}),
+    ("Llama 3 70B on 512 H100s, tensor parallelism of 4", {"tp": 4}),
+    ("Llama 3 70B on 512 H100s with FSDP", {"zero": 3}),
+    ("Llama 3 70B on 512 H100s, no interleaving", {"vpp": 1}),
+    ("DeepSeek-V3 on 2048 H800s, no expert parallelism, FP8", {"ep": 1, "precision": "fp8"}),
+    # free word order and families
+    ("a Mistral model on 8 H100s", {"model": "mistral-7b"}),
+    ("on 64 H100s, train Qwen 2.5 72B", {"model": "qwen2.5-72b"}),
+    ("Llama 3.1 405B on 16k H100s", {"model": "llama3-405b", "gpus": 16384}),
+    ("train the 8B Llama on 8 H100s", {"model": "llama3-8b"}),
+    ("Llama 3 70B 200B tokens on 64 B200", {"model": "llama3-70b", "tokens": 2e11, "gpu": "b200", "gpus": 64}),
+    # CJK amounts
+    ("用1024张H100训练Llama 3 70B，15万亿token", {"gpus": 1024, "tokens": 15e12}),
+    ("H100を512枚でLlama 3 70Bを学習", {"gpus": 512, "model": "llama3-70b"}),
+])
+def test_phrasings(text, expected):
+    assert read(text, *expected) == expected
+
+
+def test_words_not_understood_are_listed_and_stop_words_are_not():
+    request = parse_partial("Please plan llama3-8b on 64 H100s for 1T tokens with frobnication and zorp")
+    assert request.unparsed == ["frobnication", "zorp"]
+    assert parse_partial("Llama 3 70B on 512 H100s for 15T tokens").unparsed is None
+    assert parse_partial("64台8卡H100训练Llama 3 70B，尽快").unparsed == ["尽快"]
+    assert "unparsed" not in parse_partial("use fp8 please, blah").given()
+
+
+# --- refusals ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "fragments"), [
+    ("Llama 3 70B on -512 H100s", ["'-512 H100s'", "positive whole number"]),
+    ("Llama 3 70B on 512.5 H100s", ["'512.5 H100s'", "whole number"]),
+    ("Llama 3 70B on 512 H100s for -15T tokens", ["'-15T tokens'", "negative"]),
+    ("Llama 3 70B on 0 GPUs", ["'0 GPUs'", "at least 1"]),
+    ("Llama 3 70B on 512 H100s for 0 tokens", ["'0 tokens'"]),
+    ("Llama 3 70B on 64 nodes of -8 H100s", ["'-8 H100s'"]),
+    ("Llama 3 70B on 512 H100s for 1e999 tokens", ["too large"]),
+    ("Llama 3 70B on 512 H100s for 1e300 tokens", ["more than"]),
+    ("Llama 3 70B on 2000000 H100s", ["more than 1,048,576"]),
+    ("Llama 3 70B on 512 H100s, ZeRO-4", ["ZeRO stages are 0-3"]),
+    ("Llama 3 70B on 512 H100s within -3 days", ["not a deadline"]),
+])
+def test_impossible_numbers_are_refused(text, fragments):
+    with pytest.raises(InputError) as caught:
+        parse_partial(text)
+    message = str(caught.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+@pytest.mark.parametrize(("text", "written"), [
+    ("Llama 3 70B on 512 H100 PCIe", "H100 PCIe"),
+    ("Llama 3 70B on 512 H100 NVL", "H100 NVL"),
+    ("Llama 3 70B on 8 MI300X", "MI300X"),
+    ("Llama 3 70B on 8 RTX 9090", "RTX 9090"),
+    ("Llama 3 8B on 64 V100s", "V100"),
+    ("Llama 3 8B on 64 Gaudi 3 cards", "Gaudi 3"),
+])
+def test_gpus_the_catalog_lacks_are_named_with_the_fix(text, written, monkeypatch):
+    from trainplan.tools import catalog
+
+    if written.lower().replace(" ", "-") in catalog.gpu_names():
+        pytest.skip(f"{written} is in the catalog now")
+    with pytest.raises(InputError) as caught:
+        parse_partial(text)
+    message = str(caught.value)
+    assert message.startswith(f"not in the catalog: {written}")
+    assert "GPU JSON file" in message and "bf16_tflops" in message
+
+
+def test_pcie_never_becomes_the_sxm_part():
+    """With a PCIe entry the PCIe part is read; without one the request is refused, never read as SXM."""
+    from trainplan.tools import catalog
+
+    pcie = [n for n in catalog.gpu_names() if n.startswith("h100") and "pcie" in n]
+    if pcie:
+        assert parse_partial("Llama 3 70B on 512 H100 PCIe").gpu == pcie[0]
+    else:
+        with pytest.raises(InputError, match="not in the catalog: H100 PCIe"):
+            parse_partial("Llama 3 70B on 512 H100 PCIe")
+    assert parse_partial("Llama 3 70B on 512 H100 SXM5").gpu == H100
+
+
+def test_unknown_model_of_a_known_family_is_refused_with_its_members():
+    with pytest.raises(InputError) as caught:
+        parse_partial("Llama 2 13B on 64 H100s")
+    assert str(caught.value).startswith("not in the catalog: Llama 2 13B")
+    assert "llama3-8b" in str(caught.value)
+
+
+def test_the_input_is_bounded():
+    with pytest.raises(InputError, match="more than 4,000"):
+        parse_partial("Llama 3 70B on 512 H100s for " + "9" * 100_000 + " tokens")
+    with pytest.raises(InputError, match=f"more than any count a plan needs \\({MAX_DIGITS} digits\\)"):
+        parse_partial("Llama 3 70B on 512 H100s for " + "9" * 3_000 + " tokens")
+    # a long but ordinary request is read
+    filler = " and please keep it simple" * ((MAX_CHARS - 200) // 26)
+    assert parse_partial("Llama 3 70B on 512 H100s" + filler).gpus == 512
