@@ -30,6 +30,7 @@ from trainplan.tools.errors import InputError
 from trainplan.tools.estimate import estimate
 from trainplan.tools.registry import DEFAULT_GBS_RULE, default_gbs, dispatch, estimate_kwargs, openai_tools
 
+from . import sizing
 from .report import HEADROOM_RISK, Grounding, PlanReport, build_report, launch_settings
 from .request import PINS, PlanRequest, merge, parse_partial, require_complete, resolve_gbs
 
@@ -80,12 +81,12 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
         assumptions.append(f"seq not given: {seq} tokens, the model's default ({spec.max_seq_len}) capped at "
                            f"{DEFAULT_SEQ_CAP}")
     gbs, how = resolve_gbs(request, seq)
+    gbs_given = gbs is not None
     if how:
         assumptions.append(f"global batch from the request: {how}")
-    if gbs is None:
+    if gbs is None and request.gpus is not None:
         gbs = default_gbs(seq, request.gpus)
-        assumptions.append(f"gbs not given: {gbs} sequences ({gbs * seq:,} tokens per step) by the default rule: "
-                           f"{DEFAULT_GBS_RULE}")
+        assumptions.append(_default_gbs_note(gbs, seq))
     tokens = request.tokens
     if tokens is None:
         params = count_params(spec).total
@@ -103,11 +104,35 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
     if request.goodput is None:
         assumptions.append(f"goodput {goodput:.0%}: the share of wall-clock time that trains (Llama 3 reports "
                            "more than 90% effective training time)")
-    full = {"model": request.model, "gpu": request.gpu, "gpus": request.gpus, "tokens": tokens, "seq": seq,
-            "gbs": gbs, "precision": precision, "price": price, "goodput": goodput,
+    objective = request.objective or _default_objective(request)
+    if request.objective is None and objective != OBJECTIVE:
+        assumptions.append(f"objective not given: {objective}, since the request bounds the "
+                           f"{'time' if request.deadline_days else 'cost'} and leaves the GPU count open")
+    full = {"model": request.model, "gpu": request.gpu, "gpus": request.gpus, "max_gpus": request.max_gpus,
+            "gpus_per_node": request.gpus_per_node, "tokens": tokens, "seq": seq, "gbs": gbs, "gbs_given": gbs_given,
+            "precision": precision, "price": price, "goodput": goodput, "objective": objective,
             "deadline_days": request.deadline_days, "budget_usd": request.budget_usd,
             **{pin: getattr(request, pin) for pin in PINS}}
     return full, assumptions
+
+
+def _shown(job: dict) -> dict:
+    """The job as the report shows it (without the planner's own bookkeeping)."""
+    return {k: v for k, v in job.items() if k != "gbs_given"}
+
+
+def _default_gbs_note(gbs: int, seq: int) -> str:
+    return f"gbs not given: {gbs} sequences ({gbs * seq:,} tokens per step) by the default rule: {DEFAULT_GBS_RULE}"
+
+
+def _default_objective(request: PlanRequest) -> str:
+    """With the GPU count open: a deadline asks for the cheapest plan that meets it (the fewest GPUs), a
+    budget alone for the fastest it buys; otherwise throughput."""
+    if request.gpus is None and request.deadline_days:
+        return "cost"
+    if request.gpus is None and request.budget_usd:
+        return "time"
+    return OBJECTIVE
 
 
 def _evaluate(config: dict, job: dict, timeline: bool = False) -> dict:
@@ -118,15 +143,17 @@ def _evaluate(config: dict, job: dict, timeline: bool = False) -> dict:
                     timeline=timeline).model_dump(mode="json")
 
 
-def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float = 0.0) -> dict:
+def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float = 0.0,
+            max_gpus: int | None = None) -> dict:
     from trainplan.tools.search import search
 
     kwargs: dict[str, Any] = {pin: job[pin] for pin in PINS if job[pin] is not None}
     if with_limits:
         kwargs.update({k: job[k] for k in ("deadline_days", "budget_usd") if job[k] is not None})
     return search(job["model"], job["gpu"], job["gpus"], gbs=job["gbs"], seq=job["seq"], tokens=job["tokens"],
-                  price=job["price"], precision=job["precision"], objective=OBJECTIVE, top_k=top_k,
-                  goodput=job["goodput"], headroom_gib=headroom_gib, **kwargs)
+                  price=job["price"], precision=job["precision"], objective=job["objective"], top_k=top_k,
+                  goodput=job["goodput"], headroom_gib=headroom_gib, gpus_per_node=job["gpus_per_node"],
+                  max_gpus=max_gpus, **kwargs)
 
 
 def _search_summary(result: dict) -> dict:
@@ -154,19 +181,31 @@ def _distinct(results: list[dict], exclude: dict | None) -> list[dict]:
 def plan_offline(request: PlanRequest, request_text: str = "") -> PlanReport:
     """Parse, search, re-evaluate the winner with its timeline, and report.
 
-    The search first asks for layouts that leave PLAN_HEADROOM of the GPU's memory free and meet
-    the deadline and budget; when none does, it drops the deadline and budget (a risk), then the
-    headroom (an assumption), and reports the best that fits."""
+    A request that leaves the GPU count open (an upper bound, a deadline or a budget) gets the count
+    agent/sizing.py chooses. The search first asks for layouts that leave PLAN_HEADROOM of the GPU's
+    memory free and meet the deadline and budget; when none does, it drops the deadline and budget (a
+    risk, with the GPU count that would meet them), then the headroom (an assumption), and reports the
+    best that fits."""
     job, assumptions = complete_request(request)
     capacity = catalog.load_gpu(job["gpu"]).memory_gib
     headroom = PLAN_HEADROOM * capacity
     risks = []
+
+    def search_fn(j: dict, top_k: int, with_limits: bool, headroom_gib: float, max_gpus: int | None) -> dict:
+        return _search(j, top_k, with_limits=with_limits, headroom_gib=headroom_gib, max_gpus=max_gpus)
+
+    if job["gpus"] is None:
+        gpus, how = sizing.choose_count(search_fn, job, headroom)
+        (assumptions if gpus else risks).append(how)
+        job = sizing.at_count(job, gpus or job["max_gpus"] or sizing.DEFAULT_MAX_GPUS)
+        if not job["gbs_given"]:
+            assumptions.append(_default_gbs_note(job["gbs"], job["seq"]))
     limited = bool(job["deadline_days"] or job["budget_usd"])
     result = _search(job, SEARCH_TOP_K, headroom_gib=headroom)
     if not result.get("candidates") and limited:
-        limits = " and ".join(s for s in (f"the {job['deadline_days']:g}-day deadline" if job["deadline_days"] else "",
-                                          f"the ${job['budget_usd']:,.0f} budget" if job["budget_usd"] else "") if s)
-        risks.append(f"no layout meets {limits}: the plan below is the best without it")
+        would = sizing.what_would_meet(search_fn, job, headroom) if job["gpus"] else None
+        risks.append(f"no layout on {job['gpus']:,} GPUs meets {sizing.limits_text(job)}: the plan below is the best "
+                     f"without it" + (f"; {would}" if would else ""))
         limited = False
         result = _search(job, SEARCH_TOP_K, with_limits=False, headroom_gib=headroom)
     if result.get("candidates"):
@@ -179,18 +218,22 @@ def plan_offline(request: PlanRequest, request_text: str = "") -> PlanReport:
                                "that fits at all")
     search = _search_summary(result)
     candidates = result.get("candidates", [])
+    shown = _shown(job)
     if not candidates:
         rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"
-        risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); use more "
-                     "GPUs, GPUs with more memory or a shorter sequence")
-        return build_report(backend="offline", request_text=request_text, request=job, recommended=None,
+        would = sizing.what_would_meet(search_fn, {**job, "deadline_days": None, "budget_usd": None}, headroom)
+        risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); "
+                     + (f"{would}; else use" if would else "use more GPUs,") + " GPUs with more memory or a shorter "
+                     "sequence")
+        return build_report(backend="offline", request_text=request_text, request=shown, recommended=None,
                             alternatives=[], rationale="", assumptions=assumptions, search=search,
-                            extra_risks=risks)
+                            extra_risks=risks, not_understood=request.unparsed or [])
     recommended = _evaluate(candidates[0]["config"], job, timeline=True)
     alternatives = _distinct([_evaluate(c["config"], job) for c in candidates[1:]], recommended)[:ALTERNATIVES]
-    return build_report(backend="offline", request_text=request_text, request=job, recommended=recommended,
+    return build_report(backend="offline", request_text=request_text, request=shown, recommended=recommended,
                         alternatives=alternatives, rationale=_rationale(recommended, search, alternatives),
-                        assumptions=assumptions, search=search, extra_risks=risks, objective=OBJECTIVE)
+                        assumptions=assumptions, search=search, extra_risks=risks, objective=job["objective"],
+                        not_understood=request.unparsed or [])
 
 
 # --- the LLM backend -------------------------------------------------------------------------------
@@ -313,7 +356,7 @@ def report_from_conversation(request_text: str, partial: PlanRequest, *, text: s
             except InputError:
                 continue
     others = _distinct(sorted(others, key=lambda r: -r.get("time", {}).get("tokens_per_s", 0.0)), recommended)
-    return build_report(backend="openai", llm_model=llm_model, request_text=request_text, request=job,
+    return build_report(backend="openai", llm_model=llm_model, request_text=request_text, request=_shown(job),
                         recommended=recommended, alternatives=others[:ALTERNATIVES], rationale=text,
                         assumptions=assumptions, grounding=grounding, tool_calls=tool_calls)
 

@@ -112,6 +112,8 @@ class PlanReport(BaseModel):
     grounding: Grounding | None = Field(default=None, description="grounding check of the LLM's text")
     tool_calls: list[dict] = Field(default_factory=list, description="the LLM's tool calls: name, arguments")
     launch: Launch | None = Field(default=None, description="launch settings for the chosen engine")
+    not_understood: list[str] = Field(default_factory=list, description="words of the request the parser did "
+                                                                         "not understand")
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.model_dump(mode="json"), indent=indent)
@@ -243,7 +245,8 @@ def why_not(alt: dict, best: dict, objective: str = "throughput") -> str:
 def build_report(*, backend: str, request_text: str, request: dict, recommended: dict | None,
                  alternatives: list[dict], rationale: str, assumptions: list[str], search: dict | None = None,
                  extra_risks: list[str] = (), objective: str = "throughput", llm_model: str | None = None,
-                 grounding: Grounding | None = None, tool_calls: list[dict] = ()) -> PlanReport:
+                 grounding: Grounding | None = None, tool_calls: list[dict] = (),
+                 not_understood: list[str] = ()) -> PlanReport:
     """Assemble a PlanReport. `recommended` is an estimate made with timeline=True: its pipeline
     record becomes the timeline, and the rest is kept as the tools returned it."""
     timeline = None
@@ -263,7 +266,7 @@ def build_report(*, backend: str, request_text: str, request: dict, recommended:
         alternatives=[Alternative(layout=layout_line(a["config"]), result=a,
                                   why_not=why_not(a, recommended, objective)) for a in alternatives] if recommended else [],
         risks=risks, rationale=rationale, assumptions=list(assumptions), search=search, grounding=grounding,
-        tool_calls=list(tool_calls),
+        tool_calls=list(tool_calls), not_understood=list(not_understood),
     )
 
 

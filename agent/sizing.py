@@ -1,0 +1,177 @@
+"""How many GPUs: the count a request leaves open, and the count that would meet it when its own does not.
+
+A request may leave the GPU count open and bound it instead:
+- a deadline ("2T tokens in 30 days on H100s"): the fewest GPUs whose best layout meets it
+  (more GPUs finish sooner, so the search bisects the ladder of counts, then refines between the
+  last count that misses and the first that meets, in eighths of the latter);
+- a budget alone ("under $2M"): the most GPUs whose best layout stays within it (more GPUs cost
+  more, through lower efficiency at scale), for the fastest plan the budget buys;
+- an upper bound alone ("up to 512 H100s"): every count of the ladder up to it, and the best by
+  the objective (cost: fewest dollars; throughput and time: most tokens per second).
+
+The ladder is tools.search.gpu_counts: whole nodes from the bound down by halves, to the fewest GPUs
+that could hold the model states (search.min_gpus). Without a bound, DEFAULT_MAX_GPUS.
+Each count is searched with the default global batch for that count (registry.default_gbs) unless
+the request gives one, so a plan on 1,024 GPUs gets the batch of a 1,024-GPU run.
+
+The same searches tell a request whose own count fails what would meet it: "1,024 GPUs meet the
+30-day deadline", "256 GPUs meet the $2M budget", "64 GPUs fit it in memory".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trainplan.tools import catalog
+from trainplan.tools.registry import default_gbs
+from trainplan.tools.search import gpu_counts, min_gpus
+
+DEFAULT_MAX_GPUS = 16384
+"""Most GPUs tried when a request bounds the count only by a deadline or a budget: the largest
+published dense run (Llama 3 405B on 16,384 H100s, Llama 3 paper §3.3)."""
+REFINE_STEPS = 8
+"""Between the last count that misses a deadline and the first that meets it, counts are tried in
+steps of 1/REFINE_STEPS of the latter (whole nodes)."""
+
+Search = Callable[[dict, int, bool, float, int | None], dict]
+"""planner._search: (job, top_k, with_limits, headroom_gib, max_gpus) -> search result; with max_gpus
+the search tries the ladder of counts below it itself (tools.search.gpu_counts)."""
+
+
+def at_count(job: dict, gpus: int) -> dict:
+    """The job on `gpus` GPUs, with the default global batch for that count unless the request set one."""
+    gbs = job["gbs"] if job.get("gbs_given") else default_gbs(job["seq"], gpus)
+    return {**job, "gpus": gpus, "gbs": gbs}
+
+
+def ladder(job: dict, top: int) -> list[int]:
+    """GPU counts worth trying up to `top`, ascending (tools.search.gpu_counts)."""
+    spec, gpu = catalog.load_model(job["model"]), catalog.load_gpu(job["gpu"])
+    per_node = job.get("gpus_per_node") or gpu.gpus_per_node
+    floor = min(min_gpus(spec, gpu), top)
+    return sorted(gpu_counts(top, top, per_node, floor))
+
+
+def _best(search: Search, job: dict, gpus: int, headroom_gib: float, with_limits: bool = True) -> dict | None:
+    result = search(at_count(job, gpus), 1, with_limits, headroom_gib, None)
+    candidates = result.get("candidates") or []
+    return candidates[0] if candidates else None
+
+
+def _first_meeting(search: Search, job: dict, counts: list[int], headroom_gib: float
+                   ) -> tuple[int, tuple[int, dict] | None]:
+    """Bisection over `counts` (ascending; meeting the limits assumed monotone in the count): the
+    index of the first count that meets them (len(counts) when none does) and its (count, best)."""
+    lo, hi, found = -1, len(counts), None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        best = _best(search, job, counts[mid], headroom_gib)
+        if best is not None:
+            hi, found = mid, (counts[mid], best)
+        else:
+            lo = mid
+    return hi, found
+
+
+def _fewest(search: Search, job: dict, counts: list[int], headroom_gib: float, refine: bool) -> tuple[int, dict] | None:
+    """The fewest of `counts` (ascending) whose best layout meets the job's limits; then, with
+    refine, whole-node counts between it and the count below, in steps of 1/REFINE_STEPS of it."""
+    index, found = _first_meeting(search, job, counts, headroom_gib)
+    if found is None or not refine or index == 0:
+        return found
+    per_node = job.get("gpus_per_node") or catalog.load_gpu(job["gpu"]).gpus_per_node
+    step = max(per_node, found[0] // REFINE_STEPS // per_node * per_node)
+    between = list(range(counts[index - 1] + step, found[0], step))
+    return _first_meeting(search, job, between, headroom_gib)[1] or found
+
+
+def _most(search: Search, job: dict, counts: list[int], headroom_gib: float) -> tuple[int, dict] | None:
+    """The most of `counts` whose best layout meets the job's limits (tried from the top down)."""
+    for gpus in reversed(counts):
+        best = _best(search, job, gpus, headroom_gib)
+        if best is not None:
+            return gpus, best
+    return None
+
+
+def _by_objective(search: Search, job: dict, top: int, headroom_gib: float) -> tuple[int, dict] | None:
+    """The count up to `top` whose best layout is best by the job's objective, from one search over
+    the ladder (cost: fewest dollars; throughput and time: most tokens per second), with the global
+    batch of the top count."""
+    result = search(at_count(job, top), 1, True, headroom_gib, top)
+    candidates = result.get("candidates") or []
+    return (candidates[0]["config"]["gpus"], candidates[0]) if candidates else None
+
+
+def _cheapest(search: Search, job: dict, counts: list[int], headroom_gib: float) -> tuple[int, dict] | None:
+    """The count of `counts` with the cheapest layout, the job's limits dropped."""
+    plain = {**job, "deadline_days": None, "budget_usd": None, "objective": "cost"}
+    return _by_objective(search, plain, max(counts), headroom_gib) if counts else None
+
+
+def limits_text(job: dict) -> str:
+    """'the 30-day deadline and the $2,000,000 budget'."""
+    parts = []
+    if job.get("deadline_days"):
+        parts.append(f"the {job['deadline_days']:g}-day deadline")
+    if job.get("budget_usd"):
+        parts.append(f"the ${job['budget_usd']:,.0f} budget")
+    return " and ".join(parts)
+
+
+def _outcome(best: dict) -> str:
+    training = best.get("training") or {}
+    if training.get("days") is None:
+        return f"{best['time']['tokens_per_s']:,.0f} tokens/s"
+    return f"{training['days']:.1f} days, ${training['cost_usd']:,.0f}"
+
+
+def choose_count(search: Search, job: dict, headroom_gib: float) -> tuple[int | None, str]:
+    """The GPU count for a request that leaves it open, and the sentence that says how it was chosen.
+    None when no count up to the bound meets the request (the sentence then says so)."""
+    top = job.get("max_gpus") or DEFAULT_MAX_GPUS
+    counts = ladder(job, top)
+    bound = (f"up to the requested {top:,}" if job.get("max_gpus")
+             else f"up to {top:,} (the largest published dense run)")
+    tried = f"tried {counts[0]:,} to {top:,} GPUs ({bound})"
+    if job.get("deadline_days"):
+        chosen = _fewest(search, job, counts, headroom_gib, refine=True)
+        how = f"the fewest GPUs that meet {limits_text(job)}"
+    elif job.get("budget_usd"):
+        chosen = _most(search, job, counts, headroom_gib)
+        how = f"the most GPUs that stay within {limits_text(job)}, for the fastest plan it buys"
+    else:
+        chosen = _by_objective(search, job, top, headroom_gib)
+        how = {"cost": "the count with the cheapest plan", "time": "the count with the fastest plan",
+               "throughput": "the count with the highest throughput"}[job["objective"]]
+    if chosen is None:
+        return None, f"gpus not given: {tried}, and none meets {limits_text(job) or 'the memory the model needs'}"
+    gpus, best = chosen
+    return gpus, f"gpus not given: {gpus:,} GPUs, {how} ({_outcome(best)}); {tried}"
+
+
+def what_would_meet(search: Search, job: dict, headroom_gib: float) -> str | None:
+    """When the job's own count fails its limits or memory: the count that would meet them, as a sentence."""
+    gpus = job["gpus"]
+    limits = limits_text(job)
+    if limits and _best(search, job, gpus, headroom_gib, with_limits=False) is not None:
+        if job.get("deadline_days"):
+            above = [c for c in ladder(job, max(DEFAULT_MAX_GPUS, gpus)) if c > gpus]
+            chosen = _fewest(search, job, [gpus, *above], headroom_gib, refine=True) if above else None
+            if chosen is None:
+                return f"no GPU count up to {max(DEFAULT_MAX_GPUS, gpus):,} meets {limits}"
+        else:  # a budget: fewer GPUs cost less
+            below = [c for c in ladder(job, gpus) if c < gpus]
+            chosen = _most(search, job, below, headroom_gib)
+            if chosen is None:
+                cheapest = _cheapest(search, job, [*below, gpus], headroom_gib)
+                return (f"no GPU count up to {gpus:,} meets {limits}" + (
+                    f": the cheapest plan found, on {cheapest[0]:,} GPUs, costs "
+                    f"${cheapest[1]['training']['cost_usd']:,.0f}" if cheapest and cheapest[1].get("training") else ""))
+        return f"{chosen[0]:,} GPUs meet {limits} ({_outcome(chosen[1])})"
+    above = [c for c in ladder(job, max(DEFAULT_MAX_GPUS, gpus)) if c > gpus]
+    plain = {**job, "deadline_days": None, "budget_usd": None}
+    chosen = _fewest(search, plain, above, headroom_gib, refine=False) if above else None
+    if chosen is None:
+        return None
+    return f"{chosen[0]:,} GPUs fit it in memory ({_outcome(chosen[1])})"

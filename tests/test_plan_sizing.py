@@ -1,0 +1,78 @@
+"""The planner's request handling: a GPU count left open by a deadline or an upper bound is chosen,
+and a request its own count cannot meet is told which count would (agent/sizing.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trainplan.agent.planner import plan
+
+DEADLINE = "Train Llama 3 8B for 200B tokens in 4 days on H100s, seq 4096, gbs 256"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TRAINPLAN_MODEL")}
+    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+@pytest.fixture(scope="module")
+def deadline_report():
+    return plan(DEADLINE, backend="offline")
+
+
+def test_a_deadline_without_a_count_gets_the_fewest_gpus_that_meet_it(deadline_report):
+    request, training = deadline_report.request, deadline_report.recommended["training"]
+    assert request["deadline_days"] == 4.0 and request["objective"] == "cost"
+    assert training["days"] <= 4.0
+    assert any(a.startswith(f"gpus not given: {request['gpus']:,} GPUs, the fewest") for a in deadline_report.assumptions)
+    # fewer GPUs miss it: the planner says so and names the count that meets it
+    fewer = plan(DEADLINE.replace("on H100s", f"on {request['gpus'] // 2} H100s"), backend="offline")
+    assert fewer.recommended["training"]["days"] > 4.0
+    assert any(f"{request['gpus']:,} GPUs meet the 4-day deadline" in risk for risk in fewer.risks)
+
+
+def test_up_to_and_cheapest_try_fewer_gpus():
+    report = plan("the cheapest way to train Llama 3 8B for 100B tokens with up to 64 H100s, seq 4096, gbs 256",
+                  backend="offline")
+    request = report.request
+    assert (request["objective"], request["max_gpus"]) == ("cost", 64)
+    assert report.recommended["config"]["gpus"] == request["gpus"] <= 64
+    on_max = plan("Llama 3 8B for 100B tokens on 64 H100s, seq 4096, gbs 256, cheapest", backend="offline")
+    assert report.recommended["training"]["cost_usd"] <= on_max.recommended["training"]["cost_usd"]
+
+
+def test_a_model_that_does_not_fit_is_told_how_many_gpus_fit_it():
+    report = plan("Llama 3 8B on 1 H100 for 10B tokens, seq 4096, gbs 64", backend="offline")
+    assert report.recommended is None
+    risk = next(r for r in report.risks if r.startswith("no layout fits"))
+    count = int(risk.split("; ")[1].split(" GPUs fit it")[0].replace(",", ""))
+    assert count > 1
+    assert plan(f"Llama 3 8B on {count} H100s for 10B tokens, seq 4096, gbs 64",
+                backend="offline").recommended is not None
+
+
+def test_request_json_shows_the_bounds_and_the_words_not_understood():
+    result = run_cli("plan", "--backend", "offline", "--json",
+                     "Llama 3 8B on 8 H100s for 10B tokens, seq 4096, gbs 64, no tensor parallelism, frobnicate")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    for key in ("objective", "max_gpus", "deadline_days", "budget_usd"):
+        assert key in data["request"]
+    assert data["request"]["tp"] == 1 and data["recommended"]["config"]["tp"] == 1
+    assert data["not_understood"] == ["frobnicate"]
+    markdown = plan("Llama 3 8B on 8 H100s for 10B tokens, seq 4096, gbs 64, frobnicate", backend="offline")
+    assert "Not understood (rephrase them if they matter): frobnicate." in markdown.to_markdown()
+
+
+@pytest.mark.parametrize("text", ["Llama 3 70B on -512 H100s", "Llama 3 70B on 8 MI300X"])
+def test_cli_refuses_with_one_line(text):
+    result = run_cli("plan", "--backend", "offline", text)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr
