@@ -21,10 +21,9 @@ from typing import Any
 
 from trainplan.tools import catalog
 from trainplan.tools.catalog.names import (
-    close_gpu_names, family_mentions, gpu_mentions, key, model_by_family_and_size, split_gpu_name,
+    family_mentions, gpu_mentions, key, model_by_family_and_size, split_gpu_name,
 )
 from trainplan.tools.errors import InputError
-from trainplan.tools.specs import GPUSpec
 
 from .request_text import DECIMAL, MULT, NUM, RequestText, number
 
@@ -139,15 +138,20 @@ def read_model_by_family(t: RequestText, found: dict[str, Any]) -> None:
                              "config.json instead, e.g. \"./config.json on 512 H100s\"")
 
 
-def _gpu_file_hint() -> str:
-    required = [name for name, field in GPUSpec.model_fields.items() if field.is_required()]
-    return ("describe it in a GPU JSON file with " + ", ".join(required) + " (like tools/catalog/gpus/"
-            "h100-sxm-80gb.json) and write its path in the request, e.g. \"Llama 3 70B on 64 x ./my-gpu.json\"")
+PATH_IN_REQUEST = "in a request, write the file's path where the GPU goes: \"Llama 3 70B on 64 x ./my-gpu.json\""
 
 
-def not_in_catalog(written: str, close: list[str], note: str = "") -> InputError:
-    near = f"close: {', '.join(close)}; " if close else f"known: {', '.join(catalog.gpu_names())}; "
-    return InputError(f"not in the catalog: {written}{note} ({near}{_gpu_file_hint()})")
+def not_in_catalog(written: str) -> InputError:
+    """catalog.unknown_gpu ('not in the catalog', close names, the GPU-file route), for plain language."""
+    return InputError(f"{catalog.unknown_gpu(written)} ({PATH_IN_REQUEST})")
+
+
+def other_part(written: str, same_base: list[str]) -> InputError:
+    """A base the catalog has, with a qualifier none of its entries has ('H100 NVL')."""
+    others = ", ".join(same_base)
+    return InputError(f"gpu '{written}' is not in the catalog: {others} {'is' if len(same_base) == 1 else 'are'} "
+                      f"other parts, with their own peak, memory and interconnect; {catalog.GPU_FILE_HINT} "
+                      f"({PATH_IN_REQUEST})")
 
 
 _NOT_THIS = r"(?:instead\s+of|rather\s+than|not|from|than|vs\.?|versus)\s+(?:the\s+|an?\s+)?(?:[0-9]+\s*)?$"
@@ -164,15 +168,14 @@ def read_gpu(t: RequestText, found: dict[str, Any]) -> None:
         mention = (wanted or mentions)[0]
         if mention.name is None:
             same_base = [n for n in catalog.gpu_names() if split_gpu_name(n).base == mention.base]
-            raise not_in_catalog(mention.written, same_base or close_gpu_names(mention.written),
-                                 ", a part with its own peak and interconnect")
+            raise other_part(mention.written, same_base) if same_base else not_in_catalog(mention.written)
         found["gpu"] = mention.name
         found.setdefault("_spans", {})["gpu"] = (mention.start, mention.end)
         t.mark(mention.start, mention.end)
         return
     unknown = _unknown_gpu(t)
     if unknown:
-        raise not_in_catalog(unknown, close_gpu_names(unknown))
+        raise not_in_catalog(unknown)
 
 
 _BRANDED = (r"(?<![a-z0-9])((?:rtx|gtx|titan|quadro|tesla|radeon|instinct|gaudi|tpu|trainium|inferentia)"
@@ -226,12 +229,11 @@ def _count(t: RequestText, match: re.Match, what: str, group: int = 1, phrase_en
 
 def _gpu_phrase_end(t: RequestText, index: int, gpu_span: tuple[int, int] | None) -> int | None:
     """End of the GPU named right after `index` ('x H100s', '张H100', ' GPUs', 'x ./gpu.json', '张')."""
-    lead = re.match(rf"\s*(?:[x×*]\s*)?(?:{_CLASSIFIER}\s*)?(?:nvidia\s+)?", t.text[index:index + 32],
-                    re.IGNORECASE)
+    lead = re.match(rf"\s*(?:[x×*]\s*)?(?:{_CLASSIFIER}\s*)?", t.text[index:index + 32], re.IGNORECASE)
     at = index + lead.end()
     if gpu_span and at == gpu_span[0]:
         return gpu_span[1]
-    word = re.match(_GPU_WORD, t.text[at:at + 16], re.IGNORECASE)
+    word = re.match(rf"(?:(?:nvidia|amd)\s+)?{_GPU_WORD}", t.text[at:at + 24], re.IGNORECASE)
     if word:
         return at + word.end()
     if re.search(_CLASSIFIER + r"\s*$", lead.group(0)):

@@ -70,7 +70,7 @@ def test_request_json_shows_the_bounds_and_the_words_not_understood():
     assert "Not understood (rephrase them if they matter): frobnicate." in markdown.to_markdown()
 
 
-@pytest.mark.parametrize("text", ["Llama 3 70B on -512 H100s", "Llama 3 70B on 8 MI300X"])
+@pytest.mark.parametrize("text", ["Llama 3 70B on -512 H100s", "Llama 3 70B on 8 MI400X"])
 def test_cli_refuses_with_one_line(text):
     result = run_cli("plan", "--backend", "offline", text)
     assert result.returncode == 2

@@ -18,7 +18,6 @@ size written apart and in any order ('a 70B Llama 3 model', 'a 7B Mistral').
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -112,49 +111,65 @@ class GpuMention:
     base: str
 
 
-@lru_cache(maxsize=8)
-def _gpu_index(names: tuple[str, ...]) -> tuple[dict[str, list[GpuEntry]], re.Pattern]:
-    by_base: dict[str, list[GpuEntry]] = {}
-    for name in names:
-        entry = split_gpu_name(name)
-        by_base.setdefault(entry.base, []).append(entry)
-    patterns = {}
-    for base, entries in by_base.items():
-        for entry in entries:
-            patterns[_SEP.join(re.escape(p) for p in entry.base_parts)] = base
-    alternatives = "|".join(sorted(patterns, key=len, reverse=True))
-    # A base starts a word (or follows a count glued with x: '8xH100') and ends one, save for a plural
-    # 's' or glued qualifiers ('H100SXM', 'A100-80GB').
-    pattern = re.compile(
-        rf"(?P<pre>(?<![a-z0-9])\d{{2,3}}\s*gi?b\s+)?"
-        rf"(?:(?<![a-z0-9])|(?<=[0-9][x×]))(?P<base>{alternatives})"
-        rf"(?P<post>(?:{_SEP}{QUALIFIER}(?![a-z0-9]))*)(?P<plural>s?)(?![a-z0-9])", re.IGNORECASE)
-    return by_base, pattern
+_BRAND = r"(?:(?:nvidia|amd|geforce|instinct|tesla)[\s_-]*)*"
+"""Vendor and line words written before a GPU ('NVIDIA H100', 'AMD Instinct MI300X'): part of the mention."""
 
 
-def gpu_mentions(text: str, names: list[str] | None = None) -> list[GpuMention]:
-    """Every GPU base mentioned in `text`, in order, each resolved to a catalog entry or None."""
-    by_base, pattern = _gpu_index(tuple(names if names is not None else gpu_names()))
-    bases = {key(p): b for b, entries in by_base.items() for p in ["".join(e.base_parts) for e in entries]}
-    out = []
-    for match in pattern.finditer(text):
-        base = bases[key(match.group("base"))]
-        written_quals = {canonical_qualifier(q) for q in re.findall(QUALIFIER, (match.group("pre") or "") + " "
-                                                                      + match.group("post"), re.IGNORECASE)}
-        chosen = choose_gpu(by_base[base], written_quals)
-        written = text[match.start():match.end() - len(match.group("plural"))].strip()
-        out.append(GpuMention(name=chosen.name if chosen else None, written=written, start=match.start(),
-                              end=match.end(), base=base))
+def _alias_pattern(alias: str) -> str:
+    """A normalised alias ('rtx4090', 'h100pcie') as a pattern that admits a separator where a word of
+    two or more letters meets digits ('RTX 4090', 'H100 PCIe'), but not inside a code like 'a100'."""
+    runs = re.findall(r"[a-z]+|[0-9]+", alias)
+    out = re.escape(runs[0])
+    for previous, run in zip(runs, runs[1:]):
+        letters = previous if previous.isalpha() else run
+        out += (_SEP if len(letters) >= 2 else "") + re.escape(run)
     return out
 
 
-def close_gpu_names(written: str, names: list[str] | None = None) -> list[str]:
-    """Catalog GPUs whose name resembles `written` ('RTX 9090' -> rtx-4090 when the catalog has it)."""
-    known = names if names is not None else gpu_names()
-    keyed = {key(n): n for n in known}
-    keyed.update({split_gpu_name(n).base: n for n in known})
-    close = difflib.get_close_matches(key(written), list(keyed), n=6, cutoff=0.5)
-    return list(dict.fromkeys(keyed[c] for c in close))[:3]
+@lru_cache(maxsize=8)
+def _gpu_index(names: tuple[str, ...], aliases: tuple[tuple[str, str], ...]
+               ) -> tuple[dict[str, list[GpuEntry]], dict[str, str], re.Pattern]:
+    """Entries by base (an alias that is not a base is a group of its one entry), the group of each
+    spelling (normalised), and the pattern that finds mentions."""
+    groups: dict[str, list[GpuEntry]] = {}
+    entries = {}
+    for name in names:
+        entry = entries[name] = split_gpu_name(name)
+        groups.setdefault(entry.base, []).append(entry)
+    spelling = {}  # pattern -> group
+    for entry in entries.values():
+        spelling[_SEP.join(re.escape(p) for p in entry.base_parts)] = entry.base
+    for alias, name in aliases:
+        if name in entries and alias not in groups and not alias.isdigit():
+            groups.setdefault(alias, [entries[name]])
+            spelling.setdefault(_alias_pattern(alias), alias)
+    alternatives = "|".join(sorted(spelling, key=len, reverse=True))
+    # A base starts a word (or follows a count glued with x: '8xH100') and ends one, save for a plural
+    # 's' or glued qualifiers ('H100SXM', 'A100-80GB').
+    pattern = re.compile(
+        rf"(?P<pre>(?<![a-z0-9])\d{{2,3}}\s*gi?b\s+)?(?P<brand>(?<![a-z0-9]){_BRAND})?"
+        rf"(?:(?<![a-z0-9])|(?<=[0-9][x×]))(?P<base>{alternatives})"
+        rf"(?P<post>(?:{_SEP}{QUALIFIER}(?![a-z0-9]))*)(?P<plural>s?)(?![a-z0-9])", re.IGNORECASE)
+    return groups, {key(p.replace(_SEP, "")): g for p, g in spelling.items()}, pattern
+
+
+def gpu_mentions(text: str, names: list[str] | None = None) -> list[GpuMention]:
+    """Every GPU mentioned in `text`, in order, each resolved to a catalog entry or None. With the
+    real catalog (names None) each entry's JSON 'aliases' are spellings too."""
+    from . import GPU_ALIASES
+
+    aliases = tuple(sorted(GPU_ALIASES.items())) if names is None else ()
+    groups, group_of, pattern = _gpu_index(tuple(names if names is not None else gpu_names()), aliases)
+    out = []
+    for match in pattern.finditer(text):
+        group = group_of[key(match.group("base"))]
+        written_quals = {canonical_qualifier(q) for q in re.findall(QUALIFIER, (match.group("pre") or "") + " "
+                                                                      + match.group("post"), re.IGNORECASE)}
+        chosen = choose_gpu(groups[group], written_quals)
+        written = text[match.start():match.end() - len(match.group("plural"))].strip()
+        out.append(GpuMention(name=chosen.name if chosen else None, written=written, start=match.start(),
+                              end=match.end(), base=group))
+    return out
 
 
 # --- models ------------------------------------------------------------------------------------------
