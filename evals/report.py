@@ -128,6 +128,13 @@ def render_markdown(report: dict, backend: str = "offline") -> str:
         out += _table(["quantity", "meaning", "MAPE", "n", "MAPE held-out", "n held-out"], mrows)
         calibration = ", ".join(s["calibration_cases"]) or "none"
         out += ["", f"Cases used to calibrate an efficiency constant (excluded from held-out MAPE): {calibration}.", ""]
+        from trainplan.tools.calibration import constants
+
+        out += ["### The calibration table (tools/calibration.py)", ""]
+        out += _table(["constant", "value", "fitted on", "held out"],
+                      [[name, f"{fit.value:g}", ", ".join(fit.fitted_on) or "not fitted (a published measurement)",
+                        f"{len(fit.held_out)} cases"] for name, fit in constants().items()])
+        out.append("")
         if s.get("calibration_unknown"):
             out += [f"**Warning:** tools/calibration.py names cases no run file defines: "
                     f"{', '.join(s['calibration_unknown'])}", ""]

@@ -1,0 +1,78 @@
+"""Refit the calibration table's constants on the cases it names as `fitted_on`, and print the
+held-out errors. Run: python benchmarks/fit_calibration.py [--family ampere|hopper]
+
+The fit is a grid search minimising the mean absolute log error (the eval's MAPE) of the fitted-on cases' published
+throughput figures (hardware TFLOP/s for SC21; causal TFLOP/s for Llama 3), every other constant as
+in tools/calibration.py. Copy the printed values into tools/calibration.py by hand; this script
+never edits the table."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import math
+
+from trainplan.evals.cases import evaluate_prediction
+from trainplan.evals.dataset import load_dataset
+from trainplan.tools import calibration, catalog, compute
+
+# family -> (constant names in calibration.FAMILY_EFFICIENCY[family] or "MEMORY_BOUND_EFFICIENCY", grids)
+GRIDS = {
+    "ampere": {"gemm_efficiency": [x / 100 for x in range(60, 87)], "MEMORY_BOUND_EFFICIENCY": [0.8, 0.85, 0.9]},
+    "hopper": {"gemm_efficiency": [x / 100 for x in range(45, 81)],
+               "attention_efficiency": [x / 100 for x in range(30, 76, 2)]},
+}
+QUANTITIES = ("hardware_tflops_per_gpu", "tflops_per_gpu_causal")
+
+
+def _apply(family: str, values: dict[str, float]) -> None:
+    catalog.load_gpu.cache_clear()
+    row = dict(calibration.FAMILY_EFFICIENCY[family])
+    for name, value in values.items():
+        if name == "MEMORY_BOUND_EFFICIENCY":
+            compute.MEMORY_BOUND_EFFICIENCY = value
+        else:
+            row[name] = dataclasses.replace(row[name], value=value)
+    calibration.FAMILY_EFFICIENCY[family] = row
+
+
+def _errors(cases, dataset) -> list[float]:
+    out = []
+    for case in cases:
+        result = evaluate_prediction(case, dataset)
+        out += [math.log1p(e) for q, e in result.error.items() if q in QUANTITIES]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--family", choices=sorted(GRIDS), default="ampere")
+    args = parser.parse_args()
+    dataset = load_dataset()
+    row = calibration.FAMILY_EFFICIENCY[args.family]
+    fitted_ids = set().union(*(fit.fitted_on for fit in row.values()))
+    if "MEMORY_BOUND_EFFICIENCY" in GRIDS[args.family]:
+        fitted_ids |= set(calibration.MEMORY_BOUND_EFFICIENCY.fitted_on)
+    held_ids = set().union(*(fit.held_out for fit in row.values())) - fitted_ids
+    fitted = [c for c in dataset.cases if c.id in fitted_ids]
+    held = [c for c in dataset.cases if c.id in held_ids and c.kind == "prediction"]
+    names = list(GRIDS[args.family])
+    best = None
+    for values in itertools.product(*(GRIDS[args.family][n] for n in names)):
+        _apply(args.family, dict(zip(names, values)))
+        loss = sum(abs(e) for e in _errors(fitted, dataset))
+        if best is None or loss < best[0]:
+            best = (loss, dict(zip(names, values)))
+    _apply(args.family, best[1])
+    print(f"{args.family}: fitted on {', '.join(sorted(fitted_ids))}")
+    print("best:", ", ".join(f"{k} = {v:g}" for k, v in best[1].items()))
+    for label, cases in (("fitted-on", fitted), ("held-out", held)):
+        for case in cases:
+            result = evaluate_prediction(case, dataset)
+            errs = ", ".join(f"{q} {e:+.1%}" for q, e in result.error.items() if q in QUANTITIES or q == "step_s")
+            print(f"  {label:<9} {case.id:<34} {errs}")
+
+
+if __name__ == "__main__":
+    main()
