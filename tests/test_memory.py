@@ -629,3 +629,23 @@ def test_named_recompute_modules_drop_their_tensors():
         assert key in kept["default"] and key not in kept["named"], key
     assert kept["named"]["attention/latents"] == kept["default"]["attention/latents"]
     assert "attention/core" not in kept["default"]
+
+
+def test_zero2_reduce_scatters_per_chunk_group_with_interleaving():
+    """ZeRO-2 reduce-scatters a chunk's gradients once per group of pp backward micro-batches under
+    the interleaved schedule (a chunk stays unsharded meanwhile), else after every micro-batch."""
+    from trainplan.tools.codes import SCHEDULE_CODES
+    from trainplan.tools.specs import Schedule
+    from trainplan.tools.step import zero2_reduce_scatters
+    inter, one = SCHEDULE_CODES[Schedule.interleaved], SCHEDULE_CODES[Schedule.one_f_one_b]
+    assert list(zero2_reduce_scatters(np.array([inter, inter, one]), np.array([16, 32, 32]), 16, np.array([8, 8, 1]))) \
+        == [1, 2, 32]
+    model = load_model("llama3-70b")   # 80 layers: pp 4, vpp 2 -> chunks of 10 layers
+    layer = count_params(model).layers[0].non_expert / 8
+    kw = dict(gpus=64, tp=8, pp=4, seq=4096, gbs=64)
+    inter_cfg = resolve_config(model, vpp=2, zero=2, **kw)
+    plain_cfg = resolve_config(model, zero=2, **kw)
+    bucket = {name: memory_breakdown(model, c, H100).breakdown["gradients/zero2_bucket"] * GIB
+              for name, c in (("interleaved", inter_cfg), ("1f1b", plain_cfg))}
+    assert bucket["1f1b"] == pytest.approx(4 * layer, rel=1e-3)            # fp32, one layer (norms replicated)
+    assert bucket["interleaved"] == pytest.approx(10 * bucket["1f1b"], rel=1e-12)   # one 10-layer chunk

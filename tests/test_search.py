@@ -222,7 +222,9 @@ def test_stage_pieces_and_dp_terms_match_step(model, gpu, gpus, gbs, seq, precis
         backward = np.array([[w.backward_s for w in work]])
         exposed, optimizer, p2p = dp_optimizer_p2p(
             job.model, cluster, job, (cfg.tp, cfg.cp, cfg.dp, cfg.ep, cfg.pp), np.array([cfg.zero]),
-            forward, backward, np.array([cfg.num_microbatches]), np.array([float(cfg.mbs)]))
+            forward, backward, np.array([cfg.num_microbatches]), np.array([float(cfg.mbs)]),
+            step.zero2_reduce_scatters(np.array([row["schedule"]]), np.array([cfg.num_microbatches]), cfg.pp,
+                                       np.array([cfg.vpp])))
         result = step.step_time(job.model, cfg, cluster)
         expect_dp, expect_opt = result.breakdown["comm/dp"], result.breakdown["optimizer"]
         np.testing.assert_allclose([exposed[0], optimizer[0]], [expect_dp, expect_opt], rtol=1e-9, atol=1e-12)

@@ -15,7 +15,9 @@ Model states (Megatron mixed precision, the DESIGN.md default):
   states sharded over the expert-data-parallel group dp*cp/ep.
   optimizer_offload moves the 12 B/param and the optimizer step to the CPU: GPU optimizer = 0.
   Transients: ZeRO-3 holds two unsharded layers (the one computing and the prefetched next one);
-  ZeRO-2/3 hold one unsharded layer of gradients before its reduce-scatter.
+  ZeRO-2/3 hold one unsharded layer of gradients before its reduce-scatter; with the interleaved
+  schedule ZeRO-2 holds one model chunk's (it reduce-scatters per group of micro-batches,
+  step.zero2_reduce_scatters; Llama 3 405B's FSDP sharded its gradients this way, §3.3.2).
   TP shards every GEMM weight (q/k/v and MLP column-parallel, o and MLP-down row-parallel), the
   embedding and LM head (vocab-parallel, rows V/t), and column-parallel biases. Replicated on every
   TP rank: norm weights, row-parallel biases (o, MLP down), the router, MLA's down projections and
@@ -212,6 +214,8 @@ def _rank_data(m: _Model, pp: int, vpp: int, dualpipe: bool) -> dict[str, np.nda
     """Per-rank sums (shape (1, pp)): parameter parts, dense/MoE layer counts, first/last flags,
     and the largest dense and MoE layer (for ZeRO transients and the recompute working set)."""
     rows = []
+    virtual = model_layers_per_stage(m.spec, pp * vpp)   # layers of each interleaved model chunk
+    chunk_layers = [max(virtual[i::pp]) for i in range(pp)]
     for layers, first, last in _rank_layouts(m.spec, pp, vpp, dualpipe):
         row = {k: sum(m.layer_parts[i][k] for i in layers) for k in _PARAM_KEYS}
         for kind, moe in (("dense", False), ("moe", True)):
@@ -219,7 +223,7 @@ def _rank_data(m: _Model, pp: int, vpp: int, dualpipe: bool) -> dict[str, np.nda
             row[f"n_{kind}"] = len(members)
             for k in _PARAM_KEYS:
                 row[f"{kind}_{k}"] = max((m.layer_parts[i][k] for i in members), default=0)
-        row.update(first=first, last=last, num_layers=len(layers))
+        row.update(first=first, last=last, num_layers=len(layers), chunk_layers=chunk_layers[len(rows)])
         rows.append(row)
     data = {k: np.array([[row[k] for row in rows]], dtype=float) for k in rows[0]}
     data["stage"] = np.arange(pp, dtype=float)[None, :]
@@ -277,7 +281,10 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
         ne, ex = _per_rank_params(m, parts, t, ep)
         unit = np.maximum(unit, np.where(rank[f"n_{kind}"] > 0, ne * (group > 1) + ex * (expert_group > 1), 0.0))
     out["weights/zero3_prefetch"] = np.where(zero >= 3, 2 * WEIGHT_BYTES * unit, 0.0)
-    out["gradients/zero2_bucket"] = np.where(zero >= 2, grad_bytes * unit, 0.0)
+    # ZeRO-2 reduce-scatters a chunk's gradients after each group of its backward micro-batches with
+    # the interleaved schedule (step.zero2_reduce_scatters), so a whole chunk is unsharded meanwhile.
+    bucket_layers = np.where(k["vpp"] > 1, rank["chunk_layers"], 1.0)
+    out["gradients/zero2_bucket"] = np.where(zero >= 2, grad_bytes * unit * bucket_layers, 0.0)
 
     # Activations: per-layer tensors x layers x in-flight micro-batches (+ extras, working set).
     in_flight = inflight(k["schedule"], k["pp"], k["num_microbatches"], k["vpp"], rank["stage"])

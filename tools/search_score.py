@@ -81,7 +81,7 @@ def stage_counts(model: ModelSpec, pp: int) -> np.ndarray:
 
 def dp_optimizer_p2p(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key: tuple, zero: np.ndarray,
                      forward_s: np.ndarray, backward_s: np.ndarray, m: np.ndarray,
-                     mbs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     mbs: np.ndarray, reduce_scatters: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(exposed DP seconds, optimizer seconds, p2p seconds) for rows sharing (tp, cp, dp, ep, pp),
     each the slowest stage's, through step's own functions over numpy rows x stages."""
     tp, cp, dp, ep, pp = key
@@ -90,7 +90,7 @@ def dp_optimizer_p2p(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key
     dense, expert = step.rank_params(model, pp, tp, ep)
     z = zero[:, None]
     exposed = step.data_parallel_s(z, dense, expert, groups, cluster, forward_s, backward_s, m[:, None],
-                                   job.bf16_grads)
+                                   job.bf16_grads, None if reduce_scatters is None else reduce_scatters[:, None])
     optimizer = step.optimizer_s(z, dense, expert, dp * cp, cfg.expert_dp, cluster.gpu, job.optimizer_offload)
     p2p = step.p2p_s(model, mbs, job.seq, cp, tp, tp > 1, groups, cluster, pp)
     return (np.max(exposed * np.ones_like(forward_s), axis=1), np.max(optimizer * np.ones_like(forward_s), axis=1),
@@ -124,7 +124,8 @@ def vector_times(model: ModelSpec, job: SearchJob, rows: dict[str, np.ndarray]) 
             rows_sub = idx[sub]
             e, o, c = dp_optimizer_p2p(
                 model, cluster, job, (*(int(x) for x in key), pp), rows["zero"][rows_sub],
-                forward_s[sub], backward_s[sub], rows["m"][rows_sub], rows["mbs"][rows_sub].astype(float))
+                forward_s[sub], backward_s[sub], rows["m"][rows_sub], rows["mbs"][rows_sub].astype(float),
+                step.zero2_reduce_scatters(rows["schedule"][rows_sub], rows["m"][rows_sub], pp, rows["vpp"][rows_sub]))
             exposed[sub], optimizer[sub], p2p[sub] = e, o, c
         makespan = makespan_closed_form(rows["schedule"][idx], pp, rows["m"][idx], rows["vpp"][idx],
                                         forward_s, backward_s, weight_s, p2p)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import compute
+from .codes import SCHEDULE_CODES
 from .collectives import collective_time_s, group_layout
 from .counting import count_params, flops_per_token
 from .layout import model_layers_per_stage
@@ -230,8 +231,24 @@ def overlapped_s(comm_s, window_s):
     return np.maximum(0.0, comm_s - window_s) + COMM_COMPUTE_CONTENTION * hidden
 
 
+def zero2_reduce_scatters(schedule_code, num_microbatches, pp, vpp):
+    """How many times per step ZeRO-2 reduce-scatters a stage's gradients (numpy-friendly).
+
+    ZeRO-2 keeps only the gradient shard between reduce-scatters (memory.py's zero2 bucket holds
+    what is unsharded). The interleaved schedule runs each model chunk's backward for a group of pp
+    contiguous micro-batches (Megatron's microbatch_group_size_per_vp_stage defaults to pp), so a
+    chunk's gradients accumulate unsharded over the group, in fp32, and are reduce-scattered once per
+    group: ceil(m / pp) times. Llama 3 405B trained this way: FSDP sharding the gradients, FP32
+    accumulation over micro-batches and FP32 reduce-scatter (Llama 3 paper §3.3.2). Other schedules
+    hold one chunk, whose backward alternates with forwards one micro-batch at a time: m times.
+    """
+    m = np.asarray(num_microbatches, dtype=float)
+    grouped = (np.asarray(schedule_code) == SCHEDULE_CODES[Schedule.interleaved]) & (np.asarray(vpp) > 1)
+    return np.where(grouped, np.ceil(m / pp), m)
+
+
 def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward_s, num_microbatches,
-                  grad_bytes_per_param: int = 4):
+                  grad_bytes_per_param: int = 4, reduce_scatters=None):
     """Exposed data-parallel seconds per step for `params` parameters per rank reduced over `group`.
 
     numpy-friendly in zero, params, forward_s, backward_s and num_microbatches (the search passes
@@ -239,8 +256,9 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
     - ZeRO-0 all-reduces the accumulated gradients once, behind the last backward.
     - ZeRO-1 (Megatron distributed optimizer) reduce-scatters them once, behind the last backward,
       and all-gathers the updated bf16 weights behind the first forward.
-    - ZeRO-2 keeps only its gradient shard, so it reduce-scatters after every micro-batch's backward
-      (DeepSpeed ZeRO-2), plus the one weight all-gather.
+    - ZeRO-2 keeps only its gradient shard, so it reduce-scatters `reduce_scatters` times
+      (zero2_reduce_scatters; default: after every micro-batch's backward, DeepSpeed ZeRO-2), plus
+      the one weight all-gather.
     - ZeRO-3 all-gathers weights for every forward and backward and reduce-scatters gradients every
       micro-batch, prefetched behind that micro-batch's compute.
     """
@@ -254,19 +272,21 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
     zero0 = overlapped_s(all_reduce, backward_s)
     gather_once = overlapped_s(all_gather, forward_s)
     zero1 = overlapped_s(reduce_scatter, backward_s) + gather_once
-    zero2 = num_microbatches * overlapped_s(reduce_scatter, backward_s) + gather_once
+    runs = num_microbatches if reduce_scatters is None else reduce_scatters
+    zero2 = runs * overlapped_s(reduce_scatter, backward_s) + gather_once
     zero3 = num_microbatches * overlapped_s(2 * all_gather + reduce_scatter, forward_s + backward_s)
     exposed = np.select([zero == 0, zero == 1, zero == 2], [zero0, zero1, zero2], zero3)
     return exposed * (np.asarray(params) > 0)
 
 
 def data_parallel_s(zero, dense_params, expert_params, groups: dict, cluster: ClusterSpec, forward_s, backward_s,
-                    num_microbatches, bf16_grads: bool = False):
+                    num_microbatches, bf16_grads: bool = False, reduce_scatters=None):
     """Exposed data-parallel seconds of one rank: its dense parameters over dp*cp, its expert
     parameters over the expert-data-parallel group (dp_exchange_s each). numpy-friendly in every
     argument but the groups, cluster and bf16_grads: the scalar step and the search share it."""
     grad_bytes = 2 if bf16_grads else 4
-    return sum(dp_exchange_s(zero, params, group, cluster, forward_s, backward_s, num_microbatches, grad_bytes)
+    return sum(dp_exchange_s(zero, params, group, cluster, forward_s, backward_s, num_microbatches, grad_bytes,
+                             reduce_scatters)
                for params, group in ((dense_params, groups["dp_cp"]), (expert_params, groups["edp"])))
 
 
@@ -362,7 +382,8 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     dense, expert = rank_params(model, cfg.pp, cfg.tp, cfg.ep)
     dp_exposed = float(np.max(data_parallel_s(
         cfg.zero, dense, expert, groups, cluster, np.array([w.forward_s for w in work]),
-        np.array([w.backward_s for w in work]), m, cfg.bf16_grads)))
+        np.array([w.backward_s for w in work]), m, cfg.bf16_grads,
+        zero2_reduce_scatters(SCHEDULE_CODES[cfg.schedule], m, cfg.pp, cfg.vpp))))
     optimizer = float(np.max(optimizer_s(cfg.zero, dense, expert, cfg.dp * cfg.cp, cfg.expert_dp, cluster.gpu,
                                          cfg.optimizer_offload)))
     step_s = makespan + dp_exposed + optimizer
