@@ -35,11 +35,12 @@ requires a model and the hardware and raises InputError naming what is missing, 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from trainplan.tools import catalog
+from trainplan.tools.contract import Job, Layout, SearchOptions, optional_model
 from trainplan.tools.errors import InputError
 
 from . import request_rules as rules
@@ -50,34 +51,15 @@ EXAMPLE = rules.EXAMPLE
 
 PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "recompute")
 """Layout knobs a request may pin (the search keeps them fixed)."""
+_JOB = ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")
+_LAYOUT = ("seq", "gbs", "precision", *PINS)
+_SEARCH = ("objective", "max_gpus", "deadline_days", "budget_usd")
 
 
-class PlanRequest(BaseModel):
+class _Request(BaseModel):
     """A planning request in the DESIGN.md vocabulary. None: not given (the planner chooses)."""
 
-    model: str | None = Field(default=None, description="catalog model name or path to an HF config.json")
-    gpu: str | None = Field(default=None, description="catalog GPU name or path to a GPU JSON")
-    gpus: int | None = Field(default=None, description="total GPUs")
-    max_gpus: int | None = Field(default=None, description="most GPUs the plan may use (the planner tries fewer)")
-    gpus_per_node: int | None = Field(default=None, description="GPUs per node, when the request states it")
-    tokens: float | None = Field(default=None, description="training tokens")
-    seq: int | None = Field(default=None, description="sequence length, tokens")
-    gbs: int | None = Field(default=None, description="global batch, sequences")
     batch_tokens: float | None = Field(default=None, description="tokens per step as asked (gbs = batch_tokens / seq)")
-    price: float | None = Field(default=None, description="dollars per GPU-hour")
-    deadline_days: float | None = Field(default=None, description="longest acceptable training time, days")
-    budget_usd: float | None = Field(default=None, description="largest acceptable training cost, dollars")
-    objective: Literal["throughput", "time", "cost"] | None = Field(
-        default=None, description="what the plan optimises: throughput, time (fewest days) or cost (fewest dollars)")
-    precision: str | None = Field(default=None, description="bf16 or fp8")
-    goodput: float | None = Field(default=None, description="share of wall-clock time that trains")
-    tp: int | None = Field(default=None, description="pinned tensor-parallel size")
-    pp: int | None = Field(default=None, description="pinned pipeline-parallel size")
-    cp: int | None = Field(default=None, description="pinned context-parallel size")
-    ep: int | None = Field(default=None, description="pinned expert-parallel size")
-    vpp: int | None = Field(default=None, description="pinned virtual pipeline stages per rank")
-    zero: int | None = Field(default=None, description="pinned ZeRO stage")
-    recompute: Literal["none", "selective", "full"] | None = Field(default=None, description="pinned recompute mode")
     unparsed: list[str] | None = Field(default=None, description="words of the request the parser did not understand")
 
     def given(self) -> dict[str, Any]:
@@ -89,6 +71,18 @@ class PlanRequest(BaseModel):
         if self.max_gpus is None and self.deadline_days is None and self.budget_usd is None:
             needed.append("gpus")  # with a bound, a deadline or a budget the planner finds the count
         return [name for name in needed if getattr(self, name) is None]
+
+
+PlanRequest = optional_model(
+    "PlanRequest",
+    {**{k: Job.model_fields[k] for k in _JOB}, **{k: Layout.model_fields[k] for k in _LAYOUT},
+     **{k: SearchOptions.model_fields[k] for k in _SEARCH}},
+    base=_Request,
+    descriptions={**{k: f"pinned {Layout.model_fields[k].description}; null: the search chooses" for k in PINS},
+                  "gpus": "total GPUs; null: the planner chooses up to max_gpus, or to meet deadline_days or "
+                          "budget_usd"})
+"""The fields of tools/contract.py's Job, Layout and SearchOptions that a request may state, each
+None when the request does not (the planner fills it and says so), plus what only a request has."""
 
 
 def parse_partial(text: str) -> PlanRequest:
