@@ -17,16 +17,13 @@ import math
 import yaml
 
 from ..specs import ModelSpec, ParallelConfig, Precision, Recompute
-from .common import ExportError, ExportResult, batch_of, comment_block, header, hf_attention_note, slug
+from .common import ExportResult, batch_of, comment_block, header, hf_attention_note, slug
+from .support import refuse
 
 
 def export_accelerate(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
                       gpus_per_node: int = 8) -> ExportResult:
-    model_parallel = {"tp": cfg.tp, "pp": cfg.pp, "cp": cfg.cp, "ep": cfg.ep}
-    if any(size > 1 for size in model_parallel.values()):
-        sizes = " ".join(f"{k}={v}" for k, v in model_parallel.items())
-        raise ExportError(f"accelerate export covers pure FSDP/DDP layouts (tp=pp=cp=ep=1), got {sizes}:"
-                          " use --engine megatron, torchtitan or deepspeed")
+    refuse("accelerate", model, cfg)   # support.REFUSALS: pure FSDP/DDP layouts only
     notes: list[str] = []
     batch = batch_of(cfg)
     num_machines = max(1, math.ceil(cfg.num_gpus / gpus_per_node))
@@ -63,8 +60,6 @@ def export_accelerate(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
             notes.append("FSDP's CPU offload (fsdp_offload_params) moves parameters and gradients to the CPU too,"
                          " not only the optimizer state")
     else:
-        if cfg.optimizer_offload:
-            raise ExportError("optimizer offload needs sharding in accelerate (FSDP): use --zero 1 or more")
         if cfg.recompute is Recompute.full:
             notes.append("DDP has no activation-checkpointing setting: call model.gradient_checkpointing_enable()")
     if cfg.precision is Precision.fp8:

@@ -18,32 +18,13 @@ from __future__ import annotations
 
 import json
 
-from ..specs import ModelSpec, ParallelConfig, Precision, Recompute, Schedule
-from .common import ExportError, ExportResult, batch_of, hf_attention_note, slug
-
-
-def _refuse(cfg: ParallelConfig) -> None:
-    if cfg.cp > 1:
-        raise ExportError(
-            f"cp={cfg.cp}: DeepSpeed has no ring context parallelism (its Ulysses sequence parallelism is a"
-            " different algorithm): use --engine megatron or torchtitan, or --cp 1")
-    if cfg.precision is Precision.fp8:
-        raise ExportError("precision=fp8: ds_config has no FP8 training setting: use --precision bf16,"
-                          " or --engine megatron / torchtitan for FP8")
-    if cfg.pp > 1 and cfg.schedule is not Schedule.one_f_one_b:
-        raise ExportError(
-            f"schedule={cfg.schedule.value}: DeepSpeed's pipeline engine runs only its 1F1B-like TrainSchedule:"
-            " use --schedule 1f1b --vpp 1")
-    if cfg.pp > 1 and cfg.zero >= 2:
-        raise ExportError(
-            f"zero={cfg.zero} with pp={cfg.pp}: DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only:"
-            " use --zero 1 or --pp 1")
-    if cfg.optimizer_offload and cfg.zero == 0:
-        raise ExportError("optimizer offload in DeepSpeed is part of ZeRO: use --zero 1 or more")
+from ..specs import ModelSpec, ParallelConfig, Recompute
+from .common import ExportResult, batch_of, hf_attention_note, slug
+from .support import refuse
 
 
 def export_deepspeed(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> ExportResult:
-    _refuse(cfg)
+    refuse("deepspeed", model, cfg)   # support.REFUSALS: what DeepSpeed cannot run
     notes: list[str] = []
     batch = batch_of(cfg)
     config: dict = {

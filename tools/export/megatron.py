@@ -24,7 +24,8 @@ import shlex
 
 from ..layout import model_layers_per_stage
 from ..specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
-from .common import ExportError, ExportResult, batch_of, comment_block, header, slug
+from .common import ExportResult, batch_of, comment_block, header, slug
+from .support import refuse
 
 
 def _moe_layer_freq(model: ModelSpec) -> str | None:
@@ -163,10 +164,6 @@ def _sharding_flags(cfg: ParallelConfig, notes: list[str]) -> list[tuple[str, ob
     elif cfg.zero == 1:
         flags = [("--use-distributed-optimizer", None)]
     else:
-        if cfg.pp > 1:
-            raise ExportError(
-                f"zero={cfg.zero} with pp={cfg.pp}: Megatron-LM shards gradients/weights only through Megatron-FSDP,"
-                " which its guide documents without pipeline parallelism: use --zero 1 or --pp 1")
         strategy = "optim_grads" if cfg.zero == 2 else "optim_grads_params"
         flags = [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
                  ("--no-gradient-accumulation-fusion", None), ("--use-distributed-optimizer", None),
@@ -174,8 +171,6 @@ def _sharding_flags(cfg: ParallelConfig, notes: list[str]) -> list[tuple[str, ob
         notes.append(f"zero={cfg.zero} is Megatron-FSDP ({strategy}); its user guide recommends unsetting"
                      " CUDA_DEVICE_MAX_CONNECTIONS")
     if cfg.optimizer_offload:
-        if cfg.zero == 0:
-            raise ExportError("optimizer offload in Megatron-LM runs with the distributed optimizer: use --zero 1 or more")
         flags += [("--optimizer-cpu-offload", None), ("--use-precision-aware-optimizer", None)]
     if cfg.bf16_grads:
         flags.append(("--grad-reduce-in-bf16", None))
@@ -195,10 +190,7 @@ def _render(flags: list[tuple[str, object]], lines: list[str]) -> str:
 
 def export_megatron(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> ExportResult:
     notes: list[str] = []
-    if cfg.pp > 1 and cfg.schedule not in (Schedule.one_f_one_b, Schedule.interleaved):
-        raise ExportError(
-            f"schedule={cfg.schedule.value} is not a Megatron-LM schedule (it has 1f1b and interleaved):"
-            " use --schedule 1f1b, or --schedule interleaved with --vpp 2 or more")
+    refuse("megatron", model, cfg)   # support.REFUSALS: what Megatron-LM cannot run
     if cfg.pp == 1 and cfg.schedule is not Schedule.one_f_one_b:
         notes.append(f"schedule={cfg.schedule.value} has no effect without pipeline parallelism; nothing exported for it")
     batch = batch_of(cfg)

@@ -27,6 +27,7 @@ import json
 from ..layout import model_layers_per_stage
 from ..specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 from .common import ExportError, ExportResult, batch_of, comment_block, header, slug
+from .support import refuse
 
 # trainplan catalog name -> (torchtitan model name, flavor), for the flavors torchtitan ships.
 FLAVORS = {
@@ -106,12 +107,7 @@ def model_parts(model: ModelSpec, cfg: ParallelConfig) -> list[list[str]]:
 
 def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> ExportResult:
     notes: list[str] = []
-    if cfg.optimizer_offload and cfg.zero == 0:
-        raise ExportError("optimizer offload in torchtitan is FSDP CPU offload: use --zero 1 or more")
-    if cfg.ep > 1 and cfg.zero == 0 and cfg.cp % cfg.ep:
-        raise ExportError(
-            f"ep={cfg.ep}: torchtitan takes expert-parallel ranks from the FSDP group (dp_shard*cp), which"
-            f" is cp={cfg.cp} with zero=0: use --zero 1 or more")
+    refuse("torchtitan", model, cfg)   # support.REFUSALS: what torchtitan cannot run
     batch = batch_of(cfg)
     name, flavor = FLAVORS.get(model.name, (MODEL_NAMES.get(model.model_type, model.model_type), model.name))
     model_table: dict = {"name": name, "flavor": flavor}

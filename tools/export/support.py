@@ -1,0 +1,102 @@
+"""What each engine cannot run: one table, read by the exporters (which refuse the layout with the
+message) and by the layout search (`engine=`, which keeps only layouts the engine runs).
+
+A refusal's predicate is written with numpy operators, so it takes one layout (a ParallelConfig,
+through `knobs_of`) or a table of many (the search's numpy columns). Sources are in each exporter's
+module docstring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..codes import PRECISION_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
+from ..specs import ModelSpec, ParallelConfig, Precision, Schedule
+from .common import ExportError
+
+ENGINES = ("megatron", "deepspeed", "torchtitan", "accelerate")
+_1F1B, _INTER = SCHEDULE_CODES[Schedule.one_f_one_b], SCHEDULE_CODES[Schedule.interleaved]
+_FP8 = PRECISION_CODES[Precision.fp8]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    engine: str
+    refuses: Callable[[ModelSpec, SimpleNamespace], np.ndarray]
+    message: Callable[[ModelSpec, SimpleNamespace], str]
+
+
+def _schedule(k) -> str:
+    return SCHEDULE_BY_CODE[int(k.schedule)].value
+
+
+REFUSALS: tuple[Refusal, ...] = (
+    Refusal("megatron", lambda m, k: (k.pp > 1) & (k.schedule != _1F1B) & (k.schedule != _INTER),
+            lambda m, k: (f"schedule={_schedule(k)} is not a Megatron-LM schedule (it has 1f1b and interleaved):"
+                          " use --schedule 1f1b, or --schedule interleaved with --vpp 2 or more")),
+    Refusal("megatron", lambda m, k: (k.zero >= 2) & (k.pp > 1),
+            lambda m, k: (f"zero={k.zero} with pp={k.pp}: Megatron-LM shards gradients/weights only through "
+                          "Megatron-FSDP, which its guide documents without pipeline parallelism: use --zero 1 or --pp 1")),
+    Refusal("megatron", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
+            lambda m, k: "optimizer offload in Megatron-LM runs with the distributed optimizer: use --zero 1 or more"),
+    Refusal("deepspeed", lambda m, k: k.cp > 1,
+            lambda m, k: (f"cp={k.cp}: DeepSpeed has no ring context parallelism (its Ulysses sequence parallelism "
+                          "is a different algorithm): use --engine megatron or torchtitan, or --cp 1")),
+    Refusal("deepspeed", lambda m, k: k.precision == _FP8,
+            lambda m, k: ("precision=fp8: ds_config has no FP8 training setting: use --precision bf16,"
+                          " or --engine megatron / torchtitan for FP8")),
+    Refusal("deepspeed", lambda m, k: (k.pp > 1) & (k.schedule != _1F1B),
+            lambda m, k: (f"schedule={_schedule(k)}: DeepSpeed's pipeline engine runs only its 1F1B-like "
+                          "TrainSchedule: use --schedule 1f1b --vpp 1")),
+    Refusal("deepspeed", lambda m, k: (k.pp > 1) & (k.zero >= 2),
+            lambda m, k: (f"zero={k.zero} with pp={k.pp}: DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 "
+                          "only: use --zero 1 or --pp 1")),
+    Refusal("deepspeed", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
+            lambda m, k: "optimizer offload in DeepSpeed is part of ZeRO: use --zero 1 or more"),
+    Refusal("torchtitan", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
+            lambda m, k: "optimizer offload in torchtitan is FSDP CPU offload: use --zero 1 or more"),
+    Refusal("torchtitan", lambda m, k: (k.ep > 1) & (k.zero == 0) & (k.cp % k.ep != 0),
+            lambda m, k: (f"ep={k.ep}: torchtitan takes expert-parallel ranks from the FSDP group (dp_shard*cp), "
+                          f"which is cp={k.cp} with zero=0: use --zero 1 or more")),
+    Refusal("accelerate", lambda m, k: (k.tp > 1) | (k.pp > 1) | (k.cp > 1) | (k.ep > 1),
+            lambda m, k: (f"accelerate export covers pure FSDP/DDP layouts (tp=pp=cp=ep=1), got tp={k.tp} pp={k.pp} "
+                          f"cp={k.cp} ep={k.ep}: use --engine megatron, torchtitan or deepspeed")),
+    Refusal("accelerate", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
+            lambda m, k: "optimizer offload needs sharding in accelerate (FSDP): use --zero 1 or more"),
+)
+
+
+def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:
+    """A resolved layout as the refusals read it."""
+    return SimpleNamespace(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, zero=cfg.zero,
+                           schedule=SCHEDULE_CODES[cfg.schedule], precision=PRECISION_CODES[cfg.precision],
+                           optimizer_offload=int(cfg.optimizer_offload))
+
+
+def _check_engine(engine: str) -> None:
+    if engine not in ENGINES:
+        raise ExportError(f"engine='{engine}' is not one of: {', '.join(ENGINES)}")
+
+
+def refuse(engine: str, model: ModelSpec, cfg: ParallelConfig) -> None:
+    """Raise ExportError with the first refusal of `engine` that the layout meets."""
+    _check_engine(engine)
+    knobs = knobs_of(cfg)
+    for refusal in REFUSALS:
+        if refusal.engine == engine and bool(refusal.refuses(model, knobs)):
+            raise ExportError(refusal.message(model, knobs))
+
+
+def runs(engine: str, model: ModelSpec, knobs) -> np.ndarray:
+    """True where `engine` runs the layouts: knobs holds numpy columns tp, pp, cp, ep, zero, schedule,
+    precision and optimizer_offload (codes as in codes.py)."""
+    _check_engine(engine)
+    ok = np.ones(np.broadcast(knobs.tp, knobs.pp, knobs.zero, knobs.schedule).shape, dtype=bool)
+    for refusal in REFUSALS:
+        if refusal.engine == engine:
+            ok &= ~np.asarray(refusal.refuses(model, knobs), dtype=bool)
+    return ok
