@@ -1,8 +1,10 @@
 """`plan`: a plain-language request in, a PlanReport out, by the offline planner or the LLM agent.
 
 - offline: parse the request (agent/request.py), fill the defaults (stated as assumptions),
-  `search` the layouts (keeping 10% of GPU memory free when some layout can), re-run `estimate`
-  with timeline=True on the winner and on two or three runners-up, and write the report. No LLM,
+  `search` the layouts (keeping plan_defaults.DEFAULT_HEADROOM of GPU memory free when some layout
+  can; only layouts the requested engine runs, when one is named), re-run `estimate` with
+  timeline=True on the winner (the simplest within plan_defaults.SIMPLER_MARGIN of the best) and on
+  the best structurally different layouts (search_choice.FAMILIES), and write the report. No LLM,
   no network.
 - openai: run the function-calling loop (agent/llm.py) with the rendered system prompt and the
   registry's tools. The recommended layout is the one the model's final answer names (its layout
@@ -12,7 +14,7 @@
 - auto: openai when an LLM is configured (agent.config.llm_configured), else offline.
 
 Defaults when the request does not say (each becomes a line of the report's assumptions):
-seq: the model's default capped at 8192; gbs: tools.registry.default_gbs; tokens: 20 per
+seq: the model's default capped at 8192; gbs: tools.plan_defaults.default_gbs; tokens: 20 per
 parameter; precision: bf16; price: the GPU's catalog price; goodput: tools.cost.DEFAULT_GOODPUT.
 """
 
@@ -28,10 +30,11 @@ from trainplan.tools.cost import DEFAULT_GOODPUT, parse_tokens
 from trainplan.tools.counting import count_params
 from trainplan.tools.errors import InputError
 from trainplan.tools.estimate import estimate
-from trainplan.tools.registry import DEFAULT_GBS_RULE, default_gbs, dispatch, estimate_kwargs, openai_tools
+from trainplan.tools.plan_defaults import DEFAULT_HEADROOM, default_gbs, default_gbs_reason
+from trainplan.tools.registry import dispatch, estimate_kwargs, openai_tools
 
 from . import sizing
-from .report import HEADROOM_RISK, Grounding, PlanReport, build_report, launch_settings
+from .report import Grounding, PlanReport, build_report, launch_settings
 from .request import PINS, PlanRequest, merge, parse_partial, require_complete, resolve_gbs
 
 __all__ = ["plan", "plan_offline", "plan_openai", "resolve_backend", "complete_request"]
@@ -39,9 +42,12 @@ __all__ = ["plan", "plan_offline", "plan_openai", "resolve_backend", "complete_r
 ALTERNATIVES = 3
 SEARCH_TOP_K = 1 + ALTERNATIVES
 OBJECTIVE = "throughput"
-PLAN_HEADROOM = HEADROOM_RISK
-"""Share of GPU memory the offline planner keeps free when some layout allows it (the report's
-headroom risk threshold)."""
+PLAN_HEADROOM = DEFAULT_HEADROOM
+"""Share of GPU memory the offline planner keeps free when some layout allows it: the one default
+of search and plan (tools.plan_defaults), also the report's headroom risk threshold."""
+DEFAULT_ENGINE = "megatron"
+"""Whose launch settings a plan carries when the request names no engine (the search is then not
+restricted to one engine)."""
 
 
 def resolve_backend(backend: str, client: Any = None) -> str:
@@ -84,12 +90,12 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
     gbs_given = gbs is not None
     if how:
         assumptions.append(f"global batch from the request: {how}")
+    params = count_params(spec).total
     if gbs is None and request.gpus is not None:
-        gbs = default_gbs(seq, request.gpus)
-        assumptions.append(_default_gbs_note(gbs, seq))
+        gbs = default_gbs(seq, request.gpus, params)
+        assumptions.append(_default_gbs_note(seq, request.gpus, params))
     tokens = request.tokens
     if tokens is None:
-        params = count_params(spec).total
         tokens = float(DEFAULT_TOKENS_PER_PARAM * params)
         assumptions.append(f"tokens not given: {tokens:.4g}, {DEFAULT_TOKENS_PER_PARAM} per parameter "
                            "(compute-optimal, Hoffmann et al. 2022)")
@@ -121,8 +127,8 @@ def _shown(job: dict) -> dict:
     return {k: v for k, v in job.items() if k != "gbs_given"}
 
 
-def _default_gbs_note(gbs: int, seq: int) -> str:
-    return f"gbs not given: {gbs} sequences ({gbs * seq:,} tokens per step) by the default rule: {DEFAULT_GBS_RULE}"
+def _default_gbs_note(seq: int, gpus: int, params: float) -> str:
+    return f"gbs not given: {default_gbs_reason(seq, gpus, params)}"
 
 
 def _default_objective(request: PlanRequest) -> str:
@@ -144,7 +150,7 @@ def _evaluate(config: dict, job: dict, timeline: bool = False) -> dict:
 
 
 def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float = 0.0,
-            max_gpus: int | None = None) -> dict:
+            max_gpus: int | None = None, engine: str | None = None) -> dict:
     from trainplan.tools.search import search
 
     kwargs: dict[str, Any] = {pin: job[pin] for pin in PINS if job[pin] is not None}
@@ -153,7 +159,7 @@ def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float
     return search(job["model"], job["gpu"], job["gpus"], gbs=job["gbs"], seq=job["seq"], tokens=job["tokens"],
                   price=job["price"], precision=job["precision"], objective=job["objective"], top_k=top_k,
                   goodput=job["goodput"], headroom_gib=headroom_gib, gpus_per_node=job["gpus_per_node"],
-                  max_gpus=max_gpus, **kwargs)
+                  max_gpus=max_gpus, engine=engine, **kwargs)
 
 
 def _search_summary(result: dict) -> dict:
@@ -162,10 +168,26 @@ def _search_summary(result: dict) -> dict:
             "wall_s": result.get("wall_s")}
 
 
-def _rationale(recommended: dict, search: dict | None, alternatives: list[dict]) -> str:
+def _rationale(recommended: dict, search: dict | None, alternatives: list[dict], choice_notes: list[str] = ()) -> str:
     comm_s = sum(v for k, v in recommended.get("time", {}).get("breakdown", {}).items() if k.startswith("comm/"))
     return render("rationale.md.j2", r=recommended, config=recommended["config"], search=search,
-                  alternatives=alternatives, objective=OBJECTIVE, comm_s=comm_s).strip()
+                  alternatives=alternatives, objective=OBJECTIVE, comm_s=comm_s,
+                  choice_notes=list(choice_notes)).strip()
+
+
+def _alternatives(result: dict, job: dict, recommended: dict) -> tuple[list[dict], list[str]]:
+    """The best layout of each structurally different family (search_choice), re-evaluated and
+    labelled with its family, then runners-up up to ALTERNATIVES; and the notes on families with no
+    feasible layout and on a simpler layout preferred."""
+    out, notes = [], [n for n in result.get("notes", []) if n.startswith("preferred the simpler")]
+    for alt in result.get("alternatives", []):
+        if alt["candidate"] is None:
+            notes.append(alt["why"])
+        elif len(out) < ALTERNATIVES:
+            out.append({**_evaluate(alt["candidate"]["config"], job), "family": alt["family"]})
+    runners = [_evaluate(c["config"], job) for c in result.get("candidates", [])[1:]]
+    out = _distinct(out + runners, recommended)[:max(ALTERNATIVES, len(out))]
+    return out, notes
 
 
 def _distinct(results: list[dict], exclude: dict | None) -> list[dict]:
@@ -178,41 +200,44 @@ def _distinct(results: list[dict], exclude: dict | None) -> list[dict]:
     return out
 
 
-def plan_offline(request: PlanRequest, request_text: str = "") -> PlanReport:
+def plan_offline(request: PlanRequest, request_text: str = "", engine: str | None = None) -> PlanReport:
     """Parse, search, re-evaluate the winner with its timeline, and report.
 
     A request that leaves the GPU count open (an upper bound, a deadline or a budget) gets the count
     agent/sizing.py chooses. The search first asks for layouts that leave PLAN_HEADROOM of the GPU's
     memory free and meet the deadline and budget; when none does, it drops the deadline and budget (a
     risk, with the GPU count that would meet them), then the headroom (an assumption), and reports the
-    best that fits."""
+    best that fits. With an engine, only layouts it runs."""
     job, assumptions = complete_request(request)
     capacity = catalog.load_gpu(job["gpu"]).memory_gib
     headroom = PLAN_HEADROOM * capacity
     risks = []
 
     def search_fn(j: dict, top_k: int, with_limits: bool, headroom_gib: float, max_gpus: int | None) -> dict:
-        return _search(j, top_k, with_limits=with_limits, headroom_gib=headroom_gib, max_gpus=max_gpus)
+        return _search(j, top_k, with_limits=with_limits, headroom_gib=headroom_gib, max_gpus=max_gpus, engine=engine)
 
     if job["gpus"] is None:
         gpus, how = sizing.choose_count(search_fn, job, headroom)
         (assumptions if gpus else risks).append(how)
         job = sizing.at_count(job, gpus or job["max_gpus"] or sizing.DEFAULT_MAX_GPUS)
         if not job["gbs_given"]:
-            assumptions.append(_default_gbs_note(job["gbs"], job["seq"]))
+            params = count_params(catalog.load_model(job["model"])).total
+            assumptions.append(_default_gbs_note(job["seq"], job["gpus"], params))
     limited = bool(job["deadline_days"] or job["budget_usd"])
-    result = _search(job, SEARCH_TOP_K, headroom_gib=headroom)
+    if engine is not None:
+        assumptions.append(f"only layouts {engine} can run were searched")
+    result = _search(job, SEARCH_TOP_K, headroom_gib=headroom, engine=engine)
     if not result.get("candidates") and limited:
         would = sizing.what_would_meet(search_fn, job, headroom) if job["gpus"] else None
         risks.append(f"no layout on {job['gpus']:,} GPUs meets {sizing.limits_text(job)}: the plan below is the best "
                      f"without it" + (f"; {would}" if would else ""))
         limited = False
-        result = _search(job, SEARCH_TOP_K, with_limits=False, headroom_gib=headroom)
+        result = _search(job, SEARCH_TOP_K, with_limits=False, headroom_gib=headroom, engine=engine)
     if result.get("candidates"):
         assumptions.append(f"layouts keep at least {PLAN_HEADROOM:.0%} of GPU memory free ({headroom:.2f} of "
                            f"{capacity:.2f} GiB) for fragmentation and spikes")
     else:
-        result = _search(job, SEARCH_TOP_K, with_limits=limited, headroom_gib=0.0)
+        result = _search(job, SEARCH_TOP_K, with_limits=limited, headroom_gib=0.0, engine=engine)
         if result.get("candidates"):
             assumptions.append(f"no layout leaves {PLAN_HEADROOM:.0%} of GPU memory free: the plan uses the best "
                                "that fits at all")
@@ -229,9 +254,10 @@ def plan_offline(request: PlanRequest, request_text: str = "") -> PlanReport:
                             alternatives=[], rationale="", assumptions=assumptions, search=search,
                             extra_risks=risks, not_understood=request.unparsed or [])
     recommended = _evaluate(candidates[0]["config"], job, timeline=True)
-    alternatives = _distinct([_evaluate(c["config"], job) for c in candidates[1:]], recommended)[:ALTERNATIVES]
+    alternatives, choice_notes = _alternatives(result, job, recommended)
     return build_report(backend="offline", request_text=request_text, request=shown, recommended=recommended,
-                        alternatives=alternatives, rationale=_rationale(recommended, search, alternatives),
+                        alternatives=alternatives,
+                        rationale=_rationale(recommended, search, alternatives, choice_notes),
                         assumptions=assumptions, search=search, extra_risks=risks, objective=job["objective"],
                         not_understood=request.unparsed or [])
 
@@ -387,22 +413,23 @@ def plan_openai(request_text: str, partial: PlanRequest, *, llm_model: str | Non
 
 def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: str | None = None,
          client: Any = None, stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
-         request: PlanRequest | None = None, engine: str = "megatron", **fields: Any) -> PlanReport:
+         request: PlanRequest | None = None, engine: str | None = None, **fields: Any) -> PlanReport:
     """Plan a training run from plain language (and/or DESIGN.md fields: model=, gpu=, gpus=, ...).
 
-    backend: 'offline', 'openai' or 'auto' (openai when an LLM is configured). engine: whose launch
-    settings the report carries (megatron, deepspeed, torchtitan, accelerate). Raises InputError when
+    backend: 'offline', 'openai' or 'auto' (openai when an LLM is configured). engine (megatron,
+    deepspeed, torchtitan, accelerate): the offline search keeps only layouts it runs, and the report
+    carries its launch settings; None: any layout, DEFAULT_ENGINE's launch settings. Raises InputError when
     the request lacks a model or the hardware (offline), AgentError when the LLM server fails.
     """
     chosen = resolve_backend(backend, client)
     parsed = _request_from(request_text, request, fields)
     text = request_text or _describe(parsed)
     if chosen == "offline":
-        report = plan_offline(require_complete(parsed), text)
+        report = plan_offline(require_complete(parsed), text, engine=engine)
     else:
         report, _ = plan_openai(text, parsed, llm_model=llm_model, client=client, stream=stream, on_event=on_event)
     if report.recommended:
-        report.launch = launch_settings(report.request["model"], report.recommended["config"], engine)
+        report.launch = launch_settings(report.request["model"], report.recommended["config"], engine or DEFAULT_ENGINE)
     return report
 
 

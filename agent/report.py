@@ -28,9 +28,11 @@ from pydantic import BaseModel, Field
 from trainplan.prompts import render
 from trainplan.tools.memory_hints import largest_component, memory_fixes, phrase
 from trainplan.tools.pipeline import PipelineEvent, PipelineResult, render_ascii, render_mermaid
+from trainplan.tools.plan_defaults import DEFAULT_HEADROOM
 
-HEADROOM_RISK = 0.10
-"""memory headroom below this share of capacity is a risk (fragmentation, spikes, longer sequences)"""
+HEADROOM_RISK = DEFAULT_HEADROOM
+"""memory headroom below this share of capacity is a risk (fragmentation, spikes, longer sequences):
+the headroom search and plan keep by default (tools.plan_defaults)"""
 COMM_RISK = 0.20
 """an exposed communication part above this share of the step is a risk (communication-bound)"""
 BUBBLE_RISK = 0.10
@@ -69,6 +71,8 @@ class Timeline(BaseModel):
 
 class Alternative(BaseModel):
     layout: str = Field(description="the layout in one line")
+    family: str | None = Field(default=None, description="the structural family it is the best of (e.g. "
+                                                         "'FSDP / ZeRO-3'), or None for a runner-up")
     result: dict = Field(description="its estimate object, with config")
     why_not: str = Field(description="why it lost to the recommended layout, in the tools' numbers")
 
@@ -263,8 +267,11 @@ def build_report(*, backend: str, request_text: str, request: dict, recommended:
         memory_table=memory_rows(recommended) if recommended else [],
         time_table=time_rows(recommended) if recommended else [],
         timeline=timeline,
-        alternatives=[Alternative(layout=layout_line(a["config"]), result=a,
-                                  why_not=why_not(a, recommended, objective)) for a in alternatives] if recommended else [],
+        alternatives=[Alternative(layout=layout_line(a["config"]), family=a.get("family"),
+                                  result={k: v for k, v in a.items() if k != "family"},
+                                  why_not=(f"best {a['family']}: " if a.get("family") else "")
+                                  + why_not(a, recommended, objective))
+                      for a in alternatives] if recommended else [],
         risks=risks, rationale=rationale, assumptions=list(assumptions), search=search, grounding=grounding,
         tool_calls=list(tool_calls), not_understood=list(not_understood),
     )

@@ -11,7 +11,7 @@ A request may leave the GPU count open and bound it instead:
 
 The ladder is tools.search.gpu_counts: whole nodes from the bound down by halves, to the fewest GPUs
 that could hold the model states (search.min_gpus). Without a bound, DEFAULT_MAX_GPUS.
-Each count is searched with the default global batch for that count (registry.default_gbs) unless
+Each count is searched with the default global batch for that count (plan_defaults.default_gbs) unless
 the request gives one, so a plan on 1,024 GPUs gets the batch of a 1,024-GPU run.
 
 The same searches tell a request whose own count fails what would meet it: "1,024 GPUs meet the
@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from trainplan.tools import catalog
-from trainplan.tools.registry import default_gbs
+from trainplan.tools.counting import count_params
+from trainplan.tools.plan_defaults import default_gbs
 from trainplan.tools.search import gpu_counts, min_gpus
 
 DEFAULT_MAX_GPUS = 16384
@@ -40,7 +41,8 @@ the search tries the ladder of counts below it itself (tools.search.gpu_counts).
 
 def at_count(job: dict, gpus: int) -> dict:
     """The job on `gpus` GPUs, with the default global batch for that count unless the request set one."""
-    gbs = job["gbs"] if job.get("gbs_given") else default_gbs(job["seq"], gpus)
+    params = count_params(catalog.load_model(job["model"])).total
+    gbs = job["gbs"] if job.get("gbs_given") else default_gbs(job["seq"], gpus, params)
     return {**job, "gpus": gpus, "gbs": gbs}
 
 

@@ -12,6 +12,8 @@ from pydantic import Field
 
 import trainplan
 from trainplan.tools import registry
+from trainplan.tools.catalog import load_model
+from trainplan.tools.counting import count_params
 from trainplan.tools.registry import TOOLS, Tool, ToolArgs, default_gbs, dispatch, openai_tools
 
 NAMES = ["list_catalog", "describe_model", "calculate_memory", "estimate_step_time", "simulate_pipeline",
@@ -113,9 +115,9 @@ def test_strict_nulls_resolve_to_defaults():
     nulls = {name: None for name in registry.StepArgs.model_fields if name not in JOB}
     result = dispatch("estimate_step_time", json.dumps({**JOB, **nulls, "seq": 8192}))
     reference = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=64, seq=8192,
-                                   gbs=default_gbs(8192, 64)).model_dump(mode="json")
+                                   gbs=default_gbs(8192, 64, count_params(load_model("llama3-8b")).total)).model_dump(mode="json")
     assert result["time"] == reference["time"]
-    assert result["config"]["gbs"] == 512 and "default rule" in result["notes"][0]
+    assert result["config"]["gbs"] == 512 and "published runs" in result["notes"][0]
 
 
 def test_estimate_cost_from_step_time():
@@ -178,13 +180,6 @@ def test_dispatch_never_raises_on_a_tool_bug(monkeypatch):
     tool = registry.TOOLS_BY_NAME["list_catalog"]
     monkeypatch.setitem(registry.TOOLS_BY_NAME, "list_catalog", Tool(tool.name, tool.description, tool.args, broken))
     assert dispatch("list_catalog", "{}") == {"error": "list_catalog failed: ZeroDivisionError: division by zero"}
-
-
-def test_default_gbs_rule():
-    assert default_gbs(8192, 64) == 512          # 4M tokens / 8192
-    assert default_gbs(4096, 2048) == 1024       # 4M tokens / 4096
-    assert default_gbs(8192, 16384) == 2048      # one sequence per 8 GPUs
-    assert default_gbs(2048, 8) == 2048
 
 
 def test_cli_schema_and_call():

@@ -34,12 +34,11 @@ Nothing else: the CLI flag, the tool argument, `export --from` and the `config` 
 
 Defaults that every tool shares (a null means the same thing everywhere):
 - seq: the model's maximum sequence length capped at DEFAULT_SEQ_CAP (`default_seq`);
-- gbs: `default_gbs` (DEFAULT_GBS_RULE) when a step time is needed.
+- gbs: `plan_defaults.default_gbs` (DEFAULT_GBS_RULE) when a step time is needed.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from enum import Enum
 from types import UnionType
@@ -48,7 +47,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_serializer
 
 from .cost import DEFAULT_GOODPUT
-from .errors import InputError
+from .plan_defaults import DEFAULT_GBS_RULE, DEFAULT_HEADROOM, default_gbs
 
 # --- choices -------------------------------------------------------------------------------------
 
@@ -146,37 +145,16 @@ def cli_of(info: Any) -> Cli:
 
 
 # --- the shared defaults -------------------------------------------------------------------------
+# gbs and the search/plan headroom: plan_defaults (the published-runs batch rule, DEFAULT_HEADROOM).
 
 DEFAULT_SEQ_CAP = 8192
 """seq, when not given: the model's maximum sequence length, capped here (pretraining runs train at
 4K-8K tokens and extend the context afterwards; Llama 3 405B pretrained at 8K)."""
 DEFAULT_SEQ_RULE = f"the model's maximum sequence length, capped at {DEFAULT_SEQ_CAP}"
 
-TARGET_TOKENS_PER_STEP = 4 * 2**20
-"""About 4M tokens per step: Llama 3 405B started at 4M tokens per batch (Llama 3 paper §3.4.1);
-GPT-3 175B used 3.2M (Brown et al. 2020, Table 2.1)."""
-GPUS_PER_SEQUENCE = 8
-"""At least one sequence per 8 GPUs, so that even a TP8 layout gives every data-parallel rank a
-micro-batch (Llama 3 405B on 16K GPUs: 16M tokens per step at seq 8192 = 2048 sequences)."""
-DEFAULT_GBS_RULE = (
-    "the power of two nearest to 4M tokens / seq (4M = 2^22), raised to the next power of two of "
-    "gpus/8 when that is larger, so that data parallelism divides it (seq 8192: 512 sequences; "
-    "16,384 GPUs: 2048); for one layout, rounded up to a multiple of dp*mbs"
-)
-
-
 def default_seq(max_seq_len: int) -> int:
     """The sequence length when none is given; see DEFAULT_SEQ_RULE."""
     return min(max_seq_len, DEFAULT_SEQ_CAP)
-
-
-def default_gbs(seq: int, gpus: int) -> int:
-    """Global batch in sequences when the request gives none; see DEFAULT_GBS_RULE."""
-    if seq <= 0 or gpus <= 0:
-        raise InputError(f"seq={seq} and gpus={gpus} must be positive to choose a default gbs")
-    by_tokens = 2 ** max(0, round(math.log2(TARGET_TOKENS_PER_STEP / seq)))
-    by_gpus = 2 ** math.ceil(math.log2(max(1.0, gpus / GPUS_PER_SEQUENCE)))
-    return max(by_tokens, by_gpus)
 
 
 # --- what to train and on what --------------------------------------------------------------------
@@ -205,7 +183,8 @@ class Job(BaseModel):
     inter_node_bw: float | None = Field(
         default=None, description="network GB/s per GPU per direction; null: the GPU's catalog value")
     headroom_gib: float | None = Field(
-        default=None, description="GiB per GPU to keep free when deciding fits; null: 0")
+        default=None, description="GiB per GPU to keep free when deciding fits; null: 0 for one layout, and "
+                                  f"{DEFAULT_HEADROOM:.0%} of the GPU's memory for search and plan")
     ramp_start_gbs: int | None = Field(
         default=None, description="batch-size ramp: the first global batch, sequences (with ramp_tokens); "
                                   "null: no ramp")
@@ -327,6 +306,8 @@ class SearchOptions(BaseModel):
                                   "null: no budget")
     allow_cross_node_tp: bool = Field(default=False, description="allow tp larger than a node")
     pareto: bool = Field(default=False, description="also report the days/cost front across GPU counts (needs tokens)")
+    engine: str | None = Field(default=None, description="keep only layouts this engine runs: megatron, deepspeed, "
+                               "torchtitan or accelerate (tools/export/support.py); null: any layout")
 
 
 # --- the result ----------------------------------------------------------------------------------

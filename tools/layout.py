@@ -5,11 +5,11 @@ Every check names all of its factors, e.g. "tp*pp*cp=24 does not divide gpus=64"
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from .codes import SCHEDULE_CODES
-from .contract import DEFAULT_GBS_RULE, Layout, default_gbs, default_seq
+from .contract import Layout, default_seq
+from .plan_defaults import default_gbs, default_gbs_reason
 from .errors import InputError
 from .recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
 from .recompute import module_applies
@@ -144,9 +144,12 @@ def resolve_with_batch(model: ModelSpec, gpus: int, *, fp8_supported: bool = Tru
     if cfg.gbs is not None:
         return cfg, None
     unit = cfg.dp * cfg.mbs
-    gbs = -(-default_gbs(cfg.seq, gpus) // unit) * unit
+    from .counting import count_params   # counting imports this module
+
+    params = count_params(model).total
+    gbs = -(-default_gbs(cfg.seq, gpus, params) // unit) * unit
     cfg = resolve_config(model, gpus, fp8_supported=fp8_supported, **{**knobs, "gbs": gbs})
-    return cfg, f"gbs not given: used {gbs} sequences by the default rule ({DEFAULT_GBS_RULE})"
+    return cfg, f"gbs not given: used {gbs} sequences; {default_gbs_reason(cfg.seq, gpus, params)}"
 
 
 def _layout_values(layout: Layout | None, knobs: dict[str, Any]) -> dict[str, Any]:

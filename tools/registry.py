@@ -14,8 +14,8 @@ time.step_s, training.cost_usd, config, ...). Argument names are the DESIGN.md v
   validation error, the project's InputError) returns ``{"error": "..."}`` with one actionable
   line, and never raises: the agent loop sends it back to the model as the tool's reply.
 
-The default global batch (`default_gbs`) lives here so the tools, the offline planner and the
-prompts share one rule.
+The default global batch (`default_gbs`) lives in plan_defaults, shared with the offline planner
+and the prompts.
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ from .errors import InputError
 from .estimate import estimate
 from .memory import memory_breakdown
 from .pipeline import render_ascii, simulate
-from .contract import (DEFAULT_GBS_RULE, SEARCHED_KNOBS, TARGET_TOKENS_PER_STEP, Job, Layout,  # noqa: F401
-                       ParallelConfig, Schedule, default_gbs, fields_of, optional_model, search_fields)
+from .contract import (SEARCHED_KNOBS, Job, Layout,  # noqa: F401
+                       ParallelConfig, Schedule, fields_of, optional_model, search_fields)
+from .plan_defaults import DEFAULT_GBS_RULE, default_gbs, default_gbs_reason
 
 __all__ = ["Tool", "TOOLS", "TOOLS_BY_NAME", "tool_names", "openai_tools", "dispatch", "default_gbs",
-           "DEFAULT_GBS_RULE", "TARGET_TOKENS_PER_STEP", "estimate_kwargs"]
+           "DEFAULT_GBS_RULE", "estimate_kwargs"]
 
 # --- tool definitions ------------------------------------------------------------------------------
 
@@ -286,8 +287,9 @@ def _search_configs(args: SearchArgs) -> dict:
     for candidate in result.get("candidates", []):
         candidate.pop("pipeline", None)
     if args.gbs is None:
-        result["notes"] = [*result.get("notes", []), f"gbs not given: used {result['job']['gbs']} sequences by "
-                           f"the default rule ({DEFAULT_GBS_RULE})"]
+        spec = catalog.load_model(model)
+        reason = default_gbs_reason(result["job"]["seq"], gpus, count_params(spec).total)
+        result["notes"] = [*result.get("notes", []), f"gbs not given: {reason}"]
     return result
 
 

@@ -22,23 +22,28 @@ reference the tests compare against (same feasible set, same winner on small job
 from __future__ import annotations
 
 import time as _time
+from types import SimpleNamespace
 
 import numpy as np
 
 from .catalog import load_gpu, load_model
-from .codes import RECOMPUTE_BY_CODE, RECOMPUTE_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
+from .codes import PRECISION_CODES, RECOMPUTE_BY_CODE, RECOMPUTE_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
 from .cost import DEFAULT_GOODPUT, parse_tokens
+from .counting import count_params
 from .contract import default_gbs, default_seq
 from .errors import InputError
 from .estimate import evaluate
+from .export.support import ENGINES, runs
 from .layout import resolve_config
+from .plan_defaults import DEFAULT_HEADROOM
+from .search_choice import alternatives, prefer_simpler, rows_to_rescore
 from .search_explain import explain_runner_up, label, no_feasible_hint
 from .search_rank import (
     Objective, best_rows, collapse_twins, objective_of, pareto_front, result_key,
 )
 from .search_score import evaluate_count
 from .search_space import (
-    KNOBS, R_BUDGET, R_DEADLINE, R_MEMORY, REASONS, Pins, SearchJob, enumerate_space, gpu_counts, min_gpus, row,
+    KNOBS, R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, Pins, SearchJob, enumerate_space, gpu_counts, min_gpus, row,
     validity,
 )
 from .specs import Precision, Recompute, Schedule
@@ -101,12 +106,12 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
             deadline_days: float | None = None, budget_usd: float | None = None, headroom_gib: float | None = None,
             allow_cross_node_tp: bool | None = None, pareto: bool | None = None, goodput: float | None = None,
             gpus_per_node: int | None = None, intra_node_bw: float | None = None,
-            inter_node_bw: float | None = None) -> tuple[SearchJob, Objective, list[int]]:
+            inter_node_bw: float | None = None, engine: str | None = None) -> tuple[SearchJob, Objective, list[int]]:
     """Check a search request (InputError on bad input) -> (job, objective, GPU counts to try)."""
     model_spec, gpu_spec = load_model(model), load_gpu(gpu)
     # None means the shared default (contract.py): seq and gbs by their rules, the search options below.
     objective, top_k = objective or Objective.throughput, top_k or 5
-    precision, headroom_gib = precision or Precision.bf16, headroom_gib or 0.0
+    precision = precision or Precision.bf16
     allow_cross_node_tp, pareto = bool(allow_cross_node_tp), bool(pareto)
     for name, value in (("gpus", gpus), ("gbs", gbs), ("top_k", top_k), ("max_gpus", max_gpus), ("seq", seq),
                         ("gpus_per_node", gpus_per_node)):
@@ -115,8 +120,13 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
     for name, value in (("price", price), ("deadline_days", deadline_days), ("budget_usd", budget_usd),
                         ("intra_node_bw", intra_node_bw), ("inter_node_bw", inter_node_bw)):
         _positive(name, value)
-    if headroom_gib is None or headroom_gib < 0:
-        raise InputError(f"headroom_gib={headroom_gib} must not be negative")
+    if headroom_gib is None:
+        headroom_gib = DEFAULT_HEADROOM * gpu_spec.memory_gib
+    if not 0 <= headroom_gib < gpu_spec.memory_gib:
+        raise InputError(f"headroom_gib={headroom_gib} must be at least 0 and below the {gpu_spec.memory_gib:g} GiB "
+                         f"of a {gpu_spec.name}")
+    if engine is not None and getattr(engine, "value", engine) not in ENGINES:
+        raise InputError(f"engine='{engine}' is not one of: {', '.join(ENGINES)}")
     if goodput is not None and not 0 < goodput <= 1:
         raise InputError(f"goodput={goodput} must be in (0, 1]: e.g. 0.9 for 90% effective training time")
     if max_gpus is not None and max_gpus < gpus:
@@ -140,12 +150,13 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
         recompute=_codes("recompute", Recompute, recompute, _R), schedule=_codes("schedule", Schedule, schedule, _S),
     )
     seq = int(seq or default_seq(model_spec.max_seq_len))
-    gbs = int(gbs or default_gbs(seq, int(gpus)))
+    gbs = int(gbs or default_gbs(seq, int(gpus), count_params(model_spec).total))
     job = SearchJob(model=model_spec, gpu=gpu_spec, gbs=gbs, seq=seq,
                precision=precision_enum, tokens=tokens_value, price=gpu_spec.price if price is None else price,
                goodput=DEFAULT_GOODPUT if goodput is None else goodput, headroom_gib=float(headroom_gib),
                allow_cross_node_tp=allow_cross_node_tp, deadline_days=deadline_days, budget_usd=budget_usd,
-               gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, pins=pins)
+               gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, pins=pins,
+               engine=getattr(engine, "value", engine))
     return job, objective_enum, gpu_counts(int(gpus), max_gpus, job.node, min_gpus(model_spec, gpu_spec))
 
 
@@ -154,7 +165,7 @@ def _job_dict(job: SearchJob, gpus: int, max_gpus: int | None, counts: list[int]
             "gpu_counts": counts, "gbs": job.gbs, "seq": job.seq, "tokens": job.tokens, "price": job.price,
             "precision": job.precision.value, "goodput": job.goodput, "top_k": top_k, "pins": _pins_dict(job.pins),
             "deadline_days": job.deadline_days, "budget_usd": job.budget_usd, "headroom_gib": job.headroom_gib,
-            "allow_cross_node_tp": job.allow_cross_node_tp, "gpus_per_node": job.node}
+            "allow_cross_node_tp": job.allow_cross_node_tp, "gpus_per_node": job.node, "engine": job.engine}
 
 
 def _exact_failure(job: SearchJob, result: dict) -> str | None:
@@ -169,13 +180,21 @@ def _exact_failure(job: SearchJob, result: dict) -> str | None:
 
 
 def _finish(job: SearchJob, objective: Objective, out: dict, scored: list[dict], top_k: int, pareto: bool,
-            start: float) -> dict:
-    """Rank the exactly scored layouts and add candidates, notes, the front and the timing."""
+            start: float, space_reasons: tuple[dict, np.ndarray] | None = None) -> dict:
+    """Rank the exactly scored layouts and add candidates, the simpler-layout preference, the
+    structural alternatives, notes, the front and the timing."""
     ranked = sorted(scored, key=lambda r: result_key(objective, r, job.price, job.tokens))
-    candidates = collapse_twins(ranked, objective, job.price, job.tokens)[:top_k]
+    ranked = collapse_twins(ranked, objective, job.price, job.tokens)
+    ranked, preferred = prefer_simpler(ranked, objective, job.price, job.tokens, job.seq)
+    candidates = ranked[:top_k]
     out["candidates"] = candidates
     out["rejected"] = dict(sorted(out["rejected"].items(), key=lambda kv: -kv[1]))
-    notes = []
+    notes = [preferred] if preferred else []
+    out["alternatives"] = []
+    if candidates and space_reasons is not None:
+        out["alternatives"] = alternatives(candidates[0], ranked, *space_reasons, REASONS, objective, job.price,
+                                           job.tokens, job.model.is_moe)
+        notes += [alt["why"] for alt in out["alternatives"]]
     if len(candidates) >= 2:
         notes.append(explain_runner_up(candidates[0], candidates[1], objective))
     if not candidates:
@@ -200,14 +219,18 @@ def search(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int 
            price: float | None = None, precision: str = "bf16", objective: str = "throughput", top_k: int = 5,
            tp=None, pp=None, cp=None, ep=None, vpp=None, zero=None, mbs=None, recompute=None, schedule=None,
            max_gpus: int | None = None, deadline_days: float | None = None, budget_usd: float | None = None,
-           headroom_gib: float = 0.0, allow_cross_node_tp: bool = False, pareto: bool = False,
+           headroom_gib: float | None = None, allow_cross_node_tp: bool = False, pareto: bool = False,
            goodput: float | None = None, gpus_per_node: int | None = None, intra_node_bw: float | None = None,
-           inter_node_bw: float | None = None) -> dict:
+           inter_node_bw: float | None = None, engine: str | None = None) -> dict:
     """The best layouts for a job, best first; a pin (tp=8, schedule='1f1b', or a list of values)
     fixes a knob, None leaves it free. See the module docstring for the space, rules and time model.
+    headroom_gib None keeps plan_defaults.DEFAULT_HEADROOM of the GPU's memory free; engine keeps only
+    layouts that engine runs (export.support).
 
-    Returns {job, objective, candidates (estimate result objects, best first, at most top_k),
-    evaluated, feasible, rejected {reason: count}, notes, wall_s, layouts_per_s[, pareto]}.
+    Returns {job, objective, candidates (estimate result objects, best first, at most top_k; the
+    first is the simplest within SIMPLER_MARGIN of the best), alternatives (the best of each
+    structurally different family, with why it lost), evaluated, feasible, rejected {reason: count},
+    notes, wall_s, layouts_per_s[, pareto]}.
     """
     start = _time.perf_counter()
     job, objective_enum, counts = prepare(
@@ -215,14 +238,16 @@ def search(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int 
         top_k=top_k, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero=zero, mbs=mbs, recompute=recompute,
         schedule=schedule, max_gpus=max_gpus, deadline_days=deadline_days, budget_usd=budget_usd,
         headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto, goodput=goodput,
-        gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw)
+        gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, engine=engine)
 
     rejected: dict[str, int] = {}
     evaluated = 0
-    per_count = []
+    per_count, spaces, reasons = [], [], []
     for n in counts:
         result = evaluate_count(job, n, lambda step_s, gpus, days, cost: objective_of(
-            objective_enum, step_s, gpus, days, cost, job.price, job.tokens))
+            objective_enum, step_s, gpus, days, cost, job.price, job.tokens), _engine_filter(job))
+        spaces.append(result["space"])
+        reasons.append(result["reason"])
         evaluated += result["reason"].size
         for code, num in zip(*np.unique(result["reason"][result["reason"] >= 0], return_counts=True)):
             rejected[REASONS[code]] = rejected.get(REASONS[code], 0) + int(num)
@@ -233,14 +258,14 @@ def search(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int 
     feasible = int(rows["score"].size)
 
     # Exact re-score of the best distinct layouts (and, for the front, the best few per GPU count).
-    chosen = best_rows(rows, max(3 * top_k, RESCORE_MIN))
+    chosen = best_rows(rows, max(3 * top_k, RESCORE_MIN)) + rows_to_rescore(rows, job.seq)
     if pareto:
         offset = 0
         for r in per_count:
             chosen += [offset + i for i in best_rows(r, PARETO_RESCORE)]
             offset += r["score"].size
     scored = []
-    for i in dict.fromkeys(chosen):
+    for i in dict.fromkeys(chosen):   # each once, in order
         result = exact(job, row(rows, i))
         failure = _exact_failure(job, result)
         if failure:   # the vectorised model let it through; the exact path has the last word
@@ -250,7 +275,8 @@ def search(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int 
             scored.append(result)
     out = {"job": _job_dict(job, gpus, max_gpus, counts, top_k), "objective": objective_enum.value,
            "candidates": [], "evaluated": int(evaluated), "feasible": feasible, "rejected": rejected}
-    return _finish(job, objective_enum, out, scored, top_k, pareto, start)
+    space = {k: np.concatenate([sp[k] for sp in spaces]) for k in KNOBS}
+    return _finish(job, objective_enum, out, scored, top_k, pareto, start, (space, np.concatenate(reasons)))
 
 
 R_SCALAR_INVALID = "invalid layout (resolve_config or the pipeline simulator)"
@@ -273,6 +299,9 @@ def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> dict:
             evaluated += 1
             layout = row(space, i)
             reason = scalar_policy_reason(job, layout)
+            engine_ok = _engine_filter(job)
+            if reason is None and engine_ok is not None and not engine_ok({k: np.array([v]) for k, v in layout.items()})[0]:
+                reason = R_ENGINE
             if reason is None:
                 try:
                     result = exact(job, layout)
@@ -288,6 +317,18 @@ def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> dict:
     out = {"job": _job_dict(job, gpus, kwargs.get("max_gpus"), counts, top_k), "objective": objective_enum.value,
            "candidates": [], "evaluated": evaluated, "feasible": len(scored), "rejected": rejected}
     return _finish(job, objective_enum, out, scored, top_k, pareto, start)
+
+
+def _engine_filter(job: SearchJob):
+    """The rows the job's engine runs (export.support.runs), or None when any engine will do."""
+    if job.engine is None:
+        return None
+
+    def runs_rows(rows: dict[str, np.ndarray]) -> np.ndarray:
+        knobs = SimpleNamespace(**{k: rows[k] for k in ("tp", "pp", "cp", "ep", "zero", "schedule")},
+                                precision=PRECISION_CODES[job.precision], optimizer_offload=int(job.optimizer_offload))
+        return runs(job.engine, job.model, knobs)
+    return runs_rows
 
 
 def scalar_policy_reason(job: SearchJob, layout: dict) -> str | None:

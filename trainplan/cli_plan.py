@@ -46,8 +46,9 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
         out: Annotated[Optional[Path], typer.Option("--out", help="also write the report to this file "
                                                                    "(Markdown; JSON with --json)")] = None,
-        engine: Annotated[Engine, typer.Option("--engine", help="engine whose launch settings the report "
-                                                                "carries")] = Engine.megatron,
+        engine: Annotated[Optional[Engine], typer.Option(
+            "--engine", help="search only layouts this engine runs, and carry its launch settings "
+                             "(default: any layout, Megatron-LM launch settings)")] = None,
     ) -> None:
         """Plan a training run from plain language: layout, memory, step time, MFU, days and cost."""
         from trainplan.agent.llm import AgentError
@@ -63,7 +64,7 @@ def register(app: typer.Typer) -> None:
                     status.update(f"retrying the LLM server (attempt {data['attempt']})...")
 
             try:
-                report = plan(request, backend=chosen, llm_model=llm_model, on_event=on_event, engine=engine.value)
+                report = plan(request, backend=chosen, llm_model=llm_model, on_event=on_event, engine=engine.value if engine else None)
             except AgentError as exc:
                 status.stop()
                 _fail(str(exc), 1)

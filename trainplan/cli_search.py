@@ -39,7 +39,8 @@ def render_search(result: dict, console: Console) -> None:
     job = result["job"]
     console.print(f"[bold]{job['model']}[/bold] on {job['gpus']} x {job['gpu']}"
                   + (f" (GPU counts tried: {', '.join(map(str, job['gpu_counts']))})" if len(job["gpu_counts"]) > 1 else "")
-                  + f": gbs {job['gbs']}, seq {job['seq']}, {job['precision']}; objective {result['objective']}")
+                  + f": gbs {job['gbs']}, seq {job['seq']}, {job['precision']}; objective {result['objective']}; "
+                  f"{job['headroom_gib']:.1f} GiB kept free" + (f"; engine {job['engine']}" if job.get("engine") else ""))
     rate = result["layouts_per_s"]
     console.print(f"searched {result['evaluated']:,} layouts in {result['wall_s']:.2f} s ({rate:,.0f}/s, "
                   f"{rate / CALCULON_LAYOUTS_PER_S:,.0f}x Calculon's {CALCULON_LAYOUTS_PER_S:.0f}/s); "
@@ -81,8 +82,8 @@ def render_search(result: dict, console: Console) -> None:
     time.add_row("bubble_fraction", f"{step['bubble_fraction']:.1%}")
     console.print(Columns([memory, time]))
     console.print(f"MFU denominator: {step['mfu_denominator']}")
-    if len(candidates) > 1:
-        console.print(explain_runner_up(best, candidates[1], result["objective"]))
+    for note in result.get("notes", []):
+        console.print(note)
     if result.get("pareto"):
         front = Table(title="Pareto front: days vs cost across GPU counts")
         for column in ("GPUs", "days", "cost", "GPU-hours", "layout"):

@@ -1,0 +1,91 @@
+"""What the search recommends and shows (issue 11): one default headroom, a simpler layout within the
+margin, structurally different alternatives with why they lost, and an engine-aware search."""
+
+from __future__ import annotations
+
+import pytest
+
+import trainplan
+from trainplan.tools.export import export
+from trainplan.tools.export.common import ExportError
+from trainplan.tools.export.support import ENGINES
+from trainplan.tools.layout import resolve_config
+from trainplan.tools.catalog import load_model
+from trainplan.tools.plan_defaults import DEFAULT_HEADROOM, SIMPLER_MARGIN
+from trainplan.tools.search import search
+from trainplan.tools.search_choice import FAMILIES, columns, simplicity
+from trainplan.tools.search_rank import Objective, result_objective
+
+JOB = dict(model="llama3-70b", gpu="h100", gpus=64, gbs=512, seq=8192)
+
+
+@pytest.fixture(scope="module")
+def job_70b() -> dict:
+    return search(**JOB, top_k=8)
+
+
+def test_search_keeps_the_default_headroom(job_70b):
+    capacity = job_70b["candidates"][0]["memory_gib"]["capacity"]
+    assert job_70b["job"]["headroom_gib"] == pytest.approx(DEFAULT_HEADROOM * capacity)
+    assert all(c["memory_gib"]["total"] <= (1 - DEFAULT_HEADROOM) * capacity for c in job_70b["candidates"])
+    assert search(**JOB, top_k=1, headroom_gib=0)["feasible"] > job_70b["feasible"]
+
+
+def test_recommendation_is_the_simplest_within_the_margin(job_70b):
+    first, seq = job_70b["candidates"][0], JOB["seq"]
+    best = min(job_70b["candidates"], key=lambda c: c["time"]["step_s"])
+    assert first["time"]["step_s"] <= (1 + SIMPLER_MARGIN) * best["time"]["step_s"]
+    for other in job_70b["candidates"]:
+        if other["time"]["step_s"] <= (1 + SIMPLER_MARGIN) * best["time"]["step_s"]:
+            assert simplicity(columns(first["config"]), seq) <= simplicity(columns(other["config"]), seq)
+    if first is not best:
+        note = next(n for n in job_70b["notes"] if n.startswith("preferred the simpler"))
+        gap = best["time"]["tokens_per_s"] / first["time"]["tokens_per_s"] - 1
+        assert f"{gap:.1%}" in note
+
+
+def test_alternatives_are_structurally_different_and_say_why_in_numbers(job_70b):
+    best = job_70b["candidates"][0]
+    alternatives = job_70b["alternatives"]
+    names = [a["family"] for a in alternatives]
+    assert len(names) == len(set(names)) >= 2
+    for alt in alternatives:
+        member = dict((name, test) for name, _, test in FAMILIES)[alt["family"]]
+        assert not member(columns(best["config"]))          # the recommendation is not of this family
+        if alt["candidate"] is not None:
+            assert member(columns(alt["candidate"]["config"]))
+            assert alt["worse_by"] == pytest.approx(
+                result_objective(Objective.throughput, alt["candidate"], 0, None)
+                / result_objective(Objective.throughput, best, 0, None) - 1)
+            assert alt["worse_by"] >= 0 and "%" in alt["why"]
+        else:
+            assert "rejected" in alt["why"]
+
+
+def _exports(engine: str, config: dict) -> bool:
+    cfg = resolve_config(load_model(config["model"]), config["gpus"], **{
+        k: config[k] for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute", "schedule",
+                               "precision")})
+    try:
+        export(engine, load_model(config["model"]), cfg, model_ref=config["model"])
+    except ExportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_aware_search_keeps_only_layouts_the_engine_exports(engine):
+    result = search(model="llama3-8b", gpu="h100", gpus=16, gbs=64, seq=32768, top_k=6, engine=engine)
+    assert result["candidates"], result["notes"]
+    for candidate in result["candidates"] + [a["candidate"] for a in result["alternatives"] if a["candidate"]]:
+        assert _exports(engine, candidate["config"]), candidate["config"]
+    if engine != "torchtitan":   # torchtitan runs every layout of this dense job
+        assert result["rejected"]["the engine cannot run it"] > 0
+
+
+def test_plan_with_deepspeed_recommends_what_deepspeed_runs():
+    report = trainplan.plan("Llama 3 8B on 16 H100 at 32K context for 100B tokens", backend="offline",
+                            engine="deepspeed")
+    assert report.recommended["config"]["cp"] == 1
+    assert report.launch.error is None and report.launch.engine == "deepspeed"
+    assert any("deepspeed" in line for line in report.assumptions)

@@ -1,0 +1,73 @@
+"""Defaults the search and the planner share when a request leaves them open: the memory headroom,
+the global batch, and how much speed a simpler layout may give up. Each is stated once here; the
+search, the tools, the planner and the report read them from here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import InputError
+
+DEFAULT_HEADROOM = 0.10
+"""Share of each GPU's memory a searched or planned layout leaves free (the report flags less as a
+risk): the allocator's fragmentation, NCCL's lazily grown buffers and activation spikes of real
+runs, which the memory model only approximates. One value for search and plan."""
+
+SIMPLER_MARGIN = 0.03
+"""A simpler layout (fewer parallel dimensions, engine defaults) is preferred over the fastest when it
+is at most 3% slower on the objective: within the step-time model's own uncertainty, and what a
+practitioner gives up for fewer moving parts."""
+
+CP_USUAL_MIN_SEQ = 32768
+"""Context parallelism is used from about 32K tokens (Llama 3 used CP16 only for its 128K stage,
+§3.3.2; Megatron-Core's long-context recipes enable CP at 32K and up). Below it a CP layout counts
+as one more moving part in the simplicity preference."""
+
+# Tokens per optimizer step that published runs used, by total parameters. log-log interpolation
+# between these points, flat beyond the ends.
+TOKENS_PER_STEP_POINTS = (
+    (0.76e9, 0.5e6, "GPT-3 125M-760M: 0.5M tokens (Brown et al. 2020, Table 2.1)"),
+    (1.3e9, 1.0e6, "GPT-3 1.3B and 2.7B: 1M tokens (Brown et al. 2020, Table 2.1)"),
+    (7e9, 4.0e6, "Llama 2 7B-70B: 4M tokens (Touvron et al. 2023, §2.2)"),
+    (70e9, 4.0e6, "Llama 2 70B: 4M tokens (Touvron et al. 2023, §2.2)"),
+    (405e9, 16.0e6, "Llama 3 405B: 16M tokens after 2.87T tokens (Llama 3 paper, §3.4.1)"),
+    (671e9, 15360 * 4096, "DeepSeek-V3 671B: 15,360 x 4,096 = 62.9M tokens (DeepSeek-V3 report, §4.2)"),
+)
+GPUS_PER_SEQUENCE = 8
+"""At least one sequence per 8 GPUs, so that even a TP8 layout gives every data-parallel rank a
+micro-batch (Llama 3 405B on 16K GPUs: 16M tokens per step at seq 8192 = 2048 sequences)."""
+DEFAULT_GBS_RULE = (
+    "the tokens per step published runs of the model's size used (GPT-3 Table 2.1 up to 2.7B, "
+    "Llama 2's 4M for 7B-70B, Llama 3 405B's 16M, DeepSeek-V3's 62.9M; log-log in between), as the "
+    "nearest power of two of sequences, and at least one sequence per 8 GPUs"
+)
+
+
+def tokens_per_step(total_params: float) -> float:
+    """Tokens per step of published runs near this size (TOKENS_PER_STEP_POINTS)."""
+    if not total_params > 0:
+        raise InputError(f"total_params={total_params} must be positive to choose a default batch")
+    sizes = np.log([p for p, _, _ in TOKENS_PER_STEP_POINTS])
+    tokens = np.log([t for _, t, _ in TOKENS_PER_STEP_POINTS])
+    return float(np.exp(np.interp(math.log(total_params), sizes, tokens)))
+
+
+def default_gbs(seq: int, gpus: int, total_params: float) -> int:
+    """Global batch in sequences when the request gives none; see DEFAULT_GBS_RULE."""
+    if seq <= 0 or gpus <= 0:
+        raise InputError(f"seq={seq} and gpus={gpus} must be positive to choose a default gbs")
+    by_tokens = 2 ** max(0, round(math.log2(tokens_per_step(total_params) / seq)))
+    by_gpus = 2 ** math.ceil(math.log2(max(1.0, gpus / GPUS_PER_SEQUENCE)))
+    return max(by_tokens, by_gpus)
+
+
+def default_gbs_reason(seq: int, gpus: int, total_params: float) -> str:
+    """The sentence an assumption states for default_gbs: the figure, its tokens and its source."""
+    gbs = default_gbs(seq, gpus, total_params)
+    nearest = min(TOKENS_PER_STEP_POINTS, key=lambda point: abs(math.log(point[0] / total_params)))
+    return (f"{gbs} sequences ({gbs * seq:,} tokens per step): published runs of {total_params / 1e9:.3g}B "
+            f"parameters used about {tokens_per_step(total_params) / 1e6:.3g}M tokens per step (nearest: "
+            f"{nearest[2]}), at least one sequence per {GPUS_PER_SEQUENCE} GPUs")
