@@ -9,10 +9,9 @@ import subprocess
 import sys
 
 import pytest
-import typer
 
 import trainplan
-from trainplan.cli import app
+from trainplan.cli import load_command
 from trainplan.cli_export import export_from_options
 from trainplan.tools import registry
 from trainplan.tools.contract import (DEFAULT_SEQ_CAP, SEARCHED_KNOBS, Estimate, Job, Layout, ParallelConfig,
@@ -25,8 +24,7 @@ LAYOUT_DEFAULTS = {name: info.default for name, info in Layout.model_fields.item
 
 def _cli_options(command: str) -> dict[str, object]:
     """name -> click parameter of one `trainplan` command."""
-    group = typer.main.get_command(app)
-    return {param.name: param for param in group.commands[command].params}
+    return {param.name: param for param in load_command(command).params}
 
 
 def test_api_signatures_list_every_field_with_its_default():
