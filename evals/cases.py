@@ -32,6 +32,7 @@ GB = 1e9
 QUANTITIES: dict[str, tuple[Callable[[dict, dict], float], str]] = {
     "params_b": (lambda r, k: r["params"]["total"] / 1e9, "parameters, billions"),
     "step_s": (lambda r, k: r["time"]["step_s"], "seconds per step"),
+    "tokens_per_s_per_gpu": (lambda r, k: r["time"]["tokens_per_s_per_gpu"], "tokens per second per GPU"),
     "tflops_per_gpu": (lambda r, k: r["time"]["tflops_per_gpu"], "model TFLOP/s per GPU (no recompute)"),
     "hardware_tflops_per_gpu": (lambda r, k: r["time"]["hardware_tflops_per_gpu"],
                                 "hardware TFLOP/s per GPU (with recompute)"),
@@ -54,6 +55,7 @@ QUANTITIES: dict[str, tuple[Callable[[dict, dict], float], str]] = {
 DEFAULT_TOLERANCE: dict[str, float] = {
     "params_b": 0.05,
     "step_s": 0.15,
+    "tokens_per_s_per_gpu": 0.15,
     "tflops_per_gpu": 0.15,
     "hardware_tflops_per_gpu": 0.15,
     "mfu": 0.15,

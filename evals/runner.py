@@ -17,7 +17,7 @@ from .cases import DEFAULT_TOLERANCE, CaseResult, run_case
 from .dataset import Dataset, calibration_unknown_cases, load_dataset
 
 
-OVERALL_QUANTITIES = ("step_s", "tflops_per_gpu", "tflops_per_gpu_causal", "hardware_tflops_per_gpu", "gpu_hours", "cost_usd", "days")
+OVERALL_QUANTITIES = ("step_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "tflops_per_gpu_causal", "hardware_tflops_per_gpu", "gpu_hours", "cost_usd", "days")
 
 
 def _mape(errors: list[float]) -> float | None:
