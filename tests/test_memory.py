@@ -649,3 +649,17 @@ def test_zero2_reduce_scatters_per_chunk_group_with_interleaving():
               for name, c in (("interleaved", inter_cfg), ("1f1b", plain_cfg))}
     assert bucket["1f1b"] == pytest.approx(4 * layer, rel=1e-3)            # fp32, one layer (norms replicated)
     assert bucket["interleaved"] == pytest.approx(10 * bucket["1f1b"], rel=1e-12)   # one 10-layer chunk
+
+
+def test_pipeline_outputs_are_kept_only_without_deallocation():
+    """Megatron's deallocate_pipeline_outputs (on in training): a stage keeps only the autograd node of
+    what it sent. Off: stage i of 1F1B keeps p - i outputs of 2sbh/t; the last stage sends nothing."""
+    model = load_model("llama3-8b")
+    s, t, p = 4096, 2, 4
+    kw = dict(gpus=16, tp=t, pp=p, seq=s, gbs=64)
+    on = memory_breakdown(model, resolve_config(model, **kw), H100)
+    off = memory_breakdown(model, resolve_config(model, deallocate_pipeline_outputs=False, **kw), H100)
+    assert "activations/pipeline_outputs" not in on.breakdown
+    assert off.breakdown["activations/pipeline_outputs"] * GIB == pytest.approx(p * 2 * s * model.hidden_size / t)
+    added = [b["activations"] - a["activations"] for a, b in zip(on.per_stage, off.per_stage)]
+    assert added[-1] == pytest.approx(0.0, abs=1e-12) and added[0] > added[1] > added[2] > 0

@@ -238,6 +238,10 @@ class Layout(BaseModel):
                                    "that both the attention backward and the output projection read")
     tp_comm_overlap: bool = Field(default=False, description="overlap TP/SP all-gathers and reduce-scatters with "
                                                              "the GEMMs (Megatron --tp-comm-overlap)")
+    deallocate_pipeline_outputs: Annotated[bool, Cli("--deallocate-pipeline-outputs/--keep-pipeline-outputs")] = Field(
+        default=True, description="once a pipeline stage has sent its output to the next, keep only its autograd node, "
+                                  "not its data (Megatron's deallocate_pipeline_outputs, which Megatron training always "
+                                  "sets); false: every in-flight chunk keeps its 2sbh/t output until its backward")
 
 
 def _described(model: type[BaseModel], name: str, **kwargs: Any) -> Any:

@@ -38,7 +38,8 @@ al. 2022, TP/SP/CP and recompute (recompute.py), times the layers and in-flight 
 rank holds; plus the embedding, LM-head and MTP activations on the end stages and two transients:
 one layer's recompute working set and one MoE layer's all-to-all token buffers.
 
-Other: CUDA context, NCCL communicator buffers and a temporaries allowance; see the constants.
+Other: the CUDA context, NCCL communicator buffers, and the allocator reserve (ALLOCATOR_RESERVE_FRACTION):
+what PyTorch's caching allocator holds beyond the live tensors; see the constants.
 """
 
 from __future__ import annotations
@@ -82,9 +83,17 @@ more than one rank. An NCCL all-to-all can take more (3.3 GB on 8xH100, NVIDIA/n
 # and output; Megatron's MoEAlltoAllTokenDispatcher): 2 x 2 s b k h bytes with ep > 1; with ep = 1
 # only the permuted copy, 2 s b k h. The dispatched copies kept for the backward are counted with
 # the layer (moe/dispatched).
-TEMPORARIES_FRACTION = 0.05
-"""Allocator fragmentation and temporaries, as a share of activations: Megatron's theoretical
-memory adds 5% "for optimizer and miscellaneous temporaries" (theoretical_memory_usage.py)."""
+ALLOCATOR_RESERVE_FRACTION = 0.05
+"""The allocator reserve (other/allocator_reserve), a share of the activations. What nvidia-smi shows
+beyond the live tensors is what PyTorch's caching allocator keeps reserved: freed blocks cached for
+reuse, rounded up (512 B small blocks, 2 MiB pages; requests of 1-10 MiB carved from 20 MiB
+segments) and split blocks that a larger request cannot use (fragmentation), plus short-lived
+temporaries (a GEMM's output before its reduce-scatter, the optimizer's scratch). The churn comes
+from the activations, allocated and freed in varied sizes every micro-batch; the model states sit in
+buffers allocated once (Megatron's contiguous param/grad buffers), so the reserve scales with the
+activations. Its size is Megatron's: theoretical_memory_usage.py multiplies the activations by 1.05
+"for optimizer and miscellaneous temporaries". PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+shrinks the fragmentation part; a headroom_gib on top covers spikes."""
 
 _NONE, _SELECTIVE, _FULL = (RECOMPUTE_CODES[m] for m in Recompute)
 _GPIPE, _INTERLEAVED, _DUALPIPE = (SCHEDULE_CODES[s] for s in (Schedule.gpipe, Schedule.interleaved,
@@ -306,6 +315,13 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     tok, h, r = k["seq"] / k["cp"] * k["mbs"], model.hidden_size, seq_divisor(k)
     dropout_mask = tok * h / r if has_dropout(model) else 0.0
     out["activations/embedding"] = first * in_flight * chunk * (8 * tok + dropout_mask)   # int64 ids (+ mask)
+    # Pipeline outputs: without Megatron's deallocation, each in-flight chunk keeps the 2sbh/r tensor it
+    # sent on until its backward. in_flight counts chunks for DualPipe and rank-passes (v chunks each)
+    # for the interleaved schedule; the model's last chunk, on the last stage, sends nothing.
+    chunks = np.where(k["schedule"] == _INTERLEAVED, k["vpp"], np.where(k["schedule"] == _DUALPIPE, 2.0, 1.0))
+    held = in_flight * np.where(k["schedule"] == _DUALPIPE, 1.0, chunks) * (1 - last / chunks)
+    kept = (k["deallocate_pipeline_outputs"] < 1) & (k["pp"] > 1)
+    out["activations/pipeline_outputs"] = np.where(kept, held * 2 * tok * h / r, 0.0)
     # Last stage: final-norm input, LM-head input (2sbh/r each) and the fp32 softmax of the
     # vocab-parallel cross-entropy, 4 s b V / t; the loss backward follows the last forward at
     # once, so one micro-batch of logits is live (m with gpipe).
@@ -322,7 +338,7 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     groups = sum((k[n] > 1).astype(float) for n in ("tp", "pp", "cp", "dp", "ep"))
     out["other/cuda_context"] = CUDA_CONTEXT_GIB * GIB + 0 * first
     out["other/nccl"] = NCCL_GIB_PER_GROUP * GIB * groups + 0 * first
-    out["other/temporaries"] = TEMPORARIES_FRACTION * activations
+    out["other/allocator_reserve"] = ALLOCATOR_RESERVE_FRACTION * activations
     shape = np.broadcast_shapes(t.shape, first.shape)
     return {key: np.broadcast_to(np.asarray(v, dtype=float), shape) for key, v in out.items()}
 
@@ -367,7 +383,7 @@ def memory_breakdown(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, headro
 VECTOR_KEYS = ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbatches", "seq",
                "recompute", "schedule", "precision")
 """Required keys of memory_totals_vectorised; optional: sequence_parallel (default 1),
-optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp8_activations (0), attention (0: flash; 1: eager), recompute_modules (an integer
+optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp8_activations (0), deallocate_pipeline_outputs (1), attention (0: flash; 1: eager), recompute_modules (an integer
 mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where recompute is selective).
 Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
@@ -382,7 +398,7 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
     worst_stage arrays; ``gpu`` is accepted for symmetry (capacity is gpu.memory_gib).
     """
     defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0, "bf16_moments": 0,
-                "fp8_activations": 0,
+                "fp8_activations": 0, "deallocate_pipeline_outputs": 1,
                 "attention": ATTENTION_CODES[Attention.flash]}
     given = {key: arrays.get(key, defaults.get(key)) for key in (*VECTOR_KEYS, *defaults)}
     if given["recompute"] is not None:

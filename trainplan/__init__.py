@@ -37,7 +37,7 @@ def estimate(
     schedule: Schedule | str | None = None, precision: Precision | str = "bf16",
     attention: Attention | str = "flash", sequence_parallel: bool = True,
     optimizer_offload: bool = False, bf16_grads: bool = False, bf16_moments: bool = False,
-    fp8_activations: bool = False, tp_comm_overlap: bool = False,
+    fp8_activations: bool = False, tp_comm_overlap: bool = False, deallocate_pipeline_outputs: bool = True,
     # What to return.
     timeline: bool = False,
 ) -> Estimate:
