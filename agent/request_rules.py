@@ -403,7 +403,7 @@ def read_deadline(t: RequestText, found: dict[str, Any]) -> None:
     """deadline_days: 'within 30 days', 'in 4 weeks', 'deadline 30 days', '30 days or less',
     'in a month', '30天内'. A month is 30 days."""
     units = r"(days?|d|weeks?|wks?|months?)(?![a-z])"
-    cue = r"(?:within|in|under|deadline(?:\s*(?:of|is))?|by|less\s*than|at\s*most|no\s*more\s*than|max(?:imum)?|" \
+    cue = r"(?:within|in|under|deadline(?:\s*(?:of|is))?|by|less\s*than|at\s*most|no\s*more\s*than|max(?:imum)?|up\s*to|" \
           r"finish(?:ed)?\s*in|done\s*in|take\s*(?:at\s*most|no\s*more\s*than)?)"
     match = (t.take(rf"{cue}\s*:?\s*[-\u2212]?({NUM})\s*{units}")
              or t.take(rf"({NUM})[\s-]*{units}\s*(?:deadline|or\s*less|max(?:imum)?|at\s*most)(?![a-z])")

@@ -51,6 +51,7 @@ model models llm llms network gpu gpus accelerator accelerators card cards devic
 clusters node nodes machine machines server servers total overall available have has got having
 layout layouts configuration config setup parallelism parallel sharding strategy best good optimal
 only just some any all new existing current same one from-scratch scratch way ways option options maybe perhaps
+switch change try instead go move make let see compare now then again ok okay
 mixed precision data dataset corpus tokens token worth
 what's would've i'll we'll
 """.split())

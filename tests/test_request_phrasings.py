@@ -223,3 +223,22 @@ def test_gpu_and_model_files_written_in_the_request(tmp_path):
     model.write_text((MODELS_DIR / "llama3-8b.json").read_text())
     request = parse_request(f"{model} on 64 x {gpu} for 1T tokens")
     assert (request.model, request.gpu, request.gpus, request.tokens) == (str(model), str(gpu), 64, 1e12)
+
+
+def test_follow_ups_replace_a_bound_with_a_count_and_back():
+    from trainplan.agent.request import merge
+
+    bounded = parse_request("the cheapest way to train Llama 3 70B with up to 512 H100s")
+    counted = merge(bounded, parse_partial("what if I use 256 GPUs?"))
+    assert (counted.gpus, counted.max_gpus, counted.objective) == (256, None, "cost")
+    again = merge(counted, parse_partial("switch to H200, at most 128 GPUs"))
+    assert (again.gpu, again.gpus, again.max_gpus) == ("h200-sxm-141gb", None, 128)
+    assert again.unparsed is None  # the words of the last turn only, all understood
+    with pytest.raises(InputError):
+        parse_partial("what if I use -256 GPUs?")
+
+
+def test_deadline_phrasings():
+    for text in ("in 30 days", "within 30 days", "up to 30 days", "a 30 day deadline", "30 days or less",
+                 "in less than 30 days", "30天内", "deadline: 30 days"):
+        assert parse_partial(f"Llama 3 8B on 64 H100s {text}").deadline_days == 30.0, text
