@@ -216,10 +216,11 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     def search_fn(j: dict, top_k: int, with_limits: bool, headroom_gib: float, max_gpus: int | None) -> dict:
         return _search(j, top_k, with_limits=with_limits, headroom_gib=headroom_gib, max_gpus=max_gpus, engine=engine)
 
-    if job["gpus"] is None:
-        gpus, how = sizing.choose_count(search_fn, job, headroom)
-        (assumptions if gpus else risks).append(how)
-        job = sizing.at_count(job, gpus or job["max_gpus"] or sizing.DEFAULT_MAX_GPUS)
+    counted = job["gpus"] is not None
+    if not counted:
+        gpus, how, met = sizing.choose_count(search_fn, job, headroom)
+        (assumptions if met else risks).append(how)
+        job = sizing.at_count(job, gpus)
         if not job["gbs_given"]:
             params = count_params(catalog.load_model(job["model"])).total
             assumptions.append(_default_gbs_note(job["seq"], job["gpus"], params))
@@ -228,7 +229,8 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
         assumptions.append(f"only layouts {engine} can run were searched")
     result = _search(job, SEARCH_TOP_K, headroom_gib=headroom, engine=engine)
     if not result.get("candidates") and limited:
-        would = sizing.what_would_meet(search_fn, job, headroom) if job["gpus"] else None
+        # a count chosen for a budget was the cheapest already: choose_count said so
+        would = sizing.what_would_meet(search_fn, job, headroom) if counted or job["deadline_days"] else None
         risks.append(f"no layout on {job['gpus']:,} GPUs meets {sizing.limits_text(job)}: the plan below is the best "
                      f"without it" + (f"; {would}" if would else ""))
         limited = False

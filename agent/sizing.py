@@ -5,7 +5,7 @@ A request may leave the GPU count open and bound it instead:
   (more GPUs finish sooner, so the search bisects the ladder of counts, then refines between the
   last count that misses and the first that meets, in eighths of the latter);
 - a budget alone ("under $2M"): the most GPUs whose best layout stays within it (more GPUs cost
-  more, through lower efficiency at scale), for the fastest plan the budget buys;
+  more, through lower efficiency at scale), for the fastest plan the budget buys, by bisection;
 - an upper bound alone ("up to 512 H100s"): every count of the ladder up to it, and the best by
   the objective (cost: fewest dollars; throughput and time: most tokens per second).
 
@@ -26,6 +26,7 @@ from trainplan.tools import catalog
 from trainplan.tools.counting import count_params
 from trainplan.tools.plan_defaults import default_gbs
 from trainplan.tools.search import gpu_counts, min_gpus
+from trainplan.tools.search_space import R_BUDGET
 
 DEFAULT_MAX_GPUS = 16384
 """Most GPUs tried when a request bounds the count only by a deadline or a budget: the largest
@@ -88,12 +89,19 @@ def _fewest(search: Search, job: dict, counts: list[int], headroom_gib: float, r
 
 
 def _most(search: Search, job: dict, counts: list[int], headroom_gib: float) -> tuple[int, dict] | None:
-    """The most of `counts` whose best layout meets the job's limits (tried from the top down)."""
-    for gpus in reversed(counts):
-        best = _best(search, job, gpus, headroom_gib)
-        if best is not None:
-            return gpus, best
-    return None
+    """The most of `counts` (ascending) whose best layout stays within the job's budget, by bisection:
+    a count with layouts over budget is too many GPUs; one with none that fit in memory, too few."""
+    lo, hi, found = 0, len(counts) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        result = search(at_count(job, counts[mid]), 1, True, headroom_gib, None)
+        if result.get("candidates"):
+            lo, found = mid + 1, (counts[mid], result["candidates"][0])
+        elif result.get("rejected", {}).get(R_BUDGET):
+            hi = mid - 1
+        else:
+            lo = mid + 1
+    return found
 
 
 def _by_objective(search: Search, job: dict, top: int, headroom_gib: float) -> tuple[int, dict] | None:
@@ -128,14 +136,14 @@ def _outcome(best: dict) -> str:
     return f"{training['days']:.1f} days, ${training['cost_usd']:,.0f}"
 
 
-def choose_count(search: Search, job: dict, headroom_gib: float) -> tuple[int | None, str]:
-    """The GPU count for a request that leaves it open, and the sentence that says how it was chosen.
-    None when no count up to the bound meets the request (the sentence then says so)."""
+def choose_count(search: Search, job: dict, headroom_gib: float) -> tuple[int, str, bool]:
+    """The GPU count for a request that leaves it open, the sentence that says how it was chosen, and
+    whether it meets the request. When no count up to the bound does, the sentence says so and the
+    count is the one to plan on anyway: the cheapest for a budget, the bound otherwise."""
     top = job.get("max_gpus") or DEFAULT_MAX_GPUS
     counts = ladder(job, top)
-    bound = (f"up to the requested {top:,}" if job.get("max_gpus")
-             else f"up to {top:,} (the largest published dense run)")
-    tried = f"tried {counts[0]:,} to {top:,} GPUs ({bound})"
+    bound = "the requested bound" if job.get("max_gpus") else "the largest published dense run"
+    tried = f"tried {counts[0]:,} to {top:,} GPUs ({top:,}: {bound})"
     if job.get("deadline_days"):
         chosen = _fewest(search, job, counts, headroom_gib, refine=True)
         how = f"the fewest GPUs that meet {limits_text(job)}"
@@ -147,9 +155,17 @@ def choose_count(search: Search, job: dict, headroom_gib: float) -> tuple[int | 
         how = {"cost": "the count with the cheapest plan", "time": "the count with the fastest plan",
                "throughput": "the count with the highest throughput"}[job["objective"]]
     if chosen is None:
-        return None, f"gpus not given: {tried}, and none meets {limits_text(job) or 'the memory the model needs'}"
+        fallback = top
+        if job.get("budget_usd") and not job.get("deadline_days"):
+            cheapest = _cheapest(search, job, counts, headroom_gib)
+            fallback = cheapest[0] if cheapest else top
+            if cheapest:
+                return fallback, (f"gpus not given: {tried}, and none meets {limits_text(job)}; the plan uses "
+                                  f"{fallback:,}, the count of the cheapest plan"), False
+        return fallback, (f"gpus not given: {tried}, and none meets {limits_text(job) or 'the memory the model needs'}; "
+                          f"the plan uses {fallback:,}"), False
     gpus, best = chosen
-    return gpus, f"gpus not given: {gpus:,} GPUs, {how} ({_outcome(best)}); {tried}"
+    return gpus, f"gpus not given: {gpus:,} GPUs, {how} ({_outcome(best)}); {tried}", True
 
 
 def what_would_meet(search: Search, job: dict, headroom_gib: float) -> str | None:

@@ -76,3 +76,14 @@ def test_cli_refuses_with_one_line(text):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr
+
+
+def test_a_budget_without_a_count_gets_the_most_gpus_it_buys():
+    text = "Llama 3 8B for 100B tokens on H100s, budget $20K, seq 4096, gbs 256"
+    report = plan(text, backend="offline")
+    request = report.request
+    assert request["objective"] == "time" and report.recommended["training"]["cost_usd"] <= 20_000
+    twice = plan(text.replace("on H100s", f"on {2 * request['gpus']} H100s"), backend="offline")
+    assert twice.recommended["training"]["cost_usd"] > 20_000
+    assert any(risk.startswith(f"no layout on {2 * request['gpus']:,} GPUs meets the $20,000 budget")
+               for risk in twice.risks)

@@ -242,3 +242,15 @@ def test_deadline_phrasings():
     for text in ("in 30 days", "within 30 days", "up to 30 days", "a 30 day deadline", "30 days or less",
                  "in less than 30 days", "30天内", "deadline: 30 days"):
         assert parse_partial(f"Llama 3 8B on 64 H100s {text}").deadline_days == 30.0, text
+
+
+def test_the_readme_requests_are_complete():
+    """Every documented example is also a test: the README's plain-language requests parse completely."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"```requests\n(.*?)```", readme, flags=re.S).group(1)
+    for line in filter(None, block.splitlines()):
+        request = parse_request(line)
+        assert request.unparsed is None, (line, request.unparsed)
