@@ -90,3 +90,29 @@ def test_out_where_a_file_blocks_the_folder_is_one_error_line(tmp_path):
     result = run_cli("prompt", "--out", str(blocker / "prompt.md"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: cannot write --out file"), result.stderr
+
+
+@pytest.mark.parametrize("flag, value, fragment", [
+    ("--price", "nan", "not a finite number"), ("--price", "inf", "not a finite number"),
+    ("--headroom-gib", "nan", "not a finite number"), ("--headroom-gib", "1000", "below the GPU's"),
+    ("--intra-node-bw", "inf", "not a finite number"), ("--goodput", "nan", "not a finite number"),
+])
+@pytest.mark.parametrize("command", ["estimate", "search"])
+def test_non_finite_and_impossible_numbers_are_refused(command, flag, value, fragment):
+    result = run_cli(command, "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--gbs", "16",
+                     "--tokens", "1T", flag, value)
+    assert result.returncode == 2, result.stdout[-300:]
+    assert result.stderr.startswith("error:") and fragment in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("tool, arguments, fragment", [
+    ("estimate_step_time", '{"model": "llama3-8b", "gpu": "h100", "gpus": true}', "true/false"),
+    ("estimate_cost", '{"step_s": NaN, "tokens": "1T", "gpus": 8, "gbs": 8, "seq": 8192, "gpu": "h100"}',
+     "finite number"),
+    ("estimate_cost", '{"step_s": Infinity, "tokens": "1T", "gpus": 8, "gbs": 8, "seq": 8192, "gpu": "h100"}',
+     "finite number"),
+])
+def test_tools_call_refuses_bools_as_counts_and_non_finite_numbers(tool, arguments, fragment):
+    result = run_cli("tools", "call", tool, "--args", arguments)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert fragment in result.stderr, result.stderr

@@ -157,6 +157,34 @@ def default_seq(max_seq_len: int) -> int:
     return min(max_seq_len, DEFAULT_SEQ_CAP)
 
 
+# --- the numbers of a job, checked once ----------------------------------------------------------
+
+POSITIVE_JOB_NUMBERS = ("price", "gpus_per_node", "intra_node_bw", "inter_node_bw", "deadline_days", "budget_usd")
+"""Job and search numbers that must be finite and above zero when given."""
+
+
+def check_job_numbers(values: dict[str, Any], capacity_gib: float) -> None:
+    """The one check of a request's numbers, shared by estimate, search and the tools: no NaN or
+    infinity anywhere, no bool where a number goes, positive prices, bandwidths, deadlines and budgets,
+    a goodput in (0, 1], and a headroom that leaves some of the GPU's `capacity_gib` to use."""
+    for name, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{name}={value} is not a finite number: give a real value")
+        if isinstance(value, bool) and name in POSITIVE_JOB_NUMBERS + ("headroom_gib", "goodput", "gpus"):
+            raise InputError(f"{name}={value} is a true/false value, not a number")
+    for name in POSITIVE_JOB_NUMBERS:
+        value = values.get(name)
+        if value is not None and not value > 0:
+            raise InputError(f"{name}={value} must be a positive number")
+    goodput = values.get("goodput")
+    if goodput is not None and not 0 < goodput <= 1:
+        raise InputError(f"goodput={goodput} must be in (0, 1]: e.g. 0.9 for 90% effective training time")
+    headroom = values.get("headroom_gib")
+    if headroom is not None and not 0 <= headroom < capacity_gib:
+        raise InputError(f"headroom_gib={headroom} must be at least 0 and below the GPU's {capacity_gib:g} GiB: "
+                         "it is the memory to keep free, e.g. 4")
+
+
 # --- what to train and on what --------------------------------------------------------------------
 
 class Job(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .catalog import load_gpu, load_model
-from .contract import Config, Estimate, Job, Layout, MemoryGiB, Params, StepTime, Training
+from .contract import Config, Estimate, Job, Layout, MemoryGiB, Params, StepTime, Training, check_job_numbers
 from .cost import DEFAULT_GOODPUT, parse_tokens, ramp_cost, training_cost
 from .counting import count_params
 from .errors import InputError
@@ -85,13 +85,8 @@ def estimate(model: str, gpu: str, gpus: int, *, timeline: bool = False, **field
     gpu_spec = load_gpu(gpu)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
         raise InputError(f"gpus={gpus} must be a positive whole number")
-    for name in ("price", "gpus_per_node", "intra_node_bw", "inter_node_bw"):
-        value = job.get(name)
-        if value is not None and value <= 0:
-            raise InputError(f"{name}={value} must be a positive number")
+    check_job_numbers({**job, **knobs}, gpu_spec.memory_gib)
     headroom_gib = job.get("headroom_gib") or 0.0
-    if headroom_gib < 0:
-        raise InputError(f"headroom_gib={headroom_gib} must not be negative")
     cluster = ClusterSpec.build(gpu_spec, gpus, job.get("gpus_per_node"), job.get("intra_node_bw"),
                                 job.get("inter_node_bw"))
     cfg, gbs_note = resolve_with_batch(model_spec, gpus, fp8_supported=gpu_spec.fp8_tflops is not None, **knobs)

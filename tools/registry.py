@@ -24,9 +24,9 @@ import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from . import catalog
 from .cost import DEFAULT_GOODPUT, parse_tokens, training_cost
@@ -46,9 +46,31 @@ __all__ = ["Tool", "TOOLS", "TOOLS_BY_NAME", "tool_names", "openai_tools", "disp
 
 
 class ToolArgs(BaseModel):
-    """Base of every tool's arguments: unknown keys are an error the model can fix."""
+    """Base of every tool's arguments: unknown keys are an error the model can fix; NaN and infinities
+    are refused; a count is never a bool (JSON `true` is not 1)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bools_for_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, value in data.items():
+                info = cls.model_fields.get(name)
+                if isinstance(value, bool) and info is not None and bool not in _types_of(info.annotation):
+                    raise ValueError(f"{name}={str(value).lower()} is a true/false value, not a number: send a "
+                                     "number (or null for the default)")
+        return data
+
+
+def _types_of(annotation: Any) -> set[type]:
+    """The plain types an annotation admits (int | None -> {int, NoneType}; Literal -> the values' types)."""
+    origin = get_origin(annotation)
+    if origin is None:
+        return {annotation} if isinstance(annotation, type) else set()
+    if origin is Literal:
+        return {type(v) for v in get_args(annotation)}
+    return set().union(*(_types_of(a) for a in get_args(annotation)))
 
 
 def _undescribed(args: type[BaseModel]) -> list[str]:

@@ -30,7 +30,7 @@ from .catalog import load_gpu, load_model
 from .codes import PRECISION_CODES, RECOMPUTE_BY_CODE, RECOMPUTE_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
 from .cost import DEFAULT_GOODPUT, parse_tokens
 from .counting import count_params
-from .contract import default_gbs, default_seq
+from .contract import check_job_numbers, default_gbs, default_seq
 from .errors import InputError
 from .estimate import evaluate
 from .export.support import ENGINES, runs
@@ -94,11 +94,6 @@ def _codes(name: str, enum: type, value, codes: dict) -> tuple[int, ...] | None:
     return tuple(sorted(out))
 
 
-def _positive(name: str, value) -> None:
-    if value is not None and (isinstance(value, bool) or not value > 0):
-        raise InputError(f"{name}={value} must be a positive number")
-
-
 def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int | None = None,
             tokens: str | float | None = None, price: float | None = None, precision: str | None = None,
             objective: str | None = None, top_k: int | None = None, tp=None, pp=None, cp=None, ep=None, vpp=None,
@@ -117,18 +112,13 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
                         ("gpus_per_node", gpus_per_node)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0):
             raise InputError(f"{name}={value!r} must be a positive whole number")
-    for name, value in (("price", price), ("deadline_days", deadline_days), ("budget_usd", budget_usd),
-                        ("intra_node_bw", intra_node_bw), ("inter_node_bw", inter_node_bw)):
-        _positive(name, value)
     if headroom_gib is None:
         headroom_gib = DEFAULT_HEADROOM * gpu_spec.memory_gib
-    if not 0 <= headroom_gib < gpu_spec.memory_gib:
-        raise InputError(f"headroom_gib={headroom_gib} must be at least 0 and below the {gpu_spec.memory_gib:g} GiB "
-                         f"of a {gpu_spec.name}")
+    check_job_numbers({"price": price, "deadline_days": deadline_days, "budget_usd": budget_usd,
+                       "intra_node_bw": intra_node_bw, "inter_node_bw": inter_node_bw, "headroom_gib": headroom_gib,
+                       "goodput": goodput, "tokens": tokens}, gpu_spec.memory_gib)
     if engine is not None and getattr(engine, "value", engine) not in ENGINES:
         raise InputError(f"engine='{engine}' is not one of: {', '.join(ENGINES)}")
-    if goodput is not None and not 0 < goodput <= 1:
-        raise InputError(f"goodput={goodput} must be in (0, 1]: e.g. 0.9 for 90% effective training time")
     if max_gpus is not None and max_gpus < gpus:
         raise InputError(f"max_gpus={max_gpus} is below gpus={gpus}: max_gpus is the most GPUs to try")
     try:
