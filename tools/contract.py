@@ -39,6 +39,7 @@ Defaults that every tool shares (a null means the same thing everywhere):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from types import UnionType
@@ -47,6 +48,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_serializer
 
 from .cost import DEFAULT_GOODPUT
+from .errors import InputError
 from .plan_defaults import DEFAULT_GBS_RULE, DEFAULT_HEADROOM, default_gbs
 
 # --- choices -------------------------------------------------------------------------------------
