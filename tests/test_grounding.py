@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainplan.agent.grounding import check_grounding, extract_numbers, mark_ungrounded
+from trainplan.agent.grounding import UNGROUNDED_MARK, RequestText, check_grounding, extract_numbers, mark_ungrounded
 
 RESULT = {
     "params": {"total": 70_553_706_496, "active": 70_553_706_496},
@@ -191,7 +191,7 @@ def test_report_counts_and_share():
     assert [m.text for m in report.ungrounded] == ["$9M", "13"]
     assert report.share_grounded == 0.5 and not report.ok
     assert check_grounding("No numbers here.", []).ok
-    assert check_grounding("No numbers here.", []).share_grounded == 1.0
+    assert check_grounding("No numbers here.", []).share_grounded is None  # nothing checked: no share
 
 
 def test_mark_ungrounded():
@@ -231,4 +231,84 @@ def test_fraction_quoted_as_percent(fraction):
 
 @given(gib=st.floats(min_value=0.5, max_value=2000, allow_nan=False))
 def test_gib_quoted_as_gb(gib):
-    assert ungrounded(f"It needs {gib * 2**30 / 1e9:.1f} GB or {gib:.1f} GB.", [{"total": gib}]) == []
+    assert ungrounded(f"It needs {gib * 2**30 / 1e9:.1f} GB or {gib:.1f} GB.", [{"memory_gib": {"total": gib}}]) == []
+
+
+# --- units fit fields; weak, request and empty answers; markers outside code (issue 12 item 4) ------
+
+
+@pytest.mark.parametrize(("text", "source", "bad"), [
+    ("about 8 GiB", {"gpus": 8}, ["8 GiB"]),  # a GPU count is not memory
+    ("about 8 GiB", {"memory_gib": {"activations": 8.2}}, []),
+    ("8 GB/s", {"memory_gib": {"total": 8}}, ["8 GB/s"]),  # a bandwidth is not memory
+    ("900 GB/s", {"intra_node_bw": 900}, []),
+    ("8% of the step", {"config": {"tp": 8}}, ["8%"]),  # a TP degree is not a share
+    ("8% of the step", {"time": {"bubble_fraction": 0.081}}, []),
+    ("8 days", {"num_layers": 8}, ["8"]),  # a layer count is not a duration
+    ("8 days", {"training": {"days": 8.2}}, []),
+    ("a 30-day deadline", {"deadline_days": 30}, []),
+    ("$80", {"memory_gib": {"capacity": 80}}, ["$80"]),  # memory is not money
+    ("$80", {"training": {"cost_usd": 80.4}}, []),
+    ("2.5 s per step", {"training": {"days": 2.5}}, ["2.5"]),  # days are not seconds
+    ("2.5 s per step", {"time": {"step_s": 2.5}}, []),
+    ("450 ms", {"time": {"step_s": 0.45}}, []),
+    ("comm 0.31 s", {"time": {"breakdown": {"comm/tp": 0.312}}}, []),
+    ("36 hours", {"training": {"days": 1.5}}, []),
+    ("12.5K tokens/s", {"time": {"tokens_per_s": 12_500}}, []),  # a rate is not a time
+    ("12.5 s", {"time": {"tokens_per_s": 12.5}}, ["12.5"]),
+])
+def test_a_unit_is_grounded_only_by_a_field_of_its_kind(text, source, bad):
+    assert ungrounded(text, [source]) == bad
+
+
+def test_units_in_source_prose_give_the_kind():
+    sources = [RequestText("Llama 3 70B on 64 H100s at $2/GPU-hour within 30 days"),
+               {"notes": ["needs 85.3 GiB, more than the 79.65 GiB capacity"]}]
+    assert ungrounded("$2 per GPU-hour, 30 days, 85.3 GiB > 79.65 GiB", sources) == []
+    assert ungrounded("2 GiB, 30%, $85.3", sources) == ["2 GiB", "30%", "$85.3"]
+
+
+def test_one_or_two_digit_matches_are_weak_and_reported_apart():
+    report = check_grounding("About 16 GiB of weights (16.43 GiB), MFU 41% (41.2%), 39 days, TP8, mbs 1.", SOURCES)
+    assert [g.mention.text for g in report.weak] == ["16 GiB", "41%", "39", "1"]
+    assert [g.mention.text for g in report.grounded] == ["16.43 GiB", "41.2%", "TP8"]  # layout keys are never weak
+    assert report.ok and report.share_grounded == 1.0
+    assert [m.digits for m in extract_numbers("10 GiB, 8%, 0.41, 1,024, 1,200, 2.0, $2M")] == [1, 1, 2, 4, 2, 2, 1]
+
+
+def test_numbers_found_only_in_the_request_are_marked_as_such():
+    report = check_grounding("1,024 sequences per step at $2.10 per GPU-hour; 74.53 GiB per GPU.",
+                             [RESULT, RequestText(REQUEST)])
+    assert report.ok
+    assert [(g.mention.text, g.origin) for g in report.grounded] == [
+        ("1,024", "tool"), ("$2.10", "request"), ("74.53 GiB", "tool")]
+    assert [g.mention.text for g in report.from_request] == ["$2.10"]
+    assert report.grounded[2].kind == "memory"
+
+
+def test_an_empty_answer_is_not_grounded():
+    for text in ("", "  \n"):
+        report = check_grounding(text, SOURCES)
+        assert report.empty and not report.ok and report.share_grounded is None and report.checked == 0
+    assert check_grounding("It fits.", SOURCES).ok  # a non-empty answer without numbers has nothing wrong
+
+
+def test_markers_never_go_inside_code():
+    text = ("Run `--tensor-model-parallel-size 7` and:\n\n```bash\ntorchrun --nproc-per-node 9 train.py\n```\n"
+            "It costs $9M.")
+    marked = mark_ungrounded(text, check_grounding(text, SOURCES).ungrounded)
+    assert marked == ("Run `--tensor-model-parallel-size 7` [ungrounded] and:\n\n```bash\n"
+                      "torchrun --nproc-per-node 9 train.py\n```\n[ungrounded] in the block above: 9\n"
+                      "It costs $9M [ungrounded].")
+    # an unclosed fence runs to the end of the text
+    assert mark_ungrounded("```\nx = 9\n", check_grounding("```\nx = 9\n", []).ungrounded) == \
+        "```\nx = 9\n\n[ungrounded] in the block above: 9"
+
+
+@given(numbers=st.lists(st.integers(2, 10**6), min_size=1, max_size=5), fence=st.sampled_from(["```", "~~~"]))
+def test_marking_leaves_every_code_block_intact(numbers, fence):
+    block = f"{fence}text\n" + "\n".join(f"value {n}" for n in numbers) + f"\n{fence}"
+    text = f"Numbers {numbers[0]} and `{numbers[-1]}`:\n{block}\nend {numbers[0]}."
+    marked = mark_ungrounded(text, check_grounding(text, []).ungrounded)
+    assert block in marked and f"`{numbers[-1]}`" in marked
+    assert marked.count(UNGROUNDED_MARK) == 4
