@@ -4,9 +4,20 @@
 
 Each POST /v1/chat/completions takes the next scripted turn and answers it as JSON, or as SSE
 chunks (``data: {...}`` ... ``data: [DONE]``, tool calls split into deltas) when the request
-says ``"stream": true``. A turn can also be an HTTP error or a dropped connection. The server
-records every request body; `assert_consumed` checks that every turn was used and that no
-request came after the script ran out. The `openai_server` fixture does that at teardown.
+says ``"stream": true``. A turn can also be an HTTP error (with a Retry-After), a dropped
+connection, a reply cut at max_tokens (``finish="length"``), a server that accepts the request
+and never answers (`hang`), or a stream that stops after its first pieces (`stall`).
+
+Like llama.cpp's server, and before taking a turn, it refuses:
+
+- a history holding tool-call arguments that are not valid JSON: HTTP 500 "Failed to parse tool
+  call arguments as JSON" (llama.cpp re-parses every earlier call for its chat template);
+- a request longer than `context_tokens` (counted as characters / 4, messages and tools): HTTP 400
+  "the request exceeds the available context size, try increasing it".
+
+The server records every request body (`requests`) and every refusal (`refused`);
+`assert_consumed` checks that every turn was used and that no request came after the script ran
+out. The `openai_server` fixture does that at teardown.
 """
 
 from __future__ import annotations
@@ -21,21 +32,21 @@ from typing import Any
 import pytest
 
 
-def reply(content: str) -> dict:
-    """A final assistant answer."""
-    return {"content": content}
+def reply(content: str, finish: str = "stop") -> dict:
+    """A final assistant answer; finish="length" says it was cut at max_tokens."""
+    return {"content": content, "finish": finish}
 
 
-def tool_calls(*calls: tuple[str, dict | str], content: str | None = None) -> dict:
+def tool_calls(*calls: tuple[str, dict | str], content: str | None = None, finish: str = "tool_calls") -> dict:
     """An assistant message with one or more tool calls: (name, arguments as a dict or raw text)."""
-    return {"content": content, "tool_calls": [
+    return {"content": content, "finish": finish, "tool_calls": [
         (name, arguments if isinstance(arguments, str) else json.dumps(arguments))
         for name, arguments in calls]}
 
 
-def http_error(status: int, message: str = "scripted error") -> dict:
-    """An HTTP error response with an OpenAI-style error body."""
-    return {"status": status, "message": message}
+def http_error(status: int, message: str = "scripted error", retry_after_s: float | None = None) -> dict:
+    """An HTTP error response with an OpenAI-style error body, and a Retry-After header when given."""
+    return {"status": status, "message": message, "retry_after_s": retry_after_s}
 
 
 def disconnect() -> dict:
@@ -43,14 +54,31 @@ def disconnect() -> dict:
     return {"disconnect": True}
 
 
+def hang() -> dict:
+    """Accept the request and never answer (until the server stops)."""
+    return {"hang": True}
+
+
+def stall(content: str) -> dict:
+    """Stream the first word of `content`, then never send more (non-streaming: like hang)."""
+    return {"stall": True, "content": content}
+
+
+PARSE_ERROR = "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] unexpected end of input"
+CONTEXT_ERROR = "the request exceeds the available context size, try increasing it"
+
+
 class ScriptedServer:
     """The server; start() binds 127.0.0.1 on a free port."""
 
-    def __init__(self) -> None:
+    def __init__(self, context_tokens: int | None = None) -> None:
         self.turns: deque[dict] = deque()
         self.requests: list[dict] = []  # request bodies, in order
         self.headers: list[dict] = []  # request headers (lower-case names), in order
         self.unexpected: list[str] = []  # requests the script could not answer
+        self.refused: list[str] = []  # llama.cpp-style refusals: "parse" or "context", in order
+        self.context_tokens = context_tokens  # None: unlimited
+        self.stopping = threading.Event()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._http.daemon_threads = True
         self._thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.02},
@@ -70,6 +98,7 @@ class ScriptedServer:
         return self
 
     def stop(self) -> None:
+        self.stopping.set()
         self._http.shutdown()
         self._http.server_close()
 
@@ -83,11 +112,33 @@ class ScriptedServer:
         if path.rstrip("/") != "/v1/chat/completions":
             self.unexpected.append(f"POST {path}")
             return http_error(404, f"unknown path {path}")
+        refusal = self.refusal(body)
+        if refusal:
+            return refusal
         if not self.turns:
             self.unexpected.append(f"request {len(self.requests)}")
             return http_error(400, "no scripted turn left")
         self._count += 1
         return self.turns.popleft()
+
+    @staticmethod
+    def tokens(body: dict) -> int:
+        """A rough token count of a request: characters of its messages and tools / 4."""
+        return len(json.dumps(body.get("messages", [])) + json.dumps(body.get("tools", []))) // 4
+
+    def refusal(self, body: dict) -> dict | None:
+        """What llama.cpp's server refuses before generating (module docstring), or None."""
+        for message in body.get("messages", []):
+            for call in message.get("tool_calls") or []:
+                try:
+                    json.loads(call["function"]["arguments"])
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    self.refused.append("parse")
+                    return http_error(500, PARSE_ERROR)
+        if self.context_tokens is not None and self.tokens(body) > self.context_tokens:
+            self.refused.append("context")
+            return http_error(400, CONTEXT_ERROR)
+        return None
 
     def completion(self, turn: dict, model: str) -> dict:
         """The chat.completion object for a message turn."""
@@ -97,7 +148,7 @@ class ScriptedServer:
             message["tool_calls"] = calls
         return {"id": f"chatcmpl-{self._count}", "object": "chat.completion", "created": 0,
                 "model": model, "choices": [{"index": 0, "message": message, "logprobs": None,
-                                             "finish_reason": "tool_calls" if calls else "stop"}],
+                                             "finish_reason": turn.get("finish", "stop")}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
 
     def chunks(self, turn: dict, model: str) -> Iterator[dict]:
@@ -122,7 +173,7 @@ class ScriptedServer:
             for start in range(0, len(arguments), step):
                 yield chunk({"tool_calls": [{"index": index,
                                              "function": {"arguments": arguments[start:start + step]}}]})
-        yield chunk({}, "tool_calls" if calls else "stop")
+        yield chunk({}, turn.get("finish", "stop"))
 
     def _calls(self, turn: dict) -> list[dict]:
         return [{"id": f"call_{self._count}_{i}", "type": "function",
@@ -144,23 +195,35 @@ def _handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
             if "status" in turn:
                 error = {"error": {"message": turn["message"], "type": "scripted",
                                    "code": str(turn["status"])}}
-                self._send(turn["status"], "application/json", json.dumps(error).encode())
+                headers = {} if turn.get("retry_after_s") is None else {"Retry-After": str(turn["retry_after_s"])}
+                self._send(turn["status"], "application/json", json.dumps(error).encode(), headers)
+                return
+            if turn.get("hang") or (turn.get("stall") and not body.get("stream")):
+                server.stopping.wait(60)  # bounded: the fixture stops the server at teardown
+                self.close_connection = True
                 return
             model = body.get("model", "scripted")
             if body.get("stream"):
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
-                for chunk in server.chunks(turn, model):
+                for i, chunk in enumerate(server.chunks(turn, model)):
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                    if turn.get("stall") and i == 1:
+                        server.stopping.wait(60)
+                        self.close_connection = True
+                        return
                 self.wfile.write(b"data: [DONE]\n\n")
                 return
             self._send(200, "application/json", json.dumps(server.completion(turn, model)).encode())
 
-        def _send(self, status: int, content_type: str, payload: bytes) -> None:
+        def _send(self, status: int, content_type: str, payload: bytes, headers: dict | None = None) -> None:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(payload)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(payload)
 

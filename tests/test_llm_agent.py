@@ -9,23 +9,26 @@ import openai
 import pytest
 
 from openai_server import (
+    PARSE_ERROR,
     ScriptedServer,
     disconnect,
+    hang,
     http_error,
     reply,
+    stall,
     tool_calls,
 )
-from trainplan.agent.config import DEFAULT_MODEL, llm_configured, load_settings
+from trainplan.agent.config import DEFAULT_MODEL, Settings, llm_configured, load_settings
 from trainplan.agent.llm import (
+    NO_TOOLS_REASK,
     REASK_PREFIX,
     AgentError,
+    DeadlineExceeded,
     MaxTurnsExceeded,
-    RetryPolicy,
     make_client,
     run_agent,
 )
-
-FAST = RetryPolicy(max_retries=2, base_delay_s=0.001, max_delay_s=0.01)
+from trainplan.tools.errors import InputError
 MEMORY = {"memory_gib": {"weights": 16.44, "total": 74.53, "capacity": 79.65}, "fits": True,
           "config": {"tp": 8, "pp": 4, "dp": 2, "zero": 1}}
 COST = {"training": {"tokens": 15.6e12, "gpu_hours": 1234567.8, "days": 41.2, "cost_usd": 2469135.6}}
@@ -56,11 +59,16 @@ def dispatch(name: str, arguments: str) -> dict:
     return {"error": f"unknown tool '{name}'"}
 
 
-def agent(server: ScriptedServer, request: str = "Plan llama3-70b on 64 H100s.", **kwargs):
-    client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
-    kwargs.setdefault("retry", FAST)
+def settings_for(server: ScriptedServer, **limits) -> Settings:
+    return Settings(api_key="test", base_url=server.base_url, model="scripted-model", **limits)
+
+
+def agent(server: ScriptedServer, request: str = "Plan llama3-70b on 64 H100s.", *, limits: dict | None = None,
+          **kwargs):
+    """run_agent through the real openai client that make_client builds (SDK retries, the no-retry hook)."""
+    settings = settings_for(server, **(limits or {}))
     return run_agent(request, system_prompt="You plan training runs.", tools=TOOLS, dispatch=dispatch,
-                     client=client, model="scripted-model", **kwargs)
+                     client=make_client(settings), settings=settings, **kwargs)
 
 
 def tool_messages(body: dict) -> list[dict]:
@@ -95,14 +103,14 @@ def test_parallel_tool_calls_each_get_their_own_reply(openai_server):
         reply("74.5 GiB per GPU; 15.6T tokens take 41.2 days, 1.23M GPU-hours and $2.47M."),
     )
     events = []
-    result = agent(openai_server, on_event=lambda kind, data: events.append((kind, data["name"])))
+    result = agent(openai_server, on_event=lambda kind, data: events.append((kind, data.get("name"))))
     assert result.grounding.ok
     assert [c["name"] for c in result.tool_calls] == ["calculate_memory", "estimate_cost"]
     replies = tool_messages(openai_server.requests[1])
     assert [m["tool_call_id"] for m in replies] == ["call_1_0", "call_1_1"]
     assert [json.loads(m["content"]) for m in replies] == [MEMORY, COST]
-    assert events == [("tool_call", "calculate_memory"), ("tool_result", "calculate_memory"),
-                      ("tool_call", "estimate_cost"), ("tool_result", "estimate_cost")]
+    assert events == [("request", None), ("tool_call", "calculate_memory"), ("tool_result", "calculate_memory"),
+                      ("tool_call", "estimate_cost"), ("tool_result", "estimate_cost"), ("request", None)]
 
 
 def test_invented_number_is_reasked_and_corrected(openai_server):
@@ -159,62 +167,206 @@ def test_bad_tool_arguments_go_back_to_the_model_as_tool_errors(openai_server):
     assert result.grounding.ok
     errors = [json.loads(m["content"]) for m in tool_messages(openai_server.requests[1])]
     assert errors[0] == {"error": "gpus: expected an integer, got 'many'"}
-    assert errors[1]["error"].startswith("arguments are not valid JSON")
+    assert errors[1]["error"].startswith("calculate_memory: the arguments are not valid JSON")
     assert errors[2] == {"error": "unknown tool 'no_such_tool'"}
     assert [c["result"] for c in result.tool_calls][:3] == errors
+    # The broken arguments never go back to the server: the history holds {} in their place.
+    sent = openai_server.requests[1]["messages"][2]["tool_calls"]
+    assert [c["function"]["arguments"] for c in sent] == ['{"model": "llama3-70b", "gpus": "many"}', "{}", "{}"]
+    assert result.tool_calls[1]["arguments"] == '{"model": '  # the record keeps what the model sent
 
 
-def test_http_500_is_retried(openai_server):
-    openai_server.script(http_error(500, "overloaded"), disconnect(), reply("No numbers needed."))
+def test_transient_errors_are_retried_by_the_sdk_with_retry_after(openai_server):
+    openai_server.script(http_error(500, "overloaded", retry_after_s=0.01), http_error(429, "slow down",
+                         retry_after_s=0.02), reply("No numbers needed."))
     events = []
     result = agent(openai_server, on_event=lambda kind, data: events.append((kind, data)))
-    assert result.text == "No numbers needed."
+    assert result.text == "No numbers needed." and result.turns == 1
     assert len(openai_server.requests) == 3
-    assert [(k, d["attempt"]) for k, d in events] == [("retry", 1), ("retry", 2)]
-    assert events[0][1]["delay_s"] == pytest.approx(0.001)
+    retries = [data for kind, data in events if kind == "retry"]
+    assert [(r["attempt"], r["delay_s"]) for r in retries] == [(1, 0.01), (2, 0.02)]  # the server's Retry-After
+    assert "500" in retries[0]["error"] and "429" in retries[1]["error"]
+    assert [h.get("x-stainless-retry-count") for h in openai_server.headers] == ["0", "1", "2"]
 
 
-def test_rate_limit_is_retried(openai_server):
-    openai_server.script(http_error(429, "slow down"), reply("Done."))
+def test_a_dropped_connection_is_retried(openai_server):
+    openai_server.script(disconnect(), reply("Done."))
     assert agent(openai_server).text == "Done."
+    assert len(openai_server.requests) == 2
 
 
 def test_persistent_500_becomes_one_line_agent_error(openai_server):
-    openai_server.script(*[http_error(503, "model is\nloading")] * 3)
+    openai_server.script(*[http_error(503, "model is\nloading", retry_after_s=0.001)] * 3)
     with pytest.raises(AgentError) as caught:
         agent(openai_server)
     message = str(caught.value)
-    assert "\n" not in message
-    assert message == (f"the LLM server at {openai_server.base_url} failed with HTTP 503 after 3 tries: "
-                       "model is loading")
+    assert "\n" not in message and caught.value.kind == "server"
+    assert message == f"the LLM server at {openai_server.base_url} failed with HTTP 503: model is loading"
+    assert len(openai_server.requests) == 3  # the first try and the SDK's max_retries=2
 
 
-@pytest.mark.parametrize(("status", "hint"), [(401, "check OPENAI_API_KEY"),
-                                              (404, "check TRAINPLAN_MODEL (now 'scripted-model')"),
-                                              (400, "rejected the request with HTTP 400: bad tools")])
-def test_non_transient_errors_are_not_retried(openai_server, status, hint):
-    openai_server.script(http_error(status, "bad tools"))
-    with pytest.raises(AgentError, match=None) as caught:
+def test_errors_that_repeat_deterministically_are_not_retried(openai_server):
+    openai_server.script(http_error(500, PARSE_ERROR, retry_after_s=0.001))
+    with pytest.raises(AgentError, match="HTTP 500: Failed to parse tool call arguments as JSON"):
         agent(openai_server)
-    assert hint in str(caught.value) and "\n" not in str(caught.value)
     assert len(openai_server.requests) == 1
+
+
+def test_a_history_with_broken_arguments_is_refused_like_llama_cpp(openai_server):
+    """The scripted server itself: what the loop must never send (it sends {} instead)."""
+    client = make_client(settings_for(openai_server))
+    history = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c1", "type": "function", "function": {"name": "estimate_cost", "arguments": '{"tok'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "{}"}]
+    with pytest.raises(openai.InternalServerError, match="Failed to parse tool call arguments"):
+        client.chat.completions.create(model="m", messages=history)
+    assert openai_server.refused == ["parse"] and len(openai_server.requests) == 1  # not retried
+
+
+def test_cut_off_tool_arguments_are_answered_with_an_error_and_valid_json(openai_server):
+    openai_server.script(
+        tool_calls(("estimate_cost", '{"tokens": 15.6e1'), finish="length"),
+        tool_calls(("estimate_cost", {"tokens": 15.6e12})),
+        reply("41.2 days."),
+    )
+    result = agent(openai_server)
+    assert result.grounding.ok and openai_server.refused == []  # the strict server accepted every history
+    error = json.loads(tool_messages(openai_server.requests[1])[0]["content"])["error"]
+    assert error.startswith("estimate_cost: the arguments are not valid JSON, cut off at the reply's token limit")
+    assert "call estimate_cost again" in error
+    assert openai_server.requests[2]["messages"][2]["tool_calls"][0]["function"]["arguments"] == "{}"
+
+
+def test_a_reply_cut_at_max_tokens_is_final_with_a_notice(openai_server):
+    openai_server.script(tool_calls(("estimate_cost", {"tokens": 15.6e12})),
+                         reply("The run takes 41.2 days and", finish="length"))
+    result = agent(openai_server, limits={"max_tokens": 64})
+    assert result.truncated and not result.reasked
+    assert result.text == ("The run takes 41.2 days and\n\n[cut off: this reply reached the limit of 64 tokens "
+                           "per reply (TRAINPLAN_LLM_MAX_TOKENS)]")
+    assert [body["max_tokens"] for body in openai_server.requests] == [64, 64]
+
+
+def test_a_server_that_never_answers_is_bounded_by_the_deadline(openai_server):
+    openai_server.script(hang())
+    with pytest.raises(DeadlineExceeded) as caught:
+        agent(openai_server, limits={"deadline_s": 0.2})
+    assert caught.value.kind == "deadline"
+    assert str(caught.value) == ("the LLM gave no final answer within the 0.2 s deadline; raise "
+                                 "TRAINPLAN_LLM_DEADLINE_S or use a faster model")
+    assert len(openai_server.requests) == 1  # the abandoned request is not retried
+
+
+def test_a_stalled_stream_is_cut_at_the_deadline_and_never_replayed(openai_server):
+    openai_server.script(stall("Use TP8 for this run."))
+    tokens = []
+    with pytest.raises(DeadlineExceeded):
+        agent(openai_server, stream=True, limits={"deadline_s": 0.3},
+              on_event=lambda kind, data: tokens.append(data["text"]) if kind == "token" else None)
+    assert tokens == ["Use "]  # shown once; nothing after the deadline, and no retry replays it
+    assert len(openai_server.requests) == 1
+
+
+def test_a_stream_that_breaks_off_is_not_retried(openai_server):
+    openai_server.script(reply("Use TP8 here."))
+    settings = settings_for(openai_server)
+    client = make_client(settings)
+    real = client.chat.completions.create
+
+    def broken(**kwargs):
+        stream = real(**kwargs)
+        pieces = iter(stream)
+
+        class Broken:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                stream.close()
+
+            def __iter__(self):
+                yield next(pieces)
+                yield next(pieces)
+                raise openai.APIConnectionError(request=stream.response.request)
+
+            def close(self):
+                stream.close()
+
+        return Broken()
+
+    client.chat.completions.create = broken
+    tokens = []
+    with pytest.raises(AgentError, match="stream broke off after 1 text pieces") as caught:
+        run_agent("hi", system_prompt="s", tools=TOOLS, dispatch=dispatch, client=client, settings=settings,
+                  stream=True, on_event=lambda kind, data: tokens.append(data["text"]) if kind == "token" else None)
+    assert caught.value.kind == "stream" and tokens == ["Use "]
+    assert len(openai_server.requests) == 1
+
+
+def test_a_context_overflow_is_retried_once_without_earlier_tool_results(openai_server):
+    big = {**COST, "detail": "x" * 4000}  # a long tool result, as search_configs gives
+    settings = settings_for(openai_server)
+
+    def run(request: str, history=None, on_event=None):
+        return run_agent(request, system_prompt="s", tools=TOOLS, dispatch=lambda name, arguments: big,
+                         client=make_client(settings), settings=settings, history=history, on_event=on_event)
+
+    openai_server.script(tool_calls(("estimate_cost", {"tokens": 15.6e12})), reply("41.2 days."),
+                         reply("It costs $2.47M."))
+    first = run("Plan it.")
+    openai_server.context_tokens = ScriptedServer.tokens(openai_server.requests[-1]) + 10  # an 8K server, scaled
+    events = []
+    second = run("And the cost?", history=first.messages, on_event=lambda kind, data: events.append((kind, data)))
+    assert second.text == "It costs $2.47M." and second.grounding.ok  # grounded by the full earlier result
+    assert openai_server.refused == ["context"] and ("compact", {"omitted": 1}) in events
+    sent = openai_server.requests[-1]["messages"]
+    assert json.loads(sent[3]["content"])["omitted"].startswith("an earlier tool result")
+    with pytest.raises(AgentError, match="exceeds the available context size") as caught:
+        run("x" * 20_000)  # too long by itself: nothing to leave out, and a 400 is not retried
+    assert caught.value.kind == "context" and openai_server.refused == ["context"] * 2
+
+
+def test_a_model_that_answers_without_tools_is_reasked_once(openai_server):
+    openai_server.script(reply("Use plenty of data parallelism."), reply("Still plenty of data parallelism."))
+    events = []
+    result = agent(openai_server, require_tool="submit_plan", on_event=lambda kind, data: events.append((kind, data)))
+    assert result.tools_reasked and result.tool_calls == [] and result.text == "Still plenty of data parallelism."
+    reask = openai_server.requests[1]["messages"][-1]
+    assert reask == {"role": "user", "content": NO_TOOLS_REASK.format(tool="submit_plan")}
+    assert [kind for kind, _ in events].count("reask_tools") == 1
+
+
+def test_a_model_that_does_not_submit_is_asked_to(openai_server):
+    openai_server.script(tool_calls(("estimate_cost", {"tokens": 1})), reply("Done."),
+                         tool_calls(("submit_plan", {"tp": 8})), reply("Submitted."))
+    result = agent(openai_server, require_tool="submit_plan")
+    assert openai_server.requests[2]["messages"][-1]["content"].startswith("You did not call submit_plan.")
+    assert result.tools_reasked and result.text == "Submitted."
+
+
+def test_an_empty_answer_is_not_grounded(openai_server):
+    openai_server.script(tool_calls(("estimate_cost", {"tokens": 1})), reply(""))
+    result = agent(openai_server)
+    assert not result.grounding.ok and result.grounding.empty and not result.reasked
+
+
+def test_server_down_is_one_clear_line():
+    port = _closed_port()
+    settings = Settings(api_key="test", base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=0)
+    with pytest.raises(AgentError) as caught:
+        run_agent("hi", system_prompt="s", tools=TOOLS, dispatch=dispatch, client=make_client(settings),
+                  settings=settings)
+    message = str(caught.value)
+    assert message.startswith(f"cannot reach the LLM server at http://127.0.0.1:{port}/v1: ")
+    assert message.endswith("; check OPENAI_BASE_URL or use --backend offline")
+    assert "\n" not in message and caught.value.kind == "config"
 
 
 def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def test_server_down_is_one_clear_line():
-    port = _closed_port()
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="test", max_retries=0)
-    with pytest.raises(AgentError) as caught:
-        run_agent("hi", system_prompt="s", tools=TOOLS, dispatch=dispatch, client=client, retry=FAST)
-    message = str(caught.value)
-    assert message.startswith(f"cannot reach the LLM server at http://127.0.0.1:{port}/v1: ")
-    assert message.endswith(" (3 tries); check OPENAI_BASE_URL or use --backend offline")
-    assert "\n" not in message
 
 
 def test_streaming_assembles_text_and_tool_call_deltas(openai_server):
@@ -245,8 +397,8 @@ def test_streaming_assembles_text_and_tool_call_deltas(openai_server):
     assert result.grounding.ok
 
 
-def test_streaming_retries_a_500(openai_server):
-    openai_server.script(http_error(502), reply("Done."))
+def test_streaming_retries_a_500_before_the_stream_starts(openai_server):
+    openai_server.script(http_error(502, retry_after_s=0.001), reply("Done."))
     assert agent(openai_server, stream=True).text == "Done."
 
 
@@ -286,16 +438,28 @@ def test_settings_and_client_from_environment(monkeypatch):
     assert llm_configured()
     settings = load_settings()
     assert settings.model == "qwen2.5-7b-instruct" and settings.api_key is None
+    assert (settings.deadline_s, settings.max_tokens, settings.max_retries) == (300.0, 2048, 2)
     client = make_client(settings)
-    assert str(client.base_url) == "http://127.0.0.1:9/v1/" and client.max_retries == 0
+    assert str(client.base_url) == "http://127.0.0.1:9/v1/" and client.max_retries == 2
+    monkeypatch.setenv("TRAINPLAN_LLM_DEADLINE_S", "20")
+    monkeypatch.setenv("TRAINPLAN_LLM_MAX_TOKENS", "512")
+    monkeypatch.setenv("TRAINPLAN_LLM_MAX_RETRIES", "0")
+    assert (load_settings().deadline_s, load_settings().max_tokens, load_settings().max_retries) == (20.0, 512, 0)
+    for name, value in (("TRAINPLAN_LLM_DEADLINE_S", "soon"), ("TRAINPLAN_LLM_DEADLINE_S", "nan"),
+                        ("TRAINPLAN_LLM_MAX_TOKENS", "1.5"), ("TRAINPLAN_LLM_MAX_RETRIES", "-1")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(InputError, match=f"^{name}='{value}' must be"):
+            load_settings()
+        monkeypatch.delenv(name)
 
 
 def test_default_endpoint_is_unreachable_in_tests(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     assert llm_configured()
+    monkeypatch.setenv("TRAINPLAN_LLM_MAX_RETRIES", "0")
     pattern = r"^cannot reach the LLM server at https://api\.openai\.com/v1: .*blocked"
     with pytest.raises(AgentError, match=pattern):
-        run_agent("hi", system_prompt="s", tools=[], dispatch=dispatch, retry=RetryPolicy(max_retries=0))
+        run_agent("hi", system_prompt="s", tools=[], dispatch=dispatch)
 
 
 def test_real_network_is_blocked():

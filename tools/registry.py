@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
@@ -38,6 +39,9 @@ from .pipeline import render_ascii, simulate
 from .contract import (SEARCHED_KNOBS, Job, Layout,  # noqa: F401
                        ParallelConfig, Schedule, fields_of, optional_model, search_fields)
 from .plan_defaults import DEFAULT_GBS_RULE, default_gbs, default_gbs_reason
+
+log = logging.getLogger(__name__)
+log.addHandler(logging.NullHandler())  # a library: records reach the application's handlers, never a bare stderr
 
 __all__ = ["Tool", "TOOLS", "TOOLS_BY_NAME", "tool_names", "openai_tools", "dispatch", "default_gbs",
            "DEFAULT_GBS_RULE", "estimate_kwargs"]
@@ -362,12 +366,13 @@ def openai_tools(strict: bool = True) -> list[dict]:
 # --- dispatch -------------------------------------------------------------------------------------
 
 
-def _validation_line(name: str, exc: ValidationError) -> str:
+def _validation_line(tool: Tool, exc: ValidationError) -> str:
+    name = tool.name
     parts = []
     for error in exc.errors()[:3]:
         field = ".".join(str(p) for p in error["loc"]) or "arguments"
         if error["type"] == "extra_forbidden":
-            known = ", ".join(TOOLS_BY_NAME[name].args.model_fields)
+            known = ", ".join(tool.args.model_fields)
             parts.append(f"unknown argument '{field}' (arguments: {known})")
         elif error["type"] == "missing":
             parts.append(f"{field}: required")
@@ -377,11 +382,13 @@ def _validation_line(name: str, exc: ValidationError) -> str:
     return f"{name}: invalid arguments: " + "; ".join(parts) + more
 
 
-def dispatch(name: str, arguments_json: str | dict | None) -> dict:
-    """Validate and run one tool call; every failure is an {"error": "..."} result, never an exception."""
-    tool = TOOLS_BY_NAME.get(name)
+def dispatch(name: str, arguments_json: str | dict | None, tools: Mapping[str, Tool] | None = None) -> dict:
+    """Validate and run one tool call; every failure is an {"error": "..."} result, never an exception.
+    `tools`: the tool set to look `name` up in (default: TOOLS_BY_NAME)."""
+    tools = TOOLS_BY_NAME if tools is None else tools
+    tool = tools.get(name)
     if tool is None:
-        return {"error": f"unknown tool '{name}': use one of {', '.join(tool_names())}"}
+        return {"error": f"unknown tool '{name}': use one of {', '.join(tools)}"}
     if isinstance(arguments_json, dict):
         arguments = arguments_json
     else:
@@ -395,10 +402,11 @@ def dispatch(name: str, arguments_json: str | dict | None) -> dict:
     try:
         args = tool.args.model_validate(arguments)
     except ValidationError as exc:
-        return {"error": _validation_line(name, exc)}
+        return {"error": _validation_line(tool, exc)}
     try:
         return tool.function(args)
     except InputError as exc:
         return {"error": f"{name}: {exc}"}
-    except Exception as exc:  # the loop must go on; a bug shows as a tool error, named
+    except Exception as exc:  # the loop must go on; a bug shows as a tool error, named, and in the log
+        log.exception("tool %s failed on arguments %s", name, arguments)
         return {"error": f"{name} failed: {type(exc).__name__}: {exc}"}
