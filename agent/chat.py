@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,6 +108,7 @@ class ChatSession:
         self.report: PlanReport | None = None
         self.messages: list[dict] = []  # LLM: the conversation so far
         self.grounding = None  # LLM: the check of the last answer
+        self.truncated = False  # LLM: the last answer was cut at max_tokens
         self.transcript = Transcript()
         self.transcript.add({"kind": "session", "version": TRANSCRIPT_VERSION, "backend": self.backend,
                              "llm_model": llm_model})
@@ -157,7 +159,7 @@ class ChatSession:
                            "new turns are appended to it")
 
     def cmd_load(self, argument: str) -> None:
-        from .llm import REASK_PREFIX
+        from .llm import is_reask
 
         if not argument:
             raise InputError("/load needs a file name: /load session.jsonl")
@@ -171,7 +173,7 @@ class ChatSession:
             elif record["kind"] == "message":
                 self.messages.append(record["message"])
                 content = record["message"].get("content") or ""
-                if record["message"].get("role") == "user" and not content.startswith(REASK_PREFIX):
+                if record["message"].get("role") == "user" and not is_reask(content):
                     update = parse_partial(content)
                     self.request = update if self.request is None else merge(self.request, update)
         turns = sum(1 for r in records if r["kind"] == "user")
@@ -198,16 +200,20 @@ class ChatSession:
             if self.backend == "offline":
                 self.report = plan_offline(self.request, describe_request(self.request))
             elif self.messages:
-                from .grounding import check_grounding
+                from .grounding import RequestText, check_grounding
+                from .llm import is_reask
 
                 text = next((m.get("content") or "" for m in reversed(self.messages)
                              if m.get("role") == "assistant" and not m.get("tool_calls")), "")
-                sources = [m.get("content") for m in self.messages if m.get("role") in ("tool", "user")]
-                grounding = self.grounding or grounding_of(check_grounding(text, sources))
+                calls = calls_from_messages(self.messages)
+                sources = [m.get("content") if m.get("role") == "tool" else RequestText(m.get("content") or "")
+                           for m in self.messages
+                           if m.get("role") == "tool" or (m.get("role") == "user" and not is_reask(m.get("content")))]
+                grounding = self.grounding or grounding_of(check_grounding(text, sources), called_tools=bool(calls))
                 first = next(m["content"] for m in self.messages if m.get("role") == "user")
-                self.report = report_from_conversation(first, self.request, text=text,
-                                                       calls=calls_from_messages(self.messages),
-                                                       grounding=grounding, llm_model=self.llm_model or _model_name())
+                self.report = report_from_conversation(first, self.request, text=text, calls=calls,
+                                                       grounding=grounding, llm_model=self.llm_model or _model_name(),
+                                                       truncated=self.truncated)
         return self.report
 
     def error(self, message: str) -> None:
@@ -227,14 +233,17 @@ class ChatSession:
                        "\"use fp8\", \"seq 4k\", \"for 2T tokens\", or a new model and hardware")
             return
         previous = self.request
-        self.request = update if previous is None else merge(previous, update)
+        request = update if previous is None else merge(previous, update)
         try:
             with self.console.status("searching layouts..."):
-                report = plan_offline(self.request, line)
+                report = plan_offline(request, line)
         except InputError as exc:
-            self.error(str(exc))
+            # A turn that fails changes nothing: the request stays as it was.
+            self.error(for_chat(str(exc)) + (" (the plan is unchanged)" if previous is not None else ""))
+            if previous is None:
+                self.request = request  # keep a first, incomplete request for the next line to complete
             return
-        self.report = report
+        self.request, self.report = request, report
         if previous is not None:
             changes = changed_fields(previous, self.request)
             if changes:
@@ -269,35 +278,63 @@ class ChatSession:
                 status.start()
             elif kind == "reask":
                 self.console.print(f"\n[dim](asking the model to ground: {escape(', '.join(data['numbers']))})[/dim]")
+            elif kind == "reask_tools":
+                self.console.print("\n[dim](asking the model to use the tools)[/dim]")
             elif kind == "retry":
                 status.update(f"retrying the LLM server (attempt {data['attempt']})...")
+            elif kind == "compact":
+                status.update("the conversation outgrew the LLM's context: retrying without earlier tool results...")
 
         try:
             update = parse_partial(line)
         except InputError as exc:
             self.error(str(exc))
             return
-        self.request = update if self.request is None else merge(self.request, update)
+        request = update if self.request is None else merge(self.request, update)
+        # A new plan is wanted when the request changed or none was handed over yet; a question is not.
+        from .toolset import submitted_layout
+
+        require_submit = bool(update.given()) or submitted_layout(calls_from_messages(self.messages)) is None
         before = len(self.messages)
         status.start()
         try:
             result = run_llm(line, llm_model=self.llm_model, client=self.client, stream=True, on_event=on_event,
-                             history=self.messages)
+                             history=self.messages, require_submit=require_submit)
         except AgentError as exc:
-            self.error(str(exc))
+            # A turn that fails changes nothing: the conversation, the request and the plan stay as they were.
+            if streamed["text"]:
+                self.console.print()
+            self.error(f"{exc} (the plan is unchanged)")
             return
         finally:
             status.stop()
         if streamed["text"]:
             self.console.print()
+        if result.truncated:
+            self.console.print("[yellow]the answer was cut off at the token limit (TRAINPLAN_LLM_MAX_TOKENS)[/yellow]")
         if not result.grounding.ok:
-            marked = ", ".join(m.text for m in result.grounding.ungrounded)
-            self.console.print(f"[yellow]ungrounded numbers (not in any tool result):[/yellow] {escape(marked)}")
+            marked = ", ".join(m.text for m in result.grounding.ungrounded) or "the answer is empty"
+            self.console.print(f"[yellow]ungrounded (not in any tool result):[/yellow] {escape(marked)}")
+        self.request = request
         self.report = None
-        self.grounding = grounding_of(result.grounding, result.reasked)
         self.messages = [m for m in result.messages if m.get("role") != "system"]
+        called = bool(calls_from_messages(self.messages))
+        self.grounding = grounding_of(result.grounding, result.reasked, called_tools=called)
+        self.truncated = result.truncated
         for message in self.messages[before:]:
             self.transcript.add({"kind": "message", "message": message})
+
+
+_FLAG = re.compile(r"(?:\b(?:use|pass|with|try|add|set)\s+)?`?--([a-z][a-z0-9-]*)(?:[ =]([^\s,;:)`'\"]+))?`?")
+
+
+def for_chat(message: str) -> str:
+    """An error's fix in chat words: "use --precision bf16" -> say "precision bf16"."""
+    def say(m: re.Match) -> str:
+        words = m.group(1).replace("-", " ")
+        return f'say "{words} {m.group(2)}"' if m.group(2) else f'say "{words}"'
+
+    return _FLAG.sub(say, message)
 
 
 def describe_request(request: PlanRequest) -> str:

@@ -6,11 +6,13 @@
   timeline=True on the winner (the simplest within plan_defaults.SIMPLER_MARGIN of the best) and on
   the best structurally different layouts (search_choice.FAMILIES), and write the report. No LLM,
   no network.
-- openai: run the function-calling loop (agent/llm.py) with the rendered system prompt and the
-  registry's tools. The recommended layout is the one the model's final answer names (its layout
-  tokens, e.g. "TP8 PP4", matched against the configs in this conversation's tool results), then
-  re-evaluated with `estimate`; the model's text is the rationale and its grounding check goes in
-  the report.
+- openai: run the function-calling loop (agent/llm.py) with the rendered system prompt, the
+  registry's tools and submit_plan (agent/toolset.py). The recommended layout is the one the model
+  hands over with submit_plan, re-evaluated with `estimate`; the model's text is the rationale and
+  its grounding check goes in the report. Prose is never parsed for a layout: when the model does
+  not submit (after one re-ask), the offline planner's layout is used and the report says so.
+  When the LLM fails (server error, context overflow, deadline) on a complete request, the
+  offline plan is returned, labelled with the LLM's error.
 - auto: openai when an LLM is configured (agent.config.llm_configured), else offline.
 
 Defaults when the request does not say (each becomes a line of the report's assumptions):
@@ -31,11 +33,12 @@ from trainplan.tools.counting import count_params
 from trainplan.tools.errors import InputError
 from trainplan.tools.estimate import estimate
 from trainplan.tools.plan_defaults import DEFAULT_HEADROOM, default_gbs, default_gbs_reason
-from trainplan.tools.registry import dispatch, estimate_kwargs, openai_tools
+from trainplan.tools.registry import dispatch, estimate_kwargs
 
 from . import sizing
 from .report import Grounding, PlanReport, build_report, launch_settings
 from .request import PINS, PlanRequest, merge, parse_partial, require_complete, resolve_gbs
+from .toolset import SUBMIT_PLAN, agent_dispatch, agent_tools, submitted_layout
 
 __all__ = ["plan", "plan_offline", "plan_openai", "resolve_backend", "complete_request"]
 
@@ -266,12 +269,11 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
 
 # --- the LLM backend -------------------------------------------------------------------------------
 
-_LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp", "zero")
-_CONFIG_TOOLS = ("estimate_step_time", "calculate_memory", "search_configs")
+_CONFIG_TOOLS = ("estimate_step_time", "calculate_memory", "search_configs", "submit_plan")
 
 
 def _configs_in(calls: list[dict]) -> list[tuple[int, str, dict]]:
-    """(order, tool, config) of every layout in the tool results, latest last."""
+    """(order, tool, config) of every layout the tools evaluated in a conversation, latest last."""
     out = []
     for i, call in enumerate(calls):
         result = call.get("result")
@@ -280,38 +282,14 @@ def _configs_in(calls: list[dict]) -> list[tuple[int, str, dict]]:
         if call["name"] == "search_configs":
             for rank, candidate in enumerate(result.get("candidates", [])):
                 out.append((i - rank * 1e-3, "search_configs", candidate["config"]))
-        elif result.get("fits", True):
+        elif result.get("fits", True) and "config" in result:
             out.append((i, call["name"], result["config"]))
     return out
 
 
-def _named_layout(text: str) -> dict[str, float]:
-    """Layout tokens the text names ("TP8", "PP 4", "ZeRO-1"), the last mention of each key winning."""
-    from .grounding import extract_numbers
-
-    named: dict[str, float] = {}
-    for mention in extract_numbers(text):
-        if mention.layout_key:
-            named[mention.layout_key] = mention.value
-    return named
-
-
-def _choose_config(text: str, calls: list[dict]) -> dict | None:
-    """The config the answer names: most layout tokens matched; then estimate_step_time over search
-    candidates over calculate_memory; then the latest."""
-    named = _named_layout(text)
-    best, best_key = None, None
-    for order, tool, config in _configs_in(calls):
-        score = sum(1 for k, v in named.items() if config.get(k) == v)
-        misses = sum(1 for k, v in named.items() if config.get(k) != v)
-        key = (score - misses, {"estimate_step_time": 2, "search_configs": 1}.get(tool, 0), order)
-        if best_key is None or key > best_key:
-            best, best_key = config, key
-    return best
-
-
-def _job_from_calls(partial: PlanRequest, config: dict, calls: list[dict]) -> PlanRequest:
-    """The request as the conversation settled it: the chosen config's job, tokens/price from the calls."""
+def _job_from_submission(partial: PlanRequest, config: dict, arguments: dict) -> PlanRequest:
+    """The request as the submission settled it: the submitted layout's job; tokens and price from the
+    request, else from the submission."""
     given: dict[str, Any] = {"model": partial.model or config["model"], "gpu": partial.gpu or config["gpu"],
                              "gpus": config["gpus"], "seq": config["seq"], "gbs": config["gbs"],
                              "precision": config["precision"]}
@@ -319,11 +297,9 @@ def _job_from_calls(partial: PlanRequest, config: dict, calls: list[dict]) -> Pl
         given["model"] = config["model"]
     if partial.gpu and catalog.load_gpu(partial.gpu).name != config["gpu"]:
         given["gpu"] = config["gpu"]
-    for call in calls:
-        args = call.get("parsed_arguments") or {}
-        for key in ("tokens", "price", "goodput"):
-            if args.get(key) is not None and getattr(partial, key) is None:
-                given[key] = parse_tokens(args[key]) if key == "tokens" else args[key]
+    for key in ("tokens", "price"):
+        if arguments.get(key) is not None and getattr(partial, key) is None:
+            given[key] = parse_tokens(arguments[key]) if key == "tokens" else arguments[key]
     data = partial.model_dump()
     data.update({k: v for k, v in given.items() if v is not None})
     return PlanRequest(**data)
@@ -345,72 +321,90 @@ def calls_from_messages(messages: list[dict]) -> list[dict]:
     return calls
 
 
-def grounding_of(report: Any, reasked: bool = False) -> Grounding:
-    """A Grounding from agent.grounding's GroundingReport."""
-    return Grounding(ok=report.ok, share_grounded=report.share_grounded, grounded=len(report.grounded),
+def grounding_of(report: Any, reasked: bool = False, called_tools: bool = True) -> Grounding:
+    """A Grounding from agent.grounding's GroundingReport; not ok when the LLM called no tool."""
+    status = ("no_tool_calls" if not called_tools else "empty_answer" if report.empty
+              else "grounded" if report.ok else "ungrounded")
+    return Grounding(ok=report.ok and called_tools, status=status, share_grounded=report.share_grounded,
+                     grounded=len(report.grounded), weak=[g.mention.text for g in report.weak],
+                     from_request=[g.mention.text for g in report.from_request],
                      ungrounded=[m.text for m in report.ungrounded], reasked=reasked)
 
 
+def _parsed_arguments(arguments: Any) -> dict:
+    try:
+        parsed = json.loads(arguments or "{}") if isinstance(arguments, str) else arguments
+    except json.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
 def report_from_conversation(request_text: str, partial: PlanRequest, *, text: str, calls: list[dict],
-                             grounding: Grounding | None, llm_model: str | None) -> PlanReport:
-    """The report of an LLM conversation: the layout its answer names, re-evaluated with the tools."""
-    parsed_calls = []
-    for call in calls:
-        try:
-            parsed = json.loads(call["arguments"] or "{}")
-        except json.JSONDecodeError:
-            parsed = {}
-        parsed_calls.append({**call, "parsed_arguments": parsed if isinstance(parsed, dict) else {}})
-    tool_calls = [{"name": c["name"], "arguments": c["parsed_arguments"]} for c in parsed_calls]
-    config = _choose_config(text, parsed_calls)
-    if config is None:
-        if partial.missing():
-            raise InputError("the conversation has no layout evaluated by the tools yet, and the request "
-                             f"lacks {', '.join(partial.missing())}: ask for a plan first")
-        # The model named no layout the tools evaluated: the offline search supplies it.
+                             grounding: Grounding | None, llm_model: str | None, truncated: bool = False) -> PlanReport:
+    """The report of an LLM conversation, built from its last accepted submit_plan call and re-evaluated
+    with the tools. Without one, the offline planner's layout, and the report says so."""
+    tool_calls = [{"name": c["name"], "arguments": _parsed_arguments(c["arguments"])} for c in calls]
+    submitted = submitted_layout(calls)
+    if submitted is None:
+        require_complete(partial)
         report = plan_offline(partial, request_text)
+        status = "no_submission" if calls else "no_tool_calls"
+        said = ("the LLM called no tool, so it gave no grounded plan" if not calls else
+                "the LLM did not submit a layout with submit_plan")
         return report.model_copy(update={
-            "backend": "openai", "llm_model": llm_model, "rationale": text, "grounding": grounding,
-            "tool_calls": tool_calls,
-            "assumptions": [*report.assumptions, "the LLM's tool calls evaluated no layout: the recommended "
-                            "layout is the offline search's"]})
-    job, assumptions = complete_request(_job_from_calls(partial, config, parsed_calls))
+            "backend": "openai", "llm_model": llm_model, "llm_status": status, "llm_answer": text,
+            "grounding": grounding, "tool_calls": tool_calls, "truncated": truncated,
+            "assumptions": [*report.assumptions, f"{said}: the recommended layout and every number in this "
+                            "report are the offline planner's (search + estimate)"]})
+    arguments, result = submitted
+    config = result["config"]
+    job, assumptions = complete_request(_job_from_submission(partial, config, arguments))
     recommended = _evaluate(config, job, timeline=True)
     others = []
-    for _, _, other in _configs_in(parsed_calls):
+    for _, _, other in _configs_in(calls):
         if other != config and all(other.get(k) == job[k] for k in ("seq", "gbs")):
             try:
                 others.append(_evaluate(other, job))
             except InputError:
                 continue
     others = _distinct(sorted(others, key=lambda r: -r.get("time", {}).get("tokens_per_s", 0.0)), recommended)
-    return build_report(backend="openai", llm_model=llm_model, request_text=request_text, request=_shown(job),
-                        recommended=recommended, alternatives=others[:ALTERNATIVES], rationale=text,
-                        assumptions=assumptions, grounding=grounding, tool_calls=tool_calls)
+    report = build_report(backend="openai", llm_model=llm_model, request_text=request_text, request=_shown(job),
+                          recommended=recommended, alternatives=others[:ALTERNATIVES], rationale=text,
+                          assumptions=assumptions, grounding=grounding, tool_calls=tool_calls)
+    return report.model_copy(update={"llm_status": "submitted", "truncated": truncated})
 
 
 def run_llm(request_text: str, *, llm_model: str | None = None, client: Any = None, stream: bool = False,
             on_event: Callable[[str, dict], None] | None = None, history: list[dict] | None = None,
-            max_turns: int = 16) -> Any:
-    """One run of the function-calling loop with the system prompt and the registry's tools."""
+            max_turns: int = 16, require_submit: bool = True, settings: Any = None) -> Any:
+    """One run of the function-calling loop with the system prompt, the registry's tools and submit_plan."""
     from .config import load_settings
     from .llm import run_agent
 
-    return run_agent(request_text, system_prompt=system_prompt(), tools=openai_tools(strict=True),
-                     dispatch=dispatch, client=client, model=llm_model or load_settings().model,
-                     max_turns=max_turns, stream=stream, on_event=on_event, history=history)
+    settings = settings or load_settings()
+    return run_agent(request_text, system_prompt=system_prompt(), tools=agent_tools(strict=True),
+                     dispatch=agent_dispatch, client=client, model=llm_model or settings.model,
+                     max_turns=max_turns, stream=stream, on_event=on_event, history=history, settings=settings,
+                     require_tool=SUBMIT_PLAN.name if require_submit else None)
 
 
 def plan_openai(request_text: str, partial: PlanRequest, *, llm_model: str | None = None, client: Any = None,
                 stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
                 history: list[dict] | None = None) -> tuple[PlanReport, Any]:
-    """Run the agent and build the report from its tool results; returns (report, AgentResult)."""
+    """Run the agent and build the report from its submit_plan call; returns (report, AgentResult)."""
     result = run_llm(request_text, llm_model=llm_model, client=client, stream=stream, on_event=on_event,
                      history=history)
+    grounding = grounding_of(result.grounding, result.reasked, called_tools=bool(result.tool_calls))
     report = report_from_conversation(request_text, partial, text=result.text, calls=result.tool_calls,
-                                      grounding=grounding_of(result.grounding, result.reasked),
-                                      llm_model=result.model)
+                                      grounding=grounding, llm_model=result.model, truncated=result.truncated)
     return report, result
+
+
+def offline_after_llm_failure(request: PlanRequest, request_text: str, error: Exception,
+                              llm_model: str | None, engine: str | None = None) -> PlanReport:
+    """The offline plan of a complete request whose LLM run failed, labelled with the LLM's error."""
+    report = plan_offline(request, request_text, engine=engine)
+    return report.model_copy(update={"llm_model": llm_model, "llm_status": "failed", "llm_error": str(error)})
 
 
 def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: str | None = None,
@@ -421,18 +415,36 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
     backend: 'offline', 'openai' or 'auto' (openai when an LLM is configured). engine (megatron,
     deepspeed, torchtitan, accelerate): the offline search keeps only layouts it runs, and the report
     carries its launch settings; None: any layout, DEFAULT_ENGINE's launch settings. Raises InputError when
-    the request lacks a model or the hardware (offline), AgentError when the LLM server fails.
+    the request lacks a model or the hardware (checked before the LLM is asked), AgentError when the
+    LLM is not configured or unreachable. When the LLM fails after that (a server error, a context
+    overflow, the deadline), the offline planner answers and the report carries the LLM's error.
     """
+    from .llm import AgentError
+
     chosen = resolve_backend(backend, client)
-    parsed = _request_from(request_text, request, fields)
+    parsed = require_complete(_request_from(request_text, request, fields))  # before any time goes to the LLM
     text = request_text or _describe(parsed)
     if chosen == "offline":
-        report = plan_offline(require_complete(parsed), text, engine=engine)
+        report = plan_offline(parsed, text, engine=engine)
     else:
-        report, _ = plan_openai(text, parsed, llm_model=llm_model, client=client, stream=stream, on_event=on_event)
+        try:
+            report, _ = plan_openai(text, parsed, llm_model=llm_model, client=client, stream=stream,
+                                    on_event=on_event)
+        except AgentError as exc:
+            if exc.kind == "config":
+                raise
+            if on_event:
+                on_event("fallback", {"error": str(exc)})
+            report = offline_after_llm_failure(parsed, text, exc, llm_model or _settings_model(), engine)
     if report.recommended:
         report.launch = launch_settings(report.request["model"], report.recommended["config"], engine or DEFAULT_ENGINE)
     return report
+
+
+def _settings_model() -> str:
+    from .config import load_settings
+
+    return load_settings().model
 
 
 def _describe(request: PlanRequest) -> str:

@@ -78,9 +78,16 @@ class Alternative(BaseModel):
 
 
 class Grounding(BaseModel):
-    ok: bool = Field(description="every number in the LLM's text was found in a tool result or the request")
-    share_grounded: float = Field(description="grounded numbers / checked numbers")
-    grounded: int = Field(description="numbers found")
+    ok: bool = Field(description="the LLM called tools, its answer is not empty, and every number in it was found "
+                                 "in a tool result or the request, in a field of its unit")
+    status: Literal["grounded", "ungrounded", "empty_answer", "no_tool_calls"] = Field(
+        default="grounded", description="why ok is what it is")
+    share_grounded: float | None = Field(description="found numbers (weak included) / checked numbers; None: "
+                                                     "nothing to check")
+    grounded: int = Field(description="numbers found with 3 or more significant digits, or layout tokens by key")
+    weak: list[str] = Field(default_factory=list, description="numbers found, but written with 1-2 significant "
+                                                                "digits, so an unrelated value may match them")
+    from_request: list[str] = Field(default_factory=list, description="found numbers that only the request has")
     ungrounded: list[str] = Field(default_factory=list, description="numbers not found, as written")
     reasked: bool = Field(default=False, description="whether the model was asked once to fix them")
 
@@ -100,7 +107,16 @@ class PlanReport(BaseModel):
     """A training plan. Numbers are the tools' numbers for the recommended layout."""
 
     backend: Literal["offline", "openai"] = Field(description="which planner produced the report")
-    llm_model: str | None = Field(default=None, description="the chat model, for the openai backend")
+    llm_model: str | None = Field(default=None, description="the chat model, for the openai backend (or the one "
+                                                            "that failed)")
+    llm_status: Literal["submitted", "no_submission", "no_tool_calls", "failed"] | None = Field(
+        default=None, description="the LLM's part: submitted (the layout is the one it handed over with "
+        "submit_plan), no_submission / no_tool_calls (it did not; the layout and numbers are the offline "
+        "planner's), failed (the LLM failed: llm_error; the offline planner made the plan); None: no LLM")
+    llm_error: str | None = Field(default=None, description="the LLM's error, when llm_status is failed")
+    llm_answer: str | None = Field(default=None, description="the LLM's own text when it did not submit a layout "
+                                                             "(unchecked; the rationale is the offline planner's)")
+    truncated: bool = Field(default=False, description="the LLM's answer was cut at its max_tokens limit")
     request_text: str = Field(description="the request as written")
     request: dict = Field(description="the request as understood, defaults filled in")
     recommended: dict | None = Field(description="estimate object of the recommended layout; None: none fits")

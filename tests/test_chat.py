@@ -90,22 +90,54 @@ def test_llm_chat_streams_and_keeps_the_conversation(openai_server, tmp_path):
     answer = f"TP1 PP1 ZeRO-1 needs {memory['memory_gib']['total']:.1f} GiB per GPU."
     openai_server.script(
         tool_calls(("calculate_memory", job)),
+        tool_calls(("submit_plan", {"layout": job})),
         reply(answer),
-        reply("It fits with room to spare."),
+        reply("It fits with room to spare."),  # a question: no new plan is asked for
+        tool_calls(("submit_plan", {"layout": {**job, "gpus": 32}})),
+        reply("On 32 GPUs it still fits."),
     )
     client = openai.OpenAI(base_url=openai_server.base_url, api_key="test", max_retries=0)
     saved = tmp_path / "llm.jsonl"
     report = tmp_path / "report.md"
-    session, out = chat("Llama 3 8B on 64 H100s: does TP1 fit?", "and with 32 GPUs?", f"/save {saved}",
+    session, out = chat("Llama 3 8B on 64 H100s: does TP1 fit?", "does it?", "and with 32 GPUs?", f"/save {saved}",
                         f"/report {report}", client=client, llm_model="scripted-model")
     assert "LLM (scripted-model)" in out.splitlines()[0]
     assert answer in out and "It fits with room to spare." in out
     assert all(body["stream"] is True for body in openai_server.requests)
-    second = openai_server.requests[-1]["messages"]
-    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    third = openai_server.requests[3]["messages"]
+    assert [m["role"] for m in third] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant",
+                                          "user"]
     kinds = [(r["kind"], r.get("message", {}).get("role")) for r in records(saved)]
-    assert kinds.count(("message", "tool")) == 1 and kinds.count(("user", None)) == 2
+    assert kinds.count(("message", "tool")) == 3 and kinds.count(("user", None)) == 3
     text = report.read_text()
-    assert "LLM agent (`scripted-model`)" in text and "TP1 x PP1 x DP64" in text and "```mermaid" in text
+    assert "LLM agent (`scripted-model`)" in text and "TP1 x PP1 x DP32" in text and "```mermaid" in text
     loaded, _ = chat(f"/load {saved}", client=client, llm_model="scripted-model")
     assert loaded.messages == session.messages
+
+
+def test_llm_turns_that_fail_change_nothing(openai_server):
+    from openai_server import CONTEXT_ERROR, http_error
+
+    job = {"model": "llama3-8b", "gpu": "h100-sxm-80gb", "gpus": 64, "tp": 1, "pp": 1, "gbs": 256, "seq": 4096}
+    openai_server.script(
+        tool_calls(("submit_plan", {"layout": job})),
+        reply("Submitted."),
+        *[http_error(400, CONTEXT_ERROR)] * 4,  # each turn retries once without the earlier tool results
+    )
+    client = openai.OpenAI(base_url=openai_server.base_url, api_key="test", max_retries=0)
+    session, out = chat("Llama 3 8B on 64 H100s, seq 4096, gbs 256", "what if I only have 32 GPUs?", "use fp8",
+                        "/report", client=client, llm_model="scripted-model")
+    assert out.count("(the plan is unchanged)") == 2 and "exceeds the available context size" in out
+    assert session.request.gpus == 64 and session.request.precision is None
+    assert [m["role"] for m in session.messages] == ["user", "assistant", "tool", "assistant"]
+    assert json.loads(session.messages[2]["content"])["accepted"]  # the failed turns' retries left it whole
+    assert "TP1 x PP1 x DP64" in out and "# Training plan: llama3-8b on 64 x h100-sxm-80gb" in out
+    assert "fp8" not in out.split("/report")[-1]
+
+
+def test_offline_failed_setting_is_rolled_back_and_the_fix_is_said_in_chat_words():
+    session, out = chat("Llama 3 8B on 64 A100 80GB for 100B tokens, seq 4096, gbs 256", "use fp8", "seq 2k")
+    assert "(the plan is unchanged)" in out and 'say "precision bf16"' in out and "--precision" not in out
+    assert session.request.precision is None and session.request.seq == 2048
+    assert session.report.recommended["config"]["precision"] == "bf16"
+    assert out.count("plan (offline):") == 2

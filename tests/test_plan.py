@@ -17,7 +17,8 @@ from trainplan.agent.planner import plan
 from trainplan.agent.report import PlanReport
 from trainplan.prompts import system_prompt
 from trainplan.tools.errors import InputError
-from trainplan.tools.registry import dispatch, estimate_kwargs, openai_tools
+from trainplan.agent.toolset import agent_tools
+from trainplan.tools.registry import dispatch, estimate_kwargs, tool_names
 
 SMALL = "Llama 3 8B on 64 H100s for 100B tokens, seq 4096, global batch 256"
 
@@ -149,7 +150,11 @@ def test_cli_llm_server_down_is_one_line():
     result = run_cli("plan", SMALL, "--backend", "openai", env={"OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1"})
     assert result.returncode == 1
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"error: cannot reach the LLM server at http://127.0.0.1:{port}/v1")
+    # Not a terminal: one progress line per step, then the one error line.
+    assert lines[0] == "trainplan: asking the LLM (turn 1, 300 s left before the deadline)"
+    assert all(line.startswith("trainplan: ") for line in lines[:-1])
+    assert any(line.startswith("trainplan: retrying the LLM server in ") for line in lines)
+    assert lines[-1].startswith(f"error: cannot reach the LLM server at http://127.0.0.1:{port}/v1")
     assert "Traceback" not in result.stderr
 
 
@@ -185,39 +190,31 @@ def test_llm_plan_is_built_from_the_tool_results(openai_server, monkeypatch):
     openai_server.script(
         tool_calls(("search_configs", search_args)),
         tool_calls(("estimate_step_time", {**job, **knobs}), ("estimate_cost", cost_args)),
+        tool_calls(("submit_plan", {"layout": {**job, **knobs}, "tokens": None, "price": None})),
         reply(answer),
     )
     events = []
     report = plan("Llama 3 8B on 64 H100s for 100B tokens, seq 4096, gbs 256",
                   on_event=lambda kind, data: events.append(kind))
-    assert report.backend == "openai" and report.llm_model == "scripted-model"
+    assert report.backend == "openai" and report.llm_model == "scripted-model" and report.llm_status == "submitted"
     assert report.grounding is not None and report.grounding.ok and report.grounding.share_grounded == 1.0
     assert report.rationale == answer
     assert report.recommended["config"] == best
     data = json.loads(report.to_json())
     assert data["recommended"] == rerun(data)
     assert data["request"]["tokens"] == 1e11 and data["request"]["gbs"] == 256
-    assert [c["name"] for c in report.tool_calls] == ["search_configs", "estimate_step_time", "estimate_cost"]
+    assert [c["name"] for c in report.tool_calls] == ["search_configs", "estimate_step_time", "estimate_cost",
+                                                      "submit_plan"]
     assert report.alternatives and report.alternatives[0].result["config"] == runner_up
     md = report.to_markdown()
     assert "LLM agent (`scripted-model`)" in md and "## Grounding" in md and "```mermaid" in md
     first = openai_server.requests[0]
     assert first["messages"][0] == {"role": "system", "content": system_prompt()}
-    assert first["tools"] == openai_tools(strict=True)
-    assert events.count("tool_call") == 3
+    assert first["tools"] == agent_tools(strict=True)
+    assert [t["function"]["name"] for t in first["tools"]] == [*tool_names(), "submit_plan"]
+    assert events.count("tool_call") == 4
     sent = json.loads(openai_server.requests[1]["messages"][-1]["content"])
     assert sent["candidates"] == search["candidates"]  # the real registry answered the model
-
-
-def test_llm_plan_without_an_evaluated_layout_falls_back_to_the_search(openai_server):
-    import openai
-
-    openai_server.script(reply("Use plenty of data parallelism."))
-    client = openai.OpenAI(base_url=openai_server.base_url, api_key="test", max_retries=0)
-    report = plan(SMALL, backend="openai", client=client, llm_model="scripted-model")
-    assert report.backend == "openai" and report.recommended is not None
-    assert any("offline search" in line for line in report.assumptions)
-    assert report.recommended == rerun(json.loads(report.to_json()))
 
 
 def test_auto_backend_follows_the_configuration(monkeypatch):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from collections.abc import Callable
+from typing import Annotated, Any, Optional
 
 from trainplan.tools.export import Engine
 
@@ -37,6 +38,33 @@ def _fail(message: str, code: int) -> None:
     raise typer.Exit(code)
 
 
+def _progress(status: Any, to_lines: bool) -> Callable[[str, dict], None]:
+    """The LLM loop's events as the spinner's text; when stderr is not a terminal (no spinner), as one
+    line each on stderr, so that a log shows what a long plan is waiting for."""
+
+    def on_event(kind: str, data: dict) -> None:
+        if kind == "request":
+            line = f"asking the LLM (turn {data['turn']}, {data['left_s']:.0f} s left before the deadline)"
+        elif kind == "tool_call":
+            line = f"the LLM is calling {data['name']}"
+        elif kind == "retry":
+            line = f"retrying the LLM server in {data['delay_s']:.1f} s (attempt {data['attempt']}; {data['error']})"
+        elif kind in ("reask", "reask_tools"):
+            line = "asking the LLM again: " + (f"ground {', '.join(data['numbers'])}" if kind == "reask"
+                                               else "use the tools")
+        elif kind == "compact":
+            line = "the conversation outgrew the LLM's context: retrying without earlier tool results"
+        elif kind == "fallback":
+            line = f"the LLM failed ({data['error']}): the offline planner answers"
+        else:
+            return
+        status.update(line + "...")
+        if to_lines:
+            print(f"trainplan: {line}", file=sys.stderr, flush=True)
+
+    return on_event
+
+
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan_command(
@@ -57,12 +85,7 @@ def register(app: typer.Typer) -> None:
         err = Console(stderr=True)
         chosen = resolve_backend(backend.value)
         with err.status("planning with the LLM agent..." if chosen == "openai" else "searching layouts...") as status:
-            def on_event(kind: str, data: dict) -> None:
-                if kind == "tool_call":
-                    status.update(f"the LLM is calling {data['name']}...")
-                elif kind == "retry":
-                    status.update(f"retrying the LLM server (attempt {data['attempt']})...")
-
+            on_event = _progress(status, to_lines=not sys.stderr.isatty())
             try:
                 report = plan(request, backend=chosen, llm_model=llm_model, on_event=on_event, engine=engine.value if engine else None)
             except AgentError as exc:
@@ -78,6 +101,10 @@ def register(app: typer.Typer) -> None:
 
             Console().print(Markdown(text))
         backend_line = ("LLM agent " + (report.llm_model or "")) if report.backend == "openai" else "offline planner"
+        if report.llm_status == "failed":
+            backend_line += f" (the LLM failed: {report.llm_error})"
+        elif report.llm_status in ("no_submission", "no_tool_calls"):
+            backend_line += " (it handed over no layout: the layout is the offline planner's)"
         err.print(f"[dim]backend: {backend_line}" + (f"; report written to {out}" if out else "") + "[/dim]")
         if report.recommended is None:
             _fail(f"no layout fits: {report.risks[-1] if report.risks else 'see the report'}", 1)
