@@ -29,20 +29,23 @@ Limits and errors:
 - A reply cut at max_tokens (``finish_reason == "length"``) is final: it comes back with
   `truncated` set and a truncation notice appended to the text.
 - A context overflow (HTTP 400 "exceeds the available context size") is retried once with the
-  tool results of earlier turns left out; after that it raises AgentError.
+  tool results of earlier turns left out or, when there are none, with `small_context_tools`;
+  after that it raises AgentError. Tool results go to the model as compact JSON with floats at 6
+  significant digits.
 - Every failure raises AgentError with one line for the CLI; `kind` says which: "config" (no
   server, authentication, unknown model), "server" (5xx, other 4xx), "context" (overflow),
   "deadline", "stream" or "turns" (the turn cap, MaxTurnsExceeded).
 
 Events sent to `on_event(kind, data)`: "request" {turn, left_s}, "token" {text} (streaming only),
 "tool_call" {id, name, arguments}, "tool_result" {id, name, result}, "reask" {numbers},
-"reask_tools" {message}, "retry" {attempt, delay_s, error}, "compact" {omitted}.
+"reask_tools" {message}, "retry" {attempt, delay_s, error}, "compact" {omitted, tools}.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -182,12 +185,15 @@ def run_agent(
     history: list[dict] | None = None,
     settings: Settings | None = None,
     require_tool: str | None = None,
+    small_context_tools: list[dict] | None = None,
 ) -> AgentResult:
     """Answer `user_request` with the model, calling tools through `dispatch` (module docstring).
 
     `dispatch(name, arguments_json)` returns a JSON-able result and never raises. `history` is a
     previous AgentResult.messages (its system message is replaced by `system_prompt`). `settings`
-    gives the deadline, max_tokens and (when no client is given) the endpoint.
+    gives the deadline, max_tokens and (when no client is given) the endpoint. `small_context_tools`:
+    a leaner tool set to retry with when the server says the request exceeds its context and no
+    earlier tool result is left to leave out.
     """
     if client is None and not llm_configured():
         raise AgentError("no LLM configured: set OPENAI_API_KEY or OPENAI_BASE_URL, or use --backend offline",
@@ -205,13 +211,17 @@ def run_agent(
     calls: list[dict] = []
     reasked = tools_reasked = compacted = False
     request = {"model": model, "max_tokens": settings.max_tokens, **({"tools": tools} if tools else {})}
+    shrinks = [lambda: _compact(messages, this_run, emit)]
+    if small_context_tools is not None:
+        shrinks.append(lambda: _use_tools(request, small_context_tools, emit))
     for turn in range(1, max_turns + 1):
         emit("request", {"turn": turn, "left_s": max(0.0, deadline - time.monotonic())})
         try:
             reply, finish = _request(client, {**request, "messages": messages}, stream, emit, deadline,
                                      settings.deadline_s)
         except openai.BadRequestError as exc:
-            if not compacted and _CONTEXT_OVERFLOW.search(_detail(exc)) and _compact(messages, this_run, emit):
+            # a context overflow: retry once with earlier tool results left out, else with the lean tools
+            if not compacted and _CONTEXT_OVERFLOW.search(_detail(exc)) and any(shrink() for shrink in shrinks):
                 compacted = True
                 continue
             raise AgentError(_error_line(exc, client, model), _kind(exc)) from exc
@@ -231,7 +241,7 @@ def run_agent(
                 emit("tool_result", {"id": call["id"], "name": name, "result": result})
                 calls.append({"id": call["id"], "name": name, "arguments": arguments, "result": result})
                 sources.append(result)
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result)})
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": _tool_content(result)})
             continue
         text = reply.get("content") or ""
         truncated = finish == "length"
@@ -257,6 +267,33 @@ def run_agent(
                          "Call a tool for them or remove them."})
     raise MaxTurnsExceeded(f"the model was still calling tools after {max_turns} turns "
                            "(the turn cap); simplify the request or raise max_turns")
+
+
+def _use_tools(request: dict, tools: list[dict], emit: Event) -> bool:
+    """Switch the request to a leaner tool set; True when that changed something."""
+    if request.get("tools") == tools:
+        return False
+    request["tools"] = tools
+    emit("compact", {"omitted": 0, "tools": [t["function"]["name"] for t in tools]})
+    return True
+
+
+def _rounded(value: Any, digits: int = 6) -> Any:
+    """Floats at `digits` significant digits, everywhere in a JSON-like value."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}") if math.isfinite(value) else value
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v, digits) for v in value]
+    return value
+
+
+def _tool_content(result: Any) -> str:
+    """A tool result as the model gets it: compact JSON with floats at 6 significant digits (a float's 17
+    digits cost tokens and say nothing more at a plan's precision). The grounding check keeps the full
+    result."""
+    return json.dumps(_rounded(result), separators=(",", ":"))
 
 
 def _succeeded(calls: list[dict], name: str) -> bool:

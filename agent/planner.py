@@ -7,7 +7,7 @@
   the best structurally different layouts (search_choice.FAMILIES), and write the report. No LLM,
   no network.
 - openai: run the function-calling loop (agent/llm.py) with the rendered system prompt, the
-  registry's tools and submit_plan (agent/toolset.py). The recommended layout is the one the model
+  registry's tools (agent/toolset.py's lean schemas). The recommended layout is the one the model
   hands over with submit_plan, re-evaluated with `estimate`; the model's text is the rationale and
   its grounding check goes in the report. Prose is never parsed for a layout: when the model does
   not submit (after one re-ask), the offline planner's layout is used and the report says so.
@@ -38,7 +38,7 @@ from trainplan.tools.registry import dispatch, estimate_kwargs
 from . import sizing
 from .report import Grounding, PlanReport, build_report, launch_settings
 from .request import PINS, PlanRequest, merge, parse_partial, require_complete, resolve_gbs
-from .toolset import SUBMIT_PLAN, agent_dispatch, agent_tools, submitted_layout
+from .toolset import SUBMIT_PLAN, agent_tools, lean_agent_tools, submitted_layout
 
 __all__ = ["plan", "plan_offline", "plan_openai", "resolve_backend", "complete_request"]
 
@@ -377,15 +377,16 @@ def report_from_conversation(request_text: str, partial: PlanRequest, *, text: s
 def run_llm(request_text: str, *, llm_model: str | None = None, client: Any = None, stream: bool = False,
             on_event: Callable[[str, dict], None] | None = None, history: list[dict] | None = None,
             max_turns: int = 16, require_submit: bool = True, settings: Any = None) -> Any:
-    """One run of the function-calling loop with the system prompt, the registry's tools and submit_plan."""
+    """One run of the function-calling loop with the system prompt and the registry's tools."""
     from .config import load_settings
     from .llm import run_agent
 
     settings = settings or load_settings()
     return run_agent(request_text, system_prompt=system_prompt(), tools=agent_tools(strict=True),
-                     dispatch=agent_dispatch, client=client, model=llm_model or settings.model,
+                     dispatch=dispatch, client=client, model=llm_model or settings.model,
                      max_turns=max_turns, stream=stream, on_event=on_event, history=history, settings=settings,
-                     require_tool=SUBMIT_PLAN.name if require_submit else None)
+                     require_tool=SUBMIT_PLAN if require_submit else None,
+                     small_context_tools=lean_agent_tools(strict=True))
 
 
 def plan_openai(request_text: str, partial: PlanRequest, *, llm_model: str | None = None, client: Any = None,

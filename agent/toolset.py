@@ -1,90 +1,38 @@
-"""The LLM's tool set: the registry's tools plus `submit_plan`, with lean schemas.
+"""The LLM's view of the tool set: the registry's tools (submit_plan included) with lean schemas,
+and the layout the model handed over with submit_plan.
 
-`submit_plan` is the tool through which the LLM hands over the layout it recommends.
+`submit_plan` (tools/registry.py) is the tool through which the LLM hands over the layout it
+recommends: the LLM backend's report is built from the last accepted submit_plan call, never from
+the model's prose. Its `layout` argument is the layout tool model itself (StepArgs: the job, every
+layout knob and gbs, as estimate_step_time takes them), so a knob added to the layout model
+reaches submit_plan with no edit.
 
-The LLM backend's report is built from the last accepted submit_plan call, never from the
-model's prose. The tool's `layout` argument is the layout tool model itself (today
-tools.registry.StepArgs: the job, every layout knob and gbs, as estimate_step_time takes them),
-so a knob added to the layout model reaches submit_plan with no edit here.
+Lean schemas (`agent_tools`): ``anyOf: [X, null]`` is written ``type: [X, "null"]`` (the same JSON
+Schema; OpenAI strict mode and llama.cpp's grammar both read it), and submit_plan's nested layout
+keeps its types but not its descriptions, which the model already has from estimate_step_time.
 
-A submission is checked as estimate_step_time checks a layout: invalid arguments, and a layout
-that does not fit in memory, come back as ``{"error": ...}`` for the model to fix. An accepted one
-answers with the figures the plan will state (memory, step time, MFU, config), so the model can
-quote them.
-
-Lean schemas (`agent_tools`), so that the prompt fits the 8K context of a small local server
-(tests/test_llm_agent.py checks the budget): ``anyOf: [X, null]`` is written ``type: [X, "null"]``
-(the same JSON Schema; OpenAI strict mode and llama.cpp's grammar both read it), and
-submit_plan's nested layout keeps its types but not its descriptions, which the model already has
-from estimate_step_time.
+For a small context (`lean_agent_tools`, what the loop falls back to when the server says the
+first request exceeds its context): LEAN_TOOLS only, without LEAN_DROPPED_KNOBS or the arguments'
+descriptions. That prompt, with a first search result, fits the 8K context of a small local
+server (tests/test_llm_plan.py checks the budget).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
-from pydantic import Field
+from trainplan.tools.registry import TOOLS
 
-from trainplan.tools.errors import InputError
-from trainplan.tools.registry import TOOLS, TOOLS_BY_NAME, StepArgs, Tool, ToolArgs, dispatch
+__all__ = ["SUBMIT_PLAN", "agent_tools", "lean_agent_tools", "submitted_layout"]
 
-__all__ = ["SUBMIT_PLAN", "SubmitPlanArgs", "agent_tools", "agent_dispatch", "submitted_layout"]
-
-LayoutModel = StepArgs
-"""The layout argument's model: the one estimate_step_time validates."""
-
-
-class SubmitPlanArgs(ToolArgs):
-    layout: LayoutModel = Field(description="the layout you recommend: model, gpu, gpus and every knob as "
-                                            "estimate_step_time takes them (null: the tool's default)")
-    tokens: float | str | None = Field(default=None, description="training tokens the plan's cost assumes, a "
-                                                                 "number or '15T'; null: the request's")
-    price: float | None = Field(default=None, description="dollars per GPU-hour; null: the request's or the "
-                                                          "GPU's catalog price")
-
-
-def _submit(args: SubmitPlanArgs) -> dict:
-    layout = args.layout.model_dump(exclude_none=True)
-    result = dispatch("estimate_step_time", layout)
-    if "error" in result:
-        raise InputError(result["error"].removeprefix("estimate_step_time: "))
-    if not result["fits"]:
-        raise InputError(f"the layout does not fit: {result.get('reason')}; submit one that fits "
-                         "(search_configs lists them)")
-    time = result["time"]
-    return {"accepted": True, "memory_gib": result["memory_gib"],
-            "time": {k: time[k] for k in ("step_s", "tokens_per_s", "mfu", "bubble_fraction") if k in time},
-            "config": result["config"]}
-
-
-SUBMIT_PLAN = Tool(
-    "submit_plan",
-    "Hand over the layout you recommend; call it once you have chosen, before your final answer. The plan "
-    "report is built from this call, so it must be the layout your answer recommends. It checks that the "
-    "layout fits and returns its memory, step time and config.",
-    SubmitPlanArgs, _submit)
-AGENT_TOOLS_BY_NAME: dict[str, Tool] = {**TOOLS_BY_NAME, SUBMIT_PLAN.name: SUBMIT_PLAN}
-
-
-def _inline_refs(schema: dict) -> dict:
-    """The schema with every local $ref replaced by its definition (some servers ignore $defs)."""
-    definitions = schema.pop("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            if "$ref" in node:
-                target = copy.deepcopy(definitions[node["$ref"].rsplit("/", 1)[-1]])
-                target.pop("title", None)
-                extra = {k: v for k, v in node.items() if k != "$ref"}
-                return resolve({**target, **extra})
-            return {k: resolve(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [resolve(item) for item in node]
-        return node
-
-    return resolve(schema)
+SUBMIT_PLAN = "submit_plan"
+LEAN_TOOLS = ("list_catalog", "describe_model", "search_configs", "estimate_step_time", "estimate_cost", SUBMIT_PLAN)
+"""The tools kept when the context is small: estimate_step_time also reports memory and fits
+(calculate_memory's answer), and the search and the step time already simulate the pipeline."""
+LEAN_DROPPED_KNOBS = ("gpus_per_node", "intra_node_bw", "inter_node_bw", "optimizer_offload", "bf16_grads",
+                      "tp_comm_overlap", "headroom_gib", "allow_cross_node_tp", "max_gpus", "goodput")
+"""Knobs left out when the context is small: null (the default) is what a plan mostly passes."""
 
 
 def _nullable(node: Any) -> Any:
@@ -116,12 +64,12 @@ def _strip_descriptions(node: Any) -> Any:
 
 
 def agent_tools(strict: bool = True) -> list[dict]:
-    """The tools the LLM gets, with lean schemas (module docstring): the registry's, then submit_plan."""
+    """The registry's tools as the LLM gets them, with lean schemas (module docstring)."""
     out = []
-    for tool in (*TOOLS, SUBMIT_PLAN):
+    for tool in TOOLS:
         schema = tool.schema(strict=strict)
-        parameters = _nullable(_inline_refs(schema["function"]["parameters"]))
-        if tool is SUBMIT_PLAN:
+        parameters = _nullable(schema["function"]["parameters"])
+        if tool.name == SUBMIT_PLAN:
             layout = parameters["properties"]["layout"]
             parameters["properties"]["layout"] = {**_strip_descriptions(layout), "description": layout["description"]}
         schema["function"]["parameters"] = parameters
@@ -129,16 +77,34 @@ def agent_tools(strict: bool = True) -> list[dict]:
     return out
 
 
-def agent_dispatch(name: str, arguments: str | dict | None) -> dict:
-    """registry.dispatch over the registry's tools and submit_plan."""
-    return dispatch(name, arguments, tools=AGENT_TOOLS_BY_NAME)
+def _lean_parameters(schema: dict) -> dict:
+    properties = {}
+    for name, prop in schema.get("properties", {}).items():
+        if name in LEAN_DROPPED_KNOBS:
+            continue
+        properties[name] = _lean_parameters(prop) if prop.get("type") == "object" else _strip_descriptions(prop)
+    out = {**schema, "properties": properties}
+    if "required" in schema:
+        out["required"] = [name for name in schema["required"] if name in properties]
+    return out
+
+
+def lean_agent_tools(strict: bool = True) -> list[dict]:
+    """The tools for a small context (module docstring): LEAN_TOOLS, without LEAN_DROPPED_KNOBS and without
+    the arguments' descriptions (each tool keeps its own description)."""
+    out = []
+    for schema in agent_tools(strict=strict):
+        function = schema["function"]
+        if function["name"] in LEAN_TOOLS:
+            out.append({**schema, "function": {**function, "parameters": _lean_parameters(function["parameters"])}})
+    return out
 
 
 def submitted_layout(calls: list[dict]) -> tuple[dict, dict] | None:
     """(the arguments, the result) of the last accepted submit_plan call, or None."""
     for call in reversed(calls):
         result = call.get("result")
-        if call["name"] != SUBMIT_PLAN.name or not isinstance(result, dict) or not result.get("accepted"):
+        if call["name"] != SUBMIT_PLAN or not isinstance(result, dict) or not result.get("accepted"):
             continue
         try:
             arguments = json.loads(call["arguments"]) if isinstance(call["arguments"], str) else call["arguments"]

@@ -96,10 +96,14 @@ def test_an_empty_answer_is_not_called_grounded(openai_server):
     assert "Not grounded: the LLM's final answer was empty." in md and "(100.0%)" not in md
 
 
-@pytest.mark.parametrize("failure", [http_error(400, CONTEXT_ERROR), http_error(500, PARSE_ERROR)])
+@pytest.mark.parametrize("failures", [
+    [http_error(400, CONTEXT_ERROR)] * 2,  # the loop retries once with the lean tools; still too long
+    [http_error(500, PARSE_ERROR)],  # repeats deterministically: not retried
+])
 def test_a_server_error_after_the_model_started_falls_back_to_the_labelled_offline_plan(openai_server, offline,
-                                                                                       failure):
-    openai_server.script(tool_calls(("estimate_step_time", {**JOB, "tp": 8})), failure)
+                                                                                       failures):
+    failure = failures[0]
+    openai_server.script(tool_calls(("estimate_step_time", {**JOB, "tp": 8})), *failures)
     events = []
     report = llm_plan(openai_server, on_event=lambda kind, data: events.append(kind))
     assert report.backend == "offline" and report.llm_status == "failed" and report.llm_model == "scripted-model"
@@ -143,3 +147,43 @@ def test_cli_falls_back_with_a_progress_line_per_step(openai_server):
     assert "Traceback" not in result.stderr
     data = json.loads(result.stdout)
     assert data["llm_status"] == "failed" and data["recommended"]["fits"] is True
+
+
+# --- an 8K context ----------------------------------------------------------------------------------
+
+CONTEXT_8K = 8192
+
+
+def estimated_tokens(prose: str = "", data: str = "") -> int:
+    """A conservative token count: 4 characters per token of English, 3 of JSON (small-vocabulary
+    tokenizers such as SmolLM2's split JSON punctuation finely)."""
+    return len(prose) // 4 + len(data) // 3
+
+
+def test_the_lean_prompt_and_a_first_round_of_results_fit_an_8k_context():
+    from trainplan.agent.llm import _tool_content
+    from trainplan.agent.toolset import agent_tools, lean_agent_tools
+    from trainplan.prompts import system_prompt
+    from trainplan.tools.registry import dispatch
+
+    job = {"model": "llama3-70b", "gpu": "h100-sxm-80gb", "gpus": 512, "seq": 8192}
+    search = _tool_content(dispatch("search_configs", {**job, "tokens": "15T"}))
+    step = _tool_content(dispatch("estimate_step_time", {**job, "tp": 8, "pp": 4}))
+    lean = estimated_tokens(system_prompt(), json.dumps(lean_agent_tools()))
+    reply_room = 1000  # a plan's Markdown
+    assert lean + estimated_tokens(data=search + step) + reply_room <= CONTEXT_8K
+    # The full tool set is what a large context gets; it alone would take most of an 8K context.
+    assert estimated_tokens(system_prompt(), json.dumps(agent_tools())) > CONTEXT_8K / 2 > lean
+    names = [t["function"]["name"] for t in lean_agent_tools()]
+    assert "submit_plan" in names and "search_configs" in names and "estimate_step_time" in names
+
+
+def test_a_first_request_over_the_context_is_retried_with_the_lean_tools(openai_server, offline):
+    from trainplan.agent.toolset import agent_tools, lean_agent_tools
+
+    openai_server.context_tokens = len(json.dumps(agent_tools())) // 4  # the full tools alone overflow
+    openai_server.script(tool_calls(("submit_plan", {"layout": {**JOB, "tp": 1}})), reply("Submitted."))
+    report = llm_plan(openai_server)
+    assert openai_server.refused == ["context"] and report.llm_status == "submitted"
+    assert openai_server.requests[1]["tools"] == lean_agent_tools()
+    assert openai_server.requests[-1]["tools"] == lean_agent_tools()  # kept for the rest of the run

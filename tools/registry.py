@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 log.addHandler(logging.NullHandler())  # a library: records reach the application's handlers, never a bare stderr
 
 __all__ = ["Tool", "TOOLS", "TOOLS_BY_NAME", "tool_names", "openai_tools", "dispatch", "default_gbs",
-           "DEFAULT_GBS_RULE", "estimate_kwargs"]
+           "DEFAULT_GBS_RULE", "estimate_kwargs", "inline_refs"]
 
 # --- tool definitions ------------------------------------------------------------------------------
 
@@ -100,7 +100,7 @@ class Tool:
 
     def schema(self, strict: bool = True) -> dict:
         """The OpenAI function-tool schema, generated from the arguments model."""
-        parameters = copy.deepcopy(self.args.model_json_schema())
+        parameters = inline_refs(copy.deepcopy(self.args.model_json_schema()))  # nested models inline
         parameters.pop("title", None)
         for prop in parameters.get("properties", {}).values():
             prop.pop("title", None)
@@ -110,6 +110,25 @@ class Tool:
             function["strict"] = True
         function["parameters"] = parameters
         return {"type": "function", "function": function}
+
+
+def inline_refs(schema: dict) -> dict:
+    """The schema with every local $ref replaced by its definition (some servers ignore $defs)."""
+    definitions = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                target = copy.deepcopy(definitions[node["$ref"].rsplit("/", 1)[-1]])
+                target.pop("title", None)
+                extra = {k: v for k, v in node.items() if k != "$ref"}
+                return resolve({**target, **extra})
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(item) for item in node]
+        return node
+
+    return resolve(schema)
 
 
 def _strict(schema: dict) -> dict:
@@ -193,6 +212,14 @@ SearchArgs = optional_model(
     required=("model", "gpu", "gpus"),
     descriptions={n: f"pin the {Layout.model_fields[n].description}; null: search it" for n in SEARCHED_KNOBS})
 SearchArgs.__doc__ = "A search: the Job, the searched Layout knobs as pins, and the SearchOptions."
+
+
+class SubmitPlanArgs(ToolArgs):
+    layout: StepArgs = Field(description="the layout you recommend: model, gpu, gpus and every knob as "
+                                         "estimate_step_time takes them (null: the tool's default)")
+    tokens: float | str | None = _opt("training tokens the plan's cost assumes, a number or '15T'; null: the "
+                                      "request's")
+    price: float | None = _opt("dollars per GPU-hour; null: the request's or the GPU's catalog price")
 
 
 # --- tool functions ------------------------------------------------------------------------------
@@ -279,6 +306,19 @@ def _estimate_step_time(args: LayoutArgs) -> dict:
     return result.model_dump(mode="json", include={"time", "fits", "reason", "memory_gib", "config", "notes"})
 
 
+def _submit_plan(args: SubmitPlanArgs) -> dict:
+    """The hand-over of the agent's chosen layout: checked as estimate_step_time checks it; a layout
+    that does not fit is refused, so the model can fix it."""
+    result = _estimate_step_time(args.layout)
+    if not result["fits"]:
+        raise InputError(f"the layout does not fit: {result.get('reason')}; submit one that fits "
+                         "(search_configs lists them)")
+    time = result["time"]
+    return {"accepted": True, "memory_gib": result["memory_gib"],
+            "time": {k: time[k] for k in ("step_s", "tokens_per_s", "mfu", "bubble_fraction")},
+            "config": result["config"]}
+
+
 def _simulate_pipeline(args: PipelineArgs) -> dict:
     forward = 1.0 if args.forward_s is None else args.forward_s
     backward = 2 * forward if args.backward_s is None else args.backward_s
@@ -350,6 +390,11 @@ TOOLS: tuple[Tool, ...] = (
          "the best candidates, each a full estimate (memory_gib, fits, time, training, config), plus how "
          "many were evaluated, feasible and rejected by reason. Pin any knob to constrain it.",
          SearchArgs, _search_configs),
+    Tool("submit_plan",
+         "Hand over the layout you recommend, once you have chosen it and before your final answer. The plan "
+         "report is built from this call, so it must be the layout your answer recommends. It checks that the "
+         "layout fits and returns its memory, step time and config.",
+         SubmitPlanArgs, _submit_plan),
 )
 TOOLS_BY_NAME: dict[str, Tool] = {tool.name: tool for tool in TOOLS}
 
@@ -366,13 +411,12 @@ def openai_tools(strict: bool = True) -> list[dict]:
 # --- dispatch -------------------------------------------------------------------------------------
 
 
-def _validation_line(tool: Tool, exc: ValidationError) -> str:
-    name = tool.name
+def _validation_line(name: str, exc: ValidationError) -> str:
     parts = []
     for error in exc.errors()[:3]:
         field = ".".join(str(p) for p in error["loc"]) or "arguments"
         if error["type"] == "extra_forbidden":
-            known = ", ".join(tool.args.model_fields)
+            known = ", ".join(TOOLS_BY_NAME[name].args.model_fields)
             parts.append(f"unknown argument '{field}' (arguments: {known})")
         elif error["type"] == "missing":
             parts.append(f"{field}: required")
@@ -382,13 +426,11 @@ def _validation_line(tool: Tool, exc: ValidationError) -> str:
     return f"{name}: invalid arguments: " + "; ".join(parts) + more
 
 
-def dispatch(name: str, arguments_json: str | dict | None, tools: Mapping[str, Tool] | None = None) -> dict:
-    """Validate and run one tool call; every failure is an {"error": "..."} result, never an exception.
-    `tools`: the tool set to look `name` up in (default: TOOLS_BY_NAME)."""
-    tools = TOOLS_BY_NAME if tools is None else tools
-    tool = tools.get(name)
+def dispatch(name: str, arguments_json: str | dict | None) -> dict:
+    """Validate and run one tool call; every failure is an {"error": "..."} result, never an exception."""
+    tool = TOOLS_BY_NAME.get(name)
     if tool is None:
-        return {"error": f"unknown tool '{name}': use one of {', '.join(tools)}"}
+        return {"error": f"unknown tool '{name}': use one of {', '.join(tool_names())}"}
     if isinstance(arguments_json, dict):
         arguments = arguments_json
     else:
@@ -402,7 +444,7 @@ def dispatch(name: str, arguments_json: str | dict | None, tools: Mapping[str, T
     try:
         args = tool.args.model_validate(arguments)
     except ValidationError as exc:
-        return {"error": _validation_line(tool, exc)}
+        return {"error": _validation_line(name, exc)}
     try:
         return tool.function(args)
     except InputError as exc:
