@@ -167,7 +167,7 @@ def test_the_lean_prompt_and_a_first_round_of_results_fit_an_8k_context():
     from trainplan.tools.registry import dispatch
 
     job = {"model": "llama3-70b", "gpu": "h100-sxm-80gb", "gpus": 512, "seq": 8192}
-    search = _tool_content(dispatch("search_configs", {**job, "tokens": "15T"}))
+    search = _tool_content(dispatch("search_configs", {**job, "tokens": "15T", "top_k": 3}))  # a winner, 2 runners-up
     step = _tool_content(dispatch("estimate_step_time", {**job, "tp": 8, "pp": 4}))
     lean = estimated_tokens(system_prompt(), json.dumps(lean_agent_tools()))
     reply_room = 1000  # a plan's Markdown
