@@ -186,6 +186,7 @@ def run_agent(
     settings: Settings | None = None,
     require_tool: str | None = None,
     small_context_tools: list[dict] | None = None,
+    small_context_view: Callable[[Any], Any] | None = None,
 ) -> AgentResult:
     """Answer `user_request` with the model, calling tools through `dispatch` (module docstring).
 
@@ -193,7 +194,8 @@ def run_agent(
     previous AgentResult.messages (its system message is replaced by `system_prompt`). `settings`
     gives the deadline, max_tokens and (when no client is given) the endpoint. `small_context_tools`:
     a leaner tool set to retry with when the server says the request exceeds its context and no
-    earlier tool result is left to leave out.
+    earlier tool result is left to leave out; from then on, `small_context_view(result)` is what the
+    model gets of each tool result (the grounding check keeps the full result).
     """
     if client is None and not llm_configured():
         raise AgentError("no LLM configured: set OPENAI_API_KEY or OPENAI_BASE_URL, or use --backend offline",
@@ -211,9 +213,16 @@ def run_agent(
     calls: list[dict] = []
     reasked = tools_reasked = compacted = False
     request = {"model": model, "max_tokens": settings.max_tokens, **({"tools": tools} if tools else {})}
-    shrinks = [lambda: _compact(messages, this_run, emit)]
-    if small_context_tools is not None:
-        shrinks.append(lambda: _use_tools(request, small_context_tools, emit))
+    view: list[Callable[[Any], Any]] = []  # the model's view of tool results, once the context is small
+
+    def go_small() -> bool:
+        if small_context_tools is None or not _use_tools(request, small_context_tools, emit):
+            return False
+        if small_context_view is not None:
+            view.append(small_context_view)
+        return True
+
+    shrinks = [lambda: _compact(messages, this_run, emit), go_small]
     for turn in range(1, max_turns + 1):
         emit("request", {"turn": turn, "left_s": max(0.0, deadline - time.monotonic())})
         try:
@@ -241,7 +250,7 @@ def run_agent(
                 emit("tool_result", {"id": call["id"], "name": name, "result": result})
                 calls.append({"id": call["id"], "name": name, "arguments": arguments, "result": result})
                 sources.append(result)
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": _tool_content(result)})
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": _tool_content(view[0](result) if view else result)})
             continue
         text = reply.get("content") or ""
         truncated = finish == "length"

@@ -38,7 +38,7 @@ from trainplan.tools.registry import dispatch, estimate_kwargs
 from . import sizing
 from .report import Grounding, PlanReport, build_report, launch_settings
 from .request import PINS, PlanRequest, merge, parse_partial, require_complete, resolve_gbs
-from .toolset import SUBMIT_PLAN, agent_tools, lean_agent_tools, submitted_layout
+from .toolset import SUBMIT_PLAN, agent_tools, lean_agent_tools, lean_result, submitted_layout
 
 __all__ = ["plan", "plan_offline", "plan_openai", "resolve_backend", "complete_request"]
 
@@ -386,7 +386,7 @@ def run_llm(request_text: str, *, llm_model: str | None = None, client: Any = No
                      dispatch=dispatch, client=client, model=llm_model or settings.model,
                      max_turns=max_turns, stream=stream, on_event=on_event, history=history, settings=settings,
                      require_tool=SUBMIT_PLAN if require_submit else None,
-                     small_context_tools=lean_agent_tools(strict=True))
+                     small_context_tools=lean_agent_tools(strict=True), small_context_view=lean_result)
 
 
 def plan_openai(request_text: str, partial: PlanRequest, *, llm_model: str | None = None, client: Any = None,

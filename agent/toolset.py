@@ -24,7 +24,7 @@ from typing import Any
 
 from trainplan.tools.registry import TOOLS
 
-__all__ = ["SUBMIT_PLAN", "agent_tools", "lean_agent_tools", "submitted_layout"]
+__all__ = ["SUBMIT_PLAN", "agent_tools", "lean_agent_tools", "lean_result", "submitted_layout"]
 
 SUBMIT_PLAN = "submit_plan"
 LEAN_TOOLS = ("list_catalog", "describe_model", "search_configs", "estimate_step_time", "estimate_cost", SUBMIT_PLAN)
@@ -33,6 +33,11 @@ LEAN_TOOLS = ("list_catalog", "describe_model", "search_configs", "estimate_step
 LEAN_DROPPED_KNOBS = ("gpus_per_node", "intra_node_bw", "inter_node_bw", "optimizer_offload", "bf16_grads",
                       "tp_comm_overlap", "headroom_gib", "allow_cross_node_tp", "max_gpus", "goodput")
 """Knobs left out when the context is small: null (the default) is what a plan mostly passes."""
+LEAN_DROPPED_RESULTS = ("candidate", "per_stage", "mfu_denominator", "convention", "units", "shares")
+"""Result keys the model does not get when the context is small: each alternative's full estimate
+(its `why` says why it lost), per-stage memory, and the texts that restate conventions."""
+LEAN_TEXT_CHARS = 200
+"""Longer texts in a result are cut to this many characters when the context is small."""
 
 
 def _nullable(node: Any) -> Any:
@@ -98,6 +103,19 @@ def lean_agent_tools(strict: bool = True) -> list[dict]:
         if function["name"] in LEAN_TOOLS:
             out.append({**schema, "function": {**function, "parameters": _lean_parameters(function["parameters"])}})
     return out
+
+
+def lean_result(result: Any) -> Any:
+    """A tool result as the model gets it when the context is small: without LEAN_DROPPED_RESULTS,
+    nulls and empty values, with texts cut at LEAN_TEXT_CHARS. The grounding check keeps the full result."""
+    if isinstance(result, dict):
+        return {k: lean_result(v) for k, v in result.items()
+                if k not in LEAN_DROPPED_RESULTS and v is not None and v != [] and v != {}}
+    if isinstance(result, list):
+        return [lean_result(item) for item in result]
+    if isinstance(result, str) and len(result) > LEAN_TEXT_CHARS:
+        return result[:LEAN_TEXT_CHARS - 3] + "..."
+    return result
 
 
 def submitted_layout(calls: list[dict]) -> tuple[dict, dict] | None:

@@ -162,13 +162,13 @@ def estimated_tokens(prose: str = "", data: str = "") -> int:
 
 def test_the_lean_prompt_and_a_first_round_of_results_fit_an_8k_context():
     from trainplan.agent.llm import _tool_content
-    from trainplan.agent.toolset import agent_tools, lean_agent_tools
+    from trainplan.agent.toolset import agent_tools, lean_agent_tools, lean_result
     from trainplan.prompts import system_prompt
     from trainplan.tools.registry import dispatch
 
     job = {"model": "llama3-70b", "gpu": "h100-sxm-80gb", "gpus": 512, "seq": 8192}
-    search = _tool_content(dispatch("search_configs", {**job, "tokens": "15T", "top_k": 3}))  # a winner, 2 runners-up
-    step = _tool_content(dispatch("estimate_step_time", {**job, "tp": 8, "pp": 4}))
+    search = _tool_content(lean_result(dispatch("search_configs", {**job, "tokens": "15T", "top_k": 3})))
+    step = _tool_content(lean_result(dispatch("estimate_step_time", {**job, "tp": 8, "pp": 4})))
     lean = estimated_tokens(system_prompt(), json.dumps(lean_agent_tools()))
     reply_room = 1000  # a plan's Markdown
     assert lean + estimated_tokens(data=search + step) + reply_room <= CONTEXT_8K
@@ -179,7 +179,9 @@ def test_the_lean_prompt_and_a_first_round_of_results_fit_an_8k_context():
 
 
 def test_a_first_request_over_the_context_is_retried_with_the_lean_tools(openai_server, offline):
-    from trainplan.agent.toolset import agent_tools, lean_agent_tools
+    from trainplan.agent.llm import _tool_content
+    from trainplan.agent.toolset import agent_tools, lean_agent_tools, lean_result
+    from trainplan.tools.registry import dispatch
 
     openai_server.context_tokens = len(json.dumps(agent_tools())) // 4  # the full tools alone overflow
     openai_server.script(tool_calls(("submit_plan", {"layout": {**JOB, "tp": 1}})), reply("Submitted."))
@@ -187,3 +189,6 @@ def test_a_first_request_over_the_context_is_retried_with_the_lean_tools(openai_
     assert openai_server.refused == ["context"] and report.llm_status == "submitted"
     assert openai_server.requests[1]["tools"] == lean_agent_tools()
     assert openai_server.requests[-1]["tools"] == lean_agent_tools()  # kept for the rest of the run
+    accepted = json.loads(openai_server.requests[-1]["messages"][-1]["content"])
+    full = dispatch("submit_plan", {"layout": {**JOB, "tp": 1}})
+    assert accepted == json.loads(_tool_content(lean_result(full)))  # the lean view from then on
