@@ -12,6 +12,7 @@ A missing variable raises jinja2.UndefinedError: nothing renders half-filled.
 from __future__ import annotations
 
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,12 @@ import jinja2
 
 TEMPLATE_DIR = Path(__file__).resolve().parent
 SHIPPED_NAME = "prompt-distributed-training-planner.md"
-SHIPPED_PATH = TEMPLATE_DIR.parent / "outputs" / SHIPPED_NAME
-"""Where `trainplan prompt` writes the shipped prompt: outputs/ at the repository root."""
+SHIPPED_PATH = Path(str(resources.files("trainplan.outputs") / SHIPPED_NAME))
+"""The shipped prompt: outputs/ at the repository root, which installs as the package trainplan.outputs
+(in a wheel, site-packages/trainplan/outputs/)."""
+IN_REPOSITORY = (TEMPLATE_DIR.parent / "pyproject.toml").is_file()
+"""Whether this is a source checkout (editable install), where `trainplan prompt` rewrites SHIPPED_PATH;
+an installed trainplan prints the prompt instead and checks it against its packaged copy."""
 
 from trainplan.tools.contract import DEFAULT_SEQ_CAP, DEFAULT_SEQ_RULE  # noqa: E402,F401  (one seq default)
 DEFAULT_TOKENS_PER_PARAM = 20

@@ -19,3 +19,12 @@ def test_readme_quick_start_has_exactly_two_commands():
     commands = [line for line in quick.splitlines() if line.strip()]
     assert len(commands) == 2
     assert "trainplan plan" in commands[0] and "pytest" in commands[1]
+
+
+def test_readme_links_stay_inside_the_repository():
+    root = README.parent
+    for target in re.findall(r"\]\(([^)#]+)\)", README.read_text()) + re.findall(r"`(\.\./[^`]+)`", README.read_text()):
+        if target.startswith(("http://", "https://")):
+            continue
+        path = (root / target).resolve()
+        assert path.is_relative_to(root) and path.exists(), target

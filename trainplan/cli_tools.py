@@ -76,19 +76,23 @@ def register(app: typer.Typer) -> None:
     def prompt_command(
         check: Annotated[bool, typer.Option("--check", help="exit 1 when the file is out of step; write nothing")] = False,
         out: Annotated[Optional[Path], typer.Option("--out", help="where to write (default: the repository's "
-                                                                   "outputs/prompt-distributed-training-planner.md)")] = None,
+                                                                   "outputs/prompt-distributed-training-planner.md; "
+                                                                   "installed from a wheel: print it)")] = None,
     ) -> None:
         """Render the shipped prompt from prompts/*.j2 and the tool registry, or check that it is current."""
-        from trainplan.prompts import SHIPPED_PATH
+        from trainplan.prompts import IN_REPOSITORY, SHIPPED_PATH
 
         path = out or SHIPPED_PATH
         text = render_prompt_file()
         if check:
-            current = path.read_text() if path.is_file() else None
+            current = path.read_text(encoding="utf-8") if path.is_file() else None
             if current != text:
                 state = "is missing" if current is None else "is out of step with prompts/ and the tool registry"
                 _fail(f"{path} {state}: run `trainplan prompt` and commit the result", code=1)
             print(f"{path} is up to date")
+            return
+        if out is None and not IN_REPOSITORY:
+            sys.stdout.write(text)
             return
         write_output(path, text)
         print(f"wrote {path}")
