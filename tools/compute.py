@@ -162,6 +162,20 @@ def linear(times: OpTimes, key: str, tokens: float, k_in: float, n_out: float, g
     times.add(key, forward, backward_input, backward_weight)
 
 
+# 2-byte elements moved per element of the tensor, forward, for the elementwise work of one block.
+# Fused (Megatron / Transformer Engine kernels): RMSNorm reads x and writes y (2); rotary reads and
+# writes q or k (2); SwiGLU reads gate and up and writes the product (3); 8 kernels a layer.
+# Unfused PyTorch eager, counted from Hugging Face's Llama code (LlamaRMSNorm.forward,
+# apply_rotary_pos_emb/rotate_half, LlamaMLP): RMSNorm casts to fp32 (read 2 B, write 4), squares
+# (4, 4), means (4), scales (4, 4), casts back (4, 2) and multiplies by the weight (2, 2): 36 B = 18
+# elements; rotary: x*cos (2, 2), rotate_half's negate and concatenate (2, 2 each), *sin (2, 2) and
+# the sum (4, 2): 22 B = 11; SwiGLU: silu(gate) (2, 2) then times up (4, 2): 10 B = 5; 26 kernels.
+ELEMENTWISE_PASSES = {
+    True: {"norm": 2, "rotary": 2, "gated_activation": 3, "kernels": 8},
+    False: {"norm": 18, "rotary": 11, "gated_activation": 5, "kernels": 26},
+}
+
+
 def layer_times(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, layer_index: int) -> OpTimes:
     """Compute time of one transformer layer for one micro-batch on one GPU (no communication).
 
@@ -234,14 +248,15 @@ def layer_times(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, layer_index
         linear(times, "mlp", tokens, f, h, gpu, precision)
         width = model.intermediate_size
 
-    # Memory-bound work per token, in 2-byte elements: two norms (read + write h each), two residual
-    # adds (read 2h, write h), rotary on q and k, the activation (read 2f or f, write f) and, under
-    # dropout models, masks. Backward moves about twice the bytes of the forward.
-    residual_elements = (2 * 2 + 2 * 3) * h / (tp if cfg.sequence_parallel else 1)
-    activation_elements = (3 if model.gated_mlp else 2) * width / tp
-    rotary_elements = 2 * (heads + kv_heads_local) * qk_dim
+    # Memory-bound work per token, in 2-byte elements: two norms, two residual adds (read 2h, write h),
+    # rotary on q and k and the activation; the passes each takes depend on fusion (ELEMENTWISE_PASSES).
+    # Backward moves about twice the bytes of the forward.
+    passes = ELEMENTWISE_PASSES[cfg.fused_kernels]
+    residual_elements = (2 * passes["norm"] + 2 * 3) * h / (tp if cfg.sequence_parallel else 1)
+    activation_elements = (passes["gated_activation"] if model.gated_mlp else 2) * width / tp
+    rotary_elements = passes["rotary"] * (heads + kv_heads_local) * qk_dim
     bytes_forward = 2 * tokens * (residual_elements + activation_elements + rotary_elements)
-    forward = memory_bound_time_s(bytes_forward, gpu, kernels=8)
+    forward = memory_bound_time_s(bytes_forward, gpu, kernels=passes["kernels"])
     times.add("elementwise", forward, 2 * forward)
     return times
 

@@ -253,6 +253,10 @@ class Layout(BaseModel):
     precision: Precision = Field(default=Precision.bf16, description="GEMM precision: bf16 or fp8 (Hopper and newer)")
     attention: Attention = Field(default=Attention.flash, description="attention kernel: flash (fused, causal blocks "
                                  "skipped) or eager (unfused s x s scores, as 2021-22 Megatron)")
+    fused_kernels: Annotated[bool, Cli("--fused-kernels/--unfused-kernels")] = Field(
+        default=True, description="fused norm, rotary and activation kernels (Megatron, Transformer Engine, "
+                                  "torch.compile); false: PyTorch eager ops, as Hugging Face models or FSDP without "
+                                  "torch.compile run them")
     sequence_parallel: Annotated[bool, Cli("--sequence-parallel/--no-sequence-parallel")] = Field(
         default=True, description="Megatron sequence parallelism with tp>1")
     optimizer_offload: bool = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")

@@ -35,7 +35,7 @@ def estimate(
     gbs: int | None = None, seq: int | None = None, recompute: Recompute | str = "selective",
     recompute_modules: tuple[RecomputeModule | str, ...] | str | None = None,
     schedule: Schedule | str | None = None, precision: Precision | str = "bf16",
-    attention: Attention | str = "flash", sequence_parallel: bool = True,
+    attention: Attention | str = "flash", fused_kernels: bool = True, sequence_parallel: bool = True,
     optimizer_offload: bool = False, bf16_grads: bool = False, bf16_moments: bool = False,
     fp8_activations: bool = False, tp_comm_overlap: bool = False, deallocate_pipeline_outputs: bool = True,
     # What to return.
