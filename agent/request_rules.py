@@ -25,7 +25,7 @@ from trainplan.tools.catalog.names import (
 )
 from trainplan.tools.errors import InputError
 
-from .request_text import DECIMAL, MULT, NUM, RequestText, number
+from .request_text import DECIMAL, MULT, NUM, STOPWORDS, RequestText, number
 
 MAX_GPUS = 2**20
 """Most GPUs a request may name (1,048,576; the largest published runs use 16,384 to 100,000)."""
@@ -116,7 +116,8 @@ _SIZE = r"(?<![0-9a-z.])([0-9]+(?:x[0-9]+)?(?:\.[0-9]+)?)\s*(?:b|billion)(?:[\s-
 
 def read_model_by_family(t: RequestText, found: dict[str, Any]) -> None:
     """A family and a size written apart, in any order: 'a 70B Llama 3 model', 'a 7B Mistral'.
-    A family and size the catalog lacks ('Llama 2 13B') is refused with the family's members."""
+    A family and size the catalog lacks ('Llama 2 13B'), or a named size of no catalog family
+    ('Phi-3 14B'), is refused with the catalog's models."""
     if "model" in found:
         return
     sizes = [(m.group(1).lower() + "b", m) for m in t.matches(_SIZE, 1)]
@@ -128,14 +129,25 @@ def read_model_by_family(t: RequestText, found: dict[str, Any]) -> None:
             found["model"] = name
             t.mark(family.start, family.end)
             for size, match in sizes:
-                if name.lower().split("-")[1:2] == [size] or size in name.lower().split("-"):
+                if size in name.lower().split("-"):
                     t.mark(*match.span())
             return
         if sizes:
             written = t.text[family.start:family.end].strip() + " " + sizes[0][1].group(0).strip()
-            close = ", ".join(members) if members else ", ".join(catalog.model_names())
-            raise InputError(f"not in the catalog: {written} (the catalog has {close}); pass a path to its HF "
-                             "config.json instead, e.g. \"./config.json on 512 H100s\"")
+            raise unknown_model(written, members)
+    for _, size in sizes:  # 'Phi-3 14B', 'a 14B Phi model': the word next to a size names a model
+        before = re.search(r"([a-z][\w.-]*)\s*$", t.before(size.start(), 24), re.IGNORECASE)
+        after = re.match(r"\s*([a-z][\w.-]*)", t.text[size.end():size.end() + 24], re.IGNORECASE)
+        for word, written in ((before, lambda w: f"{w} {size.group(0).strip()}"),
+                              (after, lambda w: f"{size.group(0).strip()} {w}")):
+            if word and word.group(1).lower() not in STOPWORDS and not t.is_read(*word.span(1)):
+                raise unknown_model(written(word.group(1)), [])
+
+
+def unknown_model(written: str, family: list[str]) -> InputError:
+    known = f"its family in the catalog: {', '.join(family)}" if family else f"known: {', '.join(catalog.model_names())}"
+    return InputError(f"model '{written}' is not in the catalog ({known}); pass a path to its HF config.json, "
+                      "written in the request where the model goes: \"./config.json on 512 H100s\"")
 
 
 PATH_IN_REQUEST = "in a request, write the file's path where the GPU goes: \"Llama 3 70B on 64 x ./my-gpu.json\""
@@ -353,6 +365,12 @@ def read_tokens(t: RequestText, found: dict[str, Any]) -> None:
         found["tokens"] = tokens
         t.mark(*match.span())
         return
+    # 'train for 1T' / 'for 300B': a B or T amount after 'for' with no other unit is a token count
+    bare = t.first(rf"(?<![a-z])for\s+[-\u2212]?({NUM})\s*(b|t|billion|trillion)(?![a-z0-9])"
+                   r"(?!\s*(?:-?\s*param|model|llm|dense|moe))", 1)
+    if bare:
+        found["tokens"] = _amount(t, bare, "tokens")
+        t.mark(*bare.span())
 
 
 def read_sequence_and_batch(t: RequestText, found: dict[str, Any]) -> None:

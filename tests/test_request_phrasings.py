@@ -114,6 +114,8 @@ def test_chinese_request():
     ("Llama 3.1 405B on 16k H100s", {"model": "llama3-405b", "gpus": 16384}),
     ("train the 8B Llama on 8 H100s", {"model": "llama3-8b"}),
     ("Llama 3 70B 200B tokens on 64 B200", {"model": "llama3-70b", "tokens": 2e11, "gpu": "b200", "gpus": 64}),
+    ("train Llama 3 8B for 1T on 64 H100s", {"model": "llama3-8b", "tokens": 1e12, "gpus": 64}),
+    ("Llama 3 70B on 64 H100s for 300B", {"tokens": 3e11}),
     # CJK amounts
     ("用1024张H100训练Llama 3 70B，15万亿token", {"gpus": 1024, "tokens": 15e12}),
     ("H100を512枚でLlama 3 70Bを学習", {"gpus": 512, "model": "llama3-70b"}),
@@ -197,8 +199,18 @@ def test_catalog_parts_beside_sxm(text, gpu, gpus):
 def test_unknown_model_of_a_known_family_is_refused_with_its_members():
     with pytest.raises(InputError) as caught:
         parse_partial("Llama 2 13B on 64 H100s")
-    assert str(caught.value).startswith("not in the catalog: Llama 2 13B")
-    assert "llama3-8b" in str(caught.value)
+    assert str(caught.value).startswith("model 'Llama 2 13B' is not in the catalog (its family in the catalog: ")
+    assert "llama3-8b" in str(caught.value) and "config.json" in str(caught.value)
+
+
+@pytest.mark.parametrize(("text", "written"), [
+    ("Train Phi-3 14B on 8 H100s", "Phi-3 14B"),
+    ("a 14B Phi model on 8 H100s", "14B Phi"),
+])
+def test_a_model_of_no_catalog_family_is_refused(text, written):
+    with pytest.raises(InputError, match=f"model '{written}' is not in the catalog \\(known: "):
+        parse_partial(text)
+    assert parse_partial("a 14B-parameter model on 8 H100s").model is None  # no name: the planner asks for one
 
 
 def test_the_input_is_bounded():

@@ -225,15 +225,18 @@ def family_mentions(text: str, names: list[str] | None = None) -> list[FamilyMen
 
 def model_by_family_and_size(family: FamilyMention, sizes: list[str],
                              names: list[str] | None = None) -> tuple[str | None, list[str]]:
-    """(the catalog model of this family with one of the written sizes, the family's catalog members).
+    """(the catalog model of this family with one of the written sizes, the family's catalog members of
+    any version).
 
     sizes are written sizes normalised like catalog parts ('70b', '8x7b'). With no size written, a
     family with one member in the catalog names it ('a Mistral model')."""
-    members = [e for e in (split_model_name(n) for n in (names if names is not None else model_names()))
-               if e.letters == family.letters and _version_fits(e.version, family.version)]
+    family_members = [e for e in (split_model_name(n) for n in (names if names is not None else model_names()))
+                      if e.letters == family.letters]
+    members = [e for e in family_members if _version_fits(e.version, family.version)]
     matches = [e for e in members if e.size in sizes]
+    everyone = [e.name for e in family_members]
     if len(matches) == 1:
-        return matches[0].name, [e.name for e in members]
+        return matches[0].name, everyone
     if not sizes and len(members) == 1:
-        return members[0].name, [e.name for e in members]
-    return None, [e.name for e in members]
+        return members[0].name, everyone
+    return None, everyone
