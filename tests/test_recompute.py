@@ -6,19 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from trainplan.tools.activations import activation_bytes_per_layer, knob_arrays
 from trainplan.tools.catalog import load_gpu, load_model
 from trainplan.tools.counting import flops_per_token
 from trainplan.tools.errors import InputError
 from trainplan.tools.layout import resolve_config
-from trainplan.tools.activations import activation_bytes_per_layer
-from trainplan.tools.memory import (
-    PRECISION_CODES,
-    RECOMPUTE_CODES,
-    SCHEDULE_CODES,
-    memory_breakdown,
-    memory_totals_vectorised,
-)
-from trainplan.tools.recompute import DROPS, config_mask
+from trainplan.tools.memory import memory_breakdown, memory_totals_vectorised
+from trainplan.tools.recompute import DROPS
 from trainplan.tools.specs import ClusterSpec, RecomputeModule
 from trainplan.tools.step import model_flops_per_step, step_time
 
@@ -102,13 +96,7 @@ def test_bad_modules_are_input_errors(kwargs, needle):
 def test_vectorised_masks_equal_the_scalar_path():
     sets = [None, ["layernorm", "mla_up_proj", "moe_act"], ["moe"], ["mlp", "core_attn"]]
     cfgs = [_cfg(DSV2, s) for s in sets]
-    arrays = {k: np.array([getattr(c, k) for c in cfgs]) for k in ("tp", "pp", "cp", "ep", "dp", "vpp", "zero",
-                                                                     "mbs", "seq")}
-    arrays["num_microbatches"] = np.array([c.num_microbatches for c in cfgs])
-    arrays["recompute"] = np.array([RECOMPUTE_CODES[c.recompute] for c in cfgs])
-    arrays["schedule"] = np.array([SCHEDULE_CODES[c.schedule] for c in cfgs])
-    arrays["precision"] = np.array([PRECISION_CODES[c.precision] for c in cfgs])
-    arrays["recompute_modules"] = np.array([config_mask(c) for c in cfgs])
+    arrays = {k: np.concatenate([knob_arrays(c)[k] for c in cfgs]).ravel() for k in knob_arrays(cfgs[0])}
     vec = memory_totals_vectorised(DSV2, H100, arrays)
     for i, cfg in enumerate(cfgs):
         assert vec["total"][i] == pytest.approx(memory_breakdown(DSV2, cfg, H100).total, rel=1e-12)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import offload as offload_rules
 from . import recompute as recompute_rules
 from .codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
 from .counting import is_moe_layer
@@ -178,7 +179,8 @@ def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
                   sequence_parallel=cfg.sequence_parallel,
                   optimizer_offload=cfg.optimizer_offload, bf16_grads=cfg.bf16_grads,
                   bf16_moments=cfg.bf16_moments, fp8_activations=cfg.fp8_activations,
-                  deallocate_pipeline_outputs=cfg.deallocate_pipeline_outputs)
+                  deallocate_pipeline_outputs=cfg.deallocate_pipeline_outputs,
+                  offload_modules=offload_rules.config_mask(cfg))
     return {k: np.array([[v]], dtype=float) for k, v in values.items()}
 
 

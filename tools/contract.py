@@ -83,6 +83,25 @@ class RecomputeModule(str, Enum):
     """A whole MoE layer, from its kept input."""
 
 
+class OffloadModule(str, Enum):
+    """A module whose saved activations wait in host memory (Megatron --offload-modules; offload.py)."""
+
+    attn_norm = "attn_norm"
+    """The input_layernorm input."""
+    qkv_linear = "qkv_linear"
+    """The QKV (MLA: down-projection) input."""
+    core_attn = "core_attn"
+    """What the attention kernel saves: Q, K, V and its softmax statistics."""
+    attn_proj = "attn_proj"
+    """The attention output projection's input."""
+    mlp_norm = "mlp_norm"
+    """The pre_mlp_layernorm input."""
+    expert_fc1 = "expert_fc1"
+    """The experts' fc1 input (the dispatched tokens)."""
+    moe_act = "moe_act"
+    """The experts' activation input."""
+
+
 class Schedule(str, Enum):
     """Pipeline schedule."""
 
@@ -272,6 +291,11 @@ class Layout(BaseModel):
                                    "that both the attention backward and the output projection read")
     tp_comm_overlap: bool = Field(default=False, description="overlap TP/SP all-gathers and reduce-scatters with "
                                                              "the GEMMs (Megatron --tp-comm-overlap)")
+    offload_modules: Annotated[tuple[OffloadModule, ...] | None, Cli(as_text=True)] = Field(
+        default=None, description="modules whose saved activations are copied to host memory after their forward and "
+                                  "reloaded for their backward (Megatron --fine-grained-activation-offloading "
+                                  "--offload-modules: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, "
+                                  "moe_act; comma-separated on the command line); null: none")
     deallocate_pipeline_outputs: Annotated[bool, Cli("--deallocate-pipeline-outputs/--keep-pipeline-outputs")] = Field(
         default=True, description="once a pipeline stage has sent its output to the next, keep only its autograd node, "
                                   "not its data (Megatron's deallocate_pipeline_outputs, which Megatron training always "
@@ -567,5 +591,5 @@ def field_docs(*models: type[BaseModel]) -> str:
 
 __all__ = ["Cli", "Config", "cli_of", "DEFAULT_GBS_RULE", "DEFAULT_GOODPUT", "DEFAULT_SEQ_CAP", "DEFAULT_SEQ_RULE",
            "Estimate", "Job", "Layout", "Objective", "SEARCHED_KNOBS", "SearchOptions", "search_fields", "MemoryGiB", "ParallelConfig", "Params",
-           "Attention", "Precision", "Recompute", "RecomputeModule", "Schedule", "StepTime", "Training", "default_gbs", "default_seq",
+           "Attention", "OffloadModule", "Precision", "Recompute", "RecomputeModule", "Schedule", "StepTime", "Training", "default_gbs", "default_seq",
            "optional_model", "shown_default", "field_docs", "fields_of"]

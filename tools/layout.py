@@ -13,6 +13,7 @@ from .plan_defaults import default_gbs, default_gbs_reason
 from .errors import InputError
 from .recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
 from .recompute import module_applies
+from .contract import OffloadModule
 from .specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, RecomputeModule, Schedule
 from .validity import Knobs, check
 
@@ -94,6 +95,20 @@ def resolve_recompute_modules(model: ModelSpec, recompute: Recompute,
     return tuple(m for m in RecomputeModule if m in chosen)
 
 
+def resolve_offload_modules(model: ModelSpec, modules: str | tuple | list | None) -> tuple[OffloadModule, ...] | None:
+    """The modules whose activations are offloaded (offload.py), in OffloadModule order; None for
+    none. Text is split at commas ("expert_fc1,moe_act")."""
+    if isinstance(modules, str):
+        modules = [part.strip() for part in modules.split(",") if part.strip()]
+    if not modules:
+        return None
+    chosen = {_choice(OffloadModule, "offload_modules", m) for m in modules}
+    moe_only = [m.value for m in (OffloadModule.expert_fc1, OffloadModule.moe_act) if m in chosen]
+    if moe_only and not model.is_moe:
+        raise InputError(f"{model.name} is dense: {', '.join(moe_only)} offloading needs an MoE model")
+    return tuple(m for m in OffloadModule if m in chosen)
+
+
 def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *, fp8_supported: bool = True,
                    **given: Any) -> ParallelConfig:
     """Validate a layout for a model on gpus GPUs and return it with every knob resolved.
@@ -117,6 +132,7 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     recompute_modules = resolve_recompute_modules(model, recompute, values["recompute_modules"])
     precision = _choice(Precision, "precision", precision)
     attention = _choice(Attention, "attention", values["attention"])
+    offload_modules = resolve_offload_modules(model, values["offload_modules"])
     if values["fp8_activations"] and precision is not Precision.fp8:
         raise InputError("fp8_activations needs precision=fp8 (FP8 GEMMs): use --precision fp8 or drop it")
     if precision is Precision.fp8 and not fp8_supported:
@@ -130,7 +146,8 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     check(model, knobs)   # validity.RULES, the search's rules too
     dp = int(knobs.dp)
 
-    values.update(dp=dp, seq=seq, recompute=recompute, recompute_modules=recompute_modules, schedule=schedule,
+    values.update(dp=dp, seq=seq, recompute=recompute, recompute_modules=recompute_modules,
+                  offload_modules=offload_modules, schedule=schedule,
                   precision=precision, attention=attention,
                   sequence_parallel=sequence_parallel and tp > 1, tp_comm_overlap=tp_comm_overlap and tp > 1)
     return ParallelConfig(**values)

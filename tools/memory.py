@@ -35,8 +35,9 @@ Model states (Megatron mixed precision, the DESIGN.md default):
 
 Activations (activations.py): the tensors each block keeps per micro-batch, after Korthikanti et
 al. 2022, TP/SP/CP and recompute (recompute.py), times the layers and in-flight micro-batches each
-rank holds; plus the embedding, LM-head and MTP activations on the end stages and two transients:
-one layer's recompute working set and one MoE layer's all-to-all token buffers.
+rank holds; plus the embedding, LM-head and MTP activations on the end stages and transients: one
+layer's recompute working set, one MoE layer's all-to-all token buffers, and the offloaded tensors
+of the two layers being copied to or from host memory (offload.py).
 
 Other: the CUDA context, NCCL communicator buffers, and the allocator reserve (ALLOCATOR_RESERVE_FRACTION):
 what PyTorch's caching allocator holds beyond the live tensors; see the constants.
@@ -49,6 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import memory_hints
+from . import offload as offload_rules
 from . import recompute as recompute_rules
 from .activations import activation_layer, has_dropout, inflight, knob_arrays, seq_divisor
 from .codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
@@ -300,14 +302,18 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     chunk = np.where((k["schedule"] == _DUALPIPE) & (k["pp"] > 1), 0.5, 1.0)   # 2 chunks per rank
     head_inflight = np.where((k["schedule"] == _GPIPE) & (k["pp"] > 1), k["num_microbatches"], 1.0)
     kinds = [(False, rank["n_dense"])] + ([(True, rank["n_moe"])] if model.is_moe else [])
-    working = 0.0
+    working, staging = 0.0, 0.0
     for moe, count in kinds:
         stored, full = activation_layer(model, moe, k)
-        for key, v in stored.items():
-            out[f"activations/{key}"] = out.get(f"activations/{key}", 0.0) + in_flight * chunk * count * v
+        for key, v in stored.items():   # offloaded shares wait in host memory (offload.py)
+            kept = v * (1 - offload_rules.share(model, key, k["offload_modules"]))
+            out[f"activations/{key}"] = out.get(f"activations/{key}", 0.0) + in_flight * chunk * count * kept
         extra = sum(full.values()) - sum(stored.values())
         working = np.maximum(working, np.where(count > 0, extra, 0.0))
+        moved = offload_rules.offloaded_bytes(model, stored, k["offload_modules"])
+        staging = np.maximum(staging, np.where(count > 0, offload_rules.STAGED_LAYERS * moved, 0.0))
     out["activations/recompute_working_set"] = working
+    out["activations/offload_staging"] = staging
     if model.is_moe:   # transient all-to-all buffers of one MoE layer (see 'MoE token buffers' above)
         rows = k["seq"] / k["cp"] * k["mbs"] * model.experts_per_token
         copies = np.where(k["ep"] > 1, 2.0, 1.0)
@@ -383,7 +389,7 @@ def memory_breakdown(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, headro
 VECTOR_KEYS = ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbatches", "seq",
                "recompute", "schedule", "precision")
 """Required keys of memory_totals_vectorised; optional: sequence_parallel (default 1),
-optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp8_activations (0), deallocate_pipeline_outputs (1), attention (0: flash; 1: eager), recompute_modules (an integer
+optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp8_activations (0), deallocate_pipeline_outputs (1), offload_modules (an integer mask of offload.OFFLOAD_BITS; 0), attention (0: flash; 1: eager), recompute_modules (an integer
 mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where recompute is selective).
 Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
@@ -398,7 +404,7 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
     worst_stage arrays; ``gpu`` is accepted for symmetry (capacity is gpu.memory_gib).
     """
     defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0, "bf16_moments": 0,
-                "fp8_activations": 0, "deallocate_pipeline_outputs": 1,
+                "fp8_activations": 0, "deallocate_pipeline_outputs": 1, "offload_modules": 0,
                 "attention": ATTENTION_CODES[Attention.flash]}
     given = {key: arrays.get(key, defaults.get(key)) for key in (*VECTOR_KEYS, *defaults)}
     if given["recompute"] is not None:

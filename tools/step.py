@@ -32,6 +32,7 @@ from .collectives import collective_time_s, group_layout
 from .counting import count_params, flops_per_token
 from .layout import model_layers_per_stage
 from .pipeline import simulate
+from .offload import offloaded_stage_bytes
 from .recompute import recomputed_flops_per_token, recomputed_forward_s
 from .specs import Attention, ClusterSpec, ModelSpec, ParallelConfig, Precision, Schedule
 
@@ -210,6 +211,9 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
     backward = times.backward_input + times.backward_weight + recompute_s
     # Exposed per-layer communication lands on the forward and backward in the 1:2 ratio of their
     # compute; the split only shapes the pipeline schedule, the total is exact.
+    if cfg.offload_modules:   # offload.py: one micro-batch's copies each way over the full-duplex PCIe link
+        copy_s = offloaded_stage_bytes(model, cfg, layer_ids) / (PCIE_GB_S * 1e9)
+        comm["offload"] = float(overlapped_s(copy_s, forward + backward))
     exposed = sum(comm.values())
     return StageWork(
         forward_s=forward + exposed / 3,

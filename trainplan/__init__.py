@@ -18,7 +18,8 @@ from trainplan.tools.errors import InputError
 
 if TYPE_CHECKING:
     from trainplan.agent.report import PlanReport
-    from trainplan.tools.contract import Attention, Estimate, Precision, Recompute, RecomputeModule, Schedule
+    from trainplan.tools.contract import (Attention, Estimate, OffloadModule, Precision, Recompute, RecomputeModule,
+                                         Schedule)
 
 __all__ = ["InputError", "__version__", "estimate", "plan", "search"]
 __version__ = "0.1.0"
@@ -34,6 +35,7 @@ def estimate(
     tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, vpp: int = 1, zero: int = 1, mbs: int = 1,
     gbs: int | None = None, seq: int | None = None, recompute: Recompute | str = "selective",
     recompute_modules: tuple[RecomputeModule | str, ...] | str | None = None,
+    offload_modules: tuple[OffloadModule | str, ...] | str | None = None,
     schedule: Schedule | str | None = None, precision: Precision | str = "bf16",
     attention: Attention | str = "flash", fused_kernels: bool = True, sequence_parallel: bool = True,
     optimizer_offload: bool = False, bf16_grads: bool = False, bf16_moments: bool = False,
