@@ -116,3 +116,22 @@ def test_tools_call_refuses_bools_as_counts_and_non_finite_numbers(tool, argumen
     result = run_cli("tools", "call", tool, "--args", arguments)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert fragment in result.stderr, result.stderr
+
+
+def test_tp_across_nodes_is_warned_with_its_share_of_the_step():
+    import trainplan
+
+    result = trainplan.estimate(model="llama3-70b", gpu="h100", gpus=64, tp=16, gbs=64)
+    warning = next(note for note in result.notes if note.startswith("warning: tp=16 spans 2 nodes"))
+    share = result.time.breakdown["comm/tp"] / result.time.step_s
+    assert f"{share:.0%} of the step" in warning
+    inside = trainplan.estimate(model="llama3-70b", gpu="h100", gpus=64, tp=8, gbs=64)
+    assert not any(note.startswith("warning: tp=") for note in inside.notes or [])
+
+
+@pytest.mark.parametrize("model, kind", [("llama3-70b", "gqa"), ("gpt3-175b", "mha"), ("falcon-7b", "mqa"),
+                                         ("deepseek-v3", "mla")])
+def test_describe_model_names_the_attention_kind(model, kind):
+    from trainplan.tools.registry import dispatch
+
+    assert dispatch("describe_model", {"model": model})["architecture"]["attention_type"] == kind

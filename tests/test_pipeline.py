@@ -349,3 +349,21 @@ def test_cli_bad_input_one_error_line(args):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
     assert "Traceback" not in proc.stderr
+
+
+def test_ascii_timeline_never_cuts_a_microbatch_id():
+    """Every op shows its full id (F10, not 'Ff'), widening the grid, or its letter alone with a note."""
+    import re
+
+    from trainplan.tools.pipeline import simulate as run
+    from trainplan.tools.pipeline_render import render_ascii as draw
+
+    text = draw(run("1f1b", 4, 12, record_timeline=True))
+    grid = [line.split("|")[1] for line in text.splitlines() if line.startswith("rank")]
+    ids = {int(m) for row in grid for m in re.findall(r"[FB](\d+)", row)}
+    assert ids == set(range(12)), ids
+    crowded = draw(run("interleaved", 4, 16, vpp=2, record_timeline=True))
+    crowded_ids = [int(m) for line in crowded.splitlines() if line.startswith("rank")
+                   for m in re.findall(r"[FB](\d+)", line.split("|")[1])]
+    assert all(0 <= i < 16 for i in crowded_ids)
+    assert "letter alone" in crowded

@@ -55,6 +55,14 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, *, tok
         notes.append("time and training need a global batch size: pass gbs (sequences per step)")
     if tokens is not None and cfg.gbs is None:
         notes.append("tokens given without gbs: cost needs the step time")
+    if cfg.tp > cluster.gpus_per_node:
+        nodes = -(-cfg.tp // cluster.gpus_per_node)
+        share = ""
+        if "time" in result and result["time"].breakdown.get("comm/tp"):
+            share = f" ({result['time'].breakdown['comm/tp'] / result['time'].step_s:.0%} of the step)"
+        notes.append(f"warning: tp={cfg.tp} spans {nodes} nodes of {cluster.gpus_per_node} GPUs, so every layer's "
+                     f"tensor-parallel collectives cross the network{share}: keep tp <= {cluster.gpus_per_node} "
+                     "and use pp or cp across nodes")
     if cfg.gbs is not None and cluster.gpu.efficiency_basis == "assumed":
         notes.append(f"{cluster.gpu.name}: GEMM and attention efficiencies are assumed, not fitted (no public "
                      "training run of this GPU family to fit on); treat its times as indicative")

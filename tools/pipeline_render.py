@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from typing import TYPE_CHECKING
 
 from .errors import InputError
@@ -12,29 +14,37 @@ if TYPE_CHECKING:
 _FILL = {"F": "F", "B": "B", "W": "W", "FB": "X"}
 
 
-def render_ascii(result: PipelineResult, width: int = 100) -> str:
+def render_ascii(result: PipelineResult, width: int = 100, max_width: int = 160) -> str:
     """A rank x time grid: F forward, B backward, W weight gradient, X overlapped F&B, '.' idle.
-    Each op starts with its capital letter, then its micro-batch id where there is room (X shows
-    the forward's), then lower-case fill, so adjacent ops stay apart."""
+    Each op starts with its capital letter and its micro-batch id (X shows the forward's), then
+    lower-case fill, so adjacent ops stay apart. The grid widens from `width` up to `max_width`
+    columns so that every id fits; where one still does not, the op shows its letter alone and a
+    line under the grid says so (an id is never cut to fewer digits)."""
     if not result.timeline:
         raise InputError("render_ascii needs a timeline: simulate with record_timeline=True")
     label = max(len(f"rank {result.pp - 1} |"), 8)
     cols = max(10, width - label - 1)
+    tags = [(e, f"{_FILL[e.kind]}{e.microbatch}") for e in result.timeline]
+    # Columns for every tag: one more than its length per op, since a rounded edge can take a cell.
+    needed = max(((len(tag) + 1) * result.makespan_s / (e.end_s - e.start_s) for e, tag in tags
+                  if e.end_s > e.start_s), default=0.0)
+    cols = max(cols, min(math.ceil(needed), max(cols, max_width - label - 1)))
     scale = cols / result.makespan_s
-    rows = []
     grid = [["."] * cols for _ in range(result.pp)]
-    for e in result.timeline:
+    ids_left_out = False
+    for e, tag in tags:
         c0 = min(cols - 1, int(round(e.start_s * scale)))
         c1 = min(cols, max(c0 + 1, int(round(e.end_s * scale))))
         letter, cells = _FILL[e.kind], c1 - c0
-        tag = f"{letter}{e.microbatch}"
         head = tag if len(tag) <= cells else letter
+        ids_left_out |= head != tag
         grid[e.stage][c0:c1] = head + letter.lower() * (cells - len(head))
-    for r, row in enumerate(grid):
-        rows.append(f"{f'rank {r}':<{label - 1}}|" + "".join(row) + "|")
+    rows = [f"{f'rank {r}':<{label - 1}}|" + "".join(row) + "|" for r, row in enumerate(grid)]
     axis = f"0 s{'':<{max(0, cols - 14)}}{result.makespan_s:>10.4g} s"
     rows.append(" " * label + axis)
     rows.append(" " * label + "F forward  B backward  W weight grad  X overlapped F&B  . idle")
+    if ids_left_out:
+        rows.append(" " * label + "(an op narrower than its micro-batch id shows its letter alone)")
     if len(result.timeline) > result.pp * cols:
         rows.append(" " * label + "(more ops than columns: a column shows the last op in it)")
     return "\n".join(rows)

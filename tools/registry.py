@@ -275,6 +275,7 @@ def _describe_model(args: DescribeArgs) -> dict:
     architecture = {k: v for k, v in architecture.items() if v not in (0, False, None) or k in (
         "num_experts", "tie_word_embeddings")}
     architecture["num_moe_layers"] = len(spec.moe_layers)
+    architecture["attention_type"] = spec.attention_kind
     return {
         "model": spec.name,
         "architecture": architecture,

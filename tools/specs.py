@@ -90,6 +90,16 @@ class ModelSpec(BaseModel):
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    @property
+    def attention_kind(self) -> str:
+        """What people call the attention: mla; mha (kv heads = query heads); mqa (one kv head); gqa
+        (groups of query heads share a kv head, Ainslie et al. 2023)."""
+        if self.attention_type == "mla":
+            return "mla"
+        if self.num_kv_heads == self.num_attention_heads:
+            return "mha"
+        return "mqa" if self.num_kv_heads == 1 else "gqa"
+
 
 class GPUSpec(BaseModel):
     """One accelerator and its node, with figures from public sources (see each JSON's 'sources').

@@ -55,7 +55,7 @@ def render_estimate(result: dict, console: Console) -> None:
                       f"{c['gpu_hours']:,.0f} GPU-hours, ${c['cost_usd']:,.0f} at ${c['price_per_gpu_hour']:.2f}/GPU-hour "
                       f"(goodput {c['goodput']:.0%})")
     for note in result.get("notes", []):
-        console.print(f"note: {note}")
+        console.print(note if note.startswith("warning:") else f"note: {note}")
 
 
 def register(app: typer.Typer) -> None:
