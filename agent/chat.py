@@ -210,8 +210,10 @@ class ChatSession:
                            for m in self.messages
                            if m.get("role") == "tool" or (m.get("role") == "user" and not is_reask(m.get("content")))]
                 grounding = self.grounding or grounding_of(check_grounding(text, sources), called_tools=bool(calls))
-                first = next(m["content"] for m in self.messages if m.get("role") == "user")
-                self.report = report_from_conversation(first, self.request, text=text, calls=calls,
+                # the request as the user's turns wrote it, in order (the plan follows all of them)
+                asked = " / ".join(m["content"] for m in self.messages
+                                   if m.get("role") == "user" and not is_reask(m.get("content")))
+                self.report = report_from_conversation(asked, self.request, text=text, calls=calls,
                                                        grounding=grounding, llm_model=self.llm_model or _model_name(),
                                                        truncated=self.truncated)
         return self.report
@@ -312,7 +314,13 @@ class ChatSession:
             self.console.print()
         if result.truncated:
             self.console.print("[yellow]the answer was cut off at the token limit (TRAINPLAN_LLM_MAX_TOKENS)[/yellow]")
-        if not result.grounding.ok:
+        from .toolset import submitted_layout
+
+        if require_submit and submitted_layout(result.tool_calls) is None:
+            said = "called no tool" if not result.tool_calls else "handed over no layout (submit_plan)"
+            self.console.print(f"[yellow]the LLM {said}: this answer is not a grounded plan; /report shows the "
+                               "offline planner's plan for the request[/yellow]")
+        elif not result.grounding.ok:
             marked = ", ".join(m.text for m in result.grounding.ungrounded) or "the answer is empty"
             self.console.print(f"[yellow]ungrounded (not in any tool result):[/yellow] {escape(marked)}")
         self.request = request

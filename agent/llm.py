@@ -255,7 +255,8 @@ def run_agent(
         text = reply.get("content") or ""
         truncated = finish == "length"
         last_turn = turn == max_turns
-        if require_tool and not truncated and not last_turn and not tools_reasked and not _succeeded(calls, require_tool):
+        # a reply without the required tool is no plan, cut off or not: re-ask once
+        if require_tool and not last_turn and not tools_reasked and not _succeeded(calls, require_tool):
             tools_reasked = True
             template = NO_SUBMIT_REASK if calls else NO_TOOLS_REASK
             message = template.format(tool=require_tool)

@@ -141,3 +141,14 @@ def test_offline_failed_setting_is_rolled_back_and_the_fix_is_said_in_chat_words
     assert session.request.precision is None and session.request.seq == 2048
     assert session.report.recommended["config"]["precision"] == "bf16"
     assert out.count("plan (offline):") == 2
+
+
+def test_llm_turns_without_tools_are_said_and_the_report_quotes_every_turn(openai_server):
+    openai_server.script(reply("I'm sorry."), reply("I'm sorry."), reply("Still sorry."), reply("Still sorry."))
+    client = openai.OpenAI(base_url=openai_server.base_url, api_key="test", max_retries=0)
+    session, out = chat("Llama 3 8B on 64 H100s for 100B tokens", "what if I only have 32 GPUs?", "/report",
+                        client=client, llm_model="scripted-model")
+    assert out.count("the LLM called no tool: this answer is not a grounded plan") == 2
+    assert "> Llama 3 8B on 64 H100s for 100B tokens / what if I only have 32 GPUs?" in out
+    assert "# Training plan: llama3-8b on 32 x h100-sxm-80gb" in out
+    assert "The LLM called no tool, so it gave no grounded plan." in out

@@ -340,6 +340,13 @@ def test_a_model_that_answers_without_tools_is_reasked_once(openai_server):
     assert [kind for kind, _ in events].count("reask_tools") == 1
 
 
+def test_a_cut_off_answer_without_tools_is_reasked_too(openai_server):
+    openai_server.script(reply("This is a variant of the original design", finish="length"),
+                         reply("Still no", finish="length"))
+    result = agent(openai_server, require_tool="submit_plan")
+    assert result.tools_reasked and result.truncated and result.text.startswith("Still no\n\n[cut off: ")
+
+
 def test_a_model_that_does_not_submit_is_asked_to(openai_server):
     openai_server.script(tool_calls(("estimate_cost", {"tokens": 1})), reply("Done."),
                          tool_calls(("submit_plan", {"tp": 8})), reply("Submitted."))
