@@ -232,6 +232,8 @@ def run_yaml(gpu: str, device_name: str, torch_version: str, rows: list[dict], s
                 "seq": {"value": shape.seq, "source": "measure_gpu shape"},
                 "recompute": {"value": row["recompute"], "source": "measure_gpu variant"},
                 "attention": {"value": row["attention"], "source": "measure_gpu variant"},
+                "fused_kernels": {"value": False, "source": "measure_gpu (rotary and SwiGLU as plain PyTorch ops, no "
+                                                             "torch.compile)"},
                 "precision": {"value": "bf16", "source": "measure_gpu (bf16 autocast)"},
             },
             "published": published,

@@ -37,6 +37,7 @@ def test_tiny_cpu_run_writes_a_valid_held_out_run_file(tmp_path):
         assert "peak_memory_gib" not in case.published      # CPU: no CUDA allocator to read
         result = trainplan.estimate(**case.kwargs())
         assert result["config"]["attention"] == case.request["attention"].value
+        assert result["config"]["fused_kernels"] is False
         assert result["time"]["step_s"] > 0
 
 

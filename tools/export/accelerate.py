@@ -17,7 +17,7 @@ import math
 import yaml
 
 from ..specs import ModelSpec, ParallelConfig, Precision, Recompute
-from .common import ExportResult, batch_of, comment_block, header, hf_attention_note, slug
+from .common import ExportResult, batch_of, comment_block, fusion_note, header, hf_attention_note, slug
 from .support import refuse
 
 
@@ -69,6 +69,8 @@ def export_accelerate(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
         notes.append("selective recompute (the attention core) has no accelerate setting; FlashAttention"
                      " recomputes it in the backward pass anyway")
     notes.append(hf_attention_note(cfg))
+    if (note := fusion_note(cfg, fused_by_default=False)):
+        notes.append(note)
     if cfg.bf16_grads:
         notes.append("FSDP2 in accelerate reduces gradients in fp32 by default; bf16 gradients are not a setting here")
     notes.append(f"in the training script: per-device batch {batch.micro}, Accelerator(gradient_accumulation_steps="

@@ -57,7 +57,7 @@ def batch_of(cfg: ParallelConfig) -> Batch:
 def layout_line(cfg: ParallelConfig) -> str:
     return (f"tp={cfg.tp} pp={cfg.pp} cp={cfg.cp} ep={cfg.ep} dp={cfg.dp} vpp={cfg.vpp} zero={cfg.zero}"
             f" schedule={cfg.schedule.value} recompute={cfg.recompute.value} precision={cfg.precision.value}"
-            f" attention={cfg.attention.value}"
+            f" attention={cfg.attention.value} fused_kernels={str(cfg.fused_kernels).lower()}"
             f" seq={cfg.seq}")
 
 
@@ -78,6 +78,18 @@ def slug(text: str) -> str:
     """A file-name-safe form of a model reference."""
     out = "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in text.rsplit("/", 1)[-1])
     return out.strip("-.") or "model"
+
+
+def fusion_note(cfg: ParallelConfig, fused_by_default: bool) -> str | None:
+    """What the layout's fused_kernels asks of an engine that does (Megatron) or does not (plain PyTorch
+    models) fuse norms, rotary and SwiGLU by itself; None when nothing needs doing."""
+    if cfg.fused_kernels == fused_by_default:
+        return None
+    if cfg.fused_kernels:
+        return ("fused_kernels=true: compile the model (torch.compile) or use fused kernels for RMSNorm, rotary and"
+                " SwiGLU; as loaded, these run as separate PyTorch ops and the step is slower than estimated")
+    return ("fused_kernels=false has no setting here: this engine fuses norms, rotary and SwiGLU, so the step"
+            " will be shorter than estimated")
 
 
 def hf_attention_note(cfg: ParallelConfig) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 from ..specs import ModelSpec, ParallelConfig, Recompute
-from .common import ExportResult, batch_of, hf_attention_note, slug
+from .common import ExportResult, batch_of, fusion_note, hf_attention_note, slug
 from .support import refuse
 
 
@@ -56,6 +56,8 @@ def export_deepspeed(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -
                      " recomputes it in the backward pass anyway")
 
     notes.append(hf_attention_note(cfg))
+    if (note := fusion_note(cfg, fused_by_default=False)):
+        notes.append(note)
     if cfg.pp > 1:
         # The pipeline engine reads activation_checkpoint_interval from here; the stage count comes from the model.
         config["pipeline"] = {"activation_checkpoint_interval": 1 if cfg.recompute is Recompute.full else 0}

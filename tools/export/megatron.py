@@ -24,7 +24,7 @@ import shlex
 
 from ..layout import model_layers_per_stage
 from ..specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
-from .common import ExportResult, batch_of, comment_block, header, slug
+from .common import ExportResult, batch_of, comment_block, fusion_note, header, slug
 from .support import refuse
 
 
@@ -214,6 +214,8 @@ def export_megatron(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) ->
     # Transformer Engine's fused kernels apply inside the kernel).
     flags += [("--attention-backend", "flash" if cfg.attention is Attention.flash else "unfused"),
               ("--attention-dropout", model.attention_dropout)]
+    if (note := fusion_note(cfg, fused_by_default=True)):
+        notes.append(note)
     if cfg.precision is Precision.fp8:
         flags.append(("--fp8-format", "hybrid"))
         notes.append("fp8 uses Transformer Engine's default recipe (delayed scaling); pick --fp8-recipe for your GPU")

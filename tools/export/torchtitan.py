@@ -26,7 +26,7 @@ import json
 
 from ..layout import model_layers_per_stage
 from ..specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
-from .common import ExportError, ExportResult, batch_of, comment_block, header, slug
+from .common import ExportError, ExportResult, batch_of, comment_block, fusion_note, header, slug
 from .support import refuse
 
 # trainplan catalog name -> (torchtitan model name, flavor), for the flavors torchtitan ships.
@@ -157,6 +157,8 @@ def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) 
     if cfg.optimizer_offload:
         training["enable_cpu_offload"] = True
         notes.append("torchtitan's CPU offload is FSDP's: parameters and gradients move to the CPU too")
+    if (note := fusion_note(cfg, fused_by_default=False)):
+        notes.append(note)
     if cfg.attention is Attention.eager:
         notes.append("attention=eager has no torchtitan setting: its models call scaled_dot_product_attention,"
                      " whose flash/cuDNN backends skip masked blocks; step time will be shorter than trainplan's")
