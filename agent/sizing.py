@@ -31,6 +31,8 @@ from trainplan.tools.search_space import R_BUDGET
 DEFAULT_MAX_GPUS = 16384
 """Most GPUs tried when a request bounds the count only by a deadline or a budget: the largest
 published dense run (Llama 3 405B on 16,384 H100s, Llama 3 paper §3.3)."""
+BEYOND = 4
+"""What would meet a deadline is looked for up to BEYOND x max(DEFAULT_MAX_GPUS, the request's count)."""
 REFINE_STEPS = 8
 """Between the last count that misses a deadline and the first that meets it, counts are tried in
 steps of 1/REFINE_STEPS of the latter (whole nodes)."""
@@ -174,10 +176,11 @@ def what_would_meet(search: Search, job: dict, headroom_gib: float) -> str | Non
     limits = limits_text(job)
     if limits and _best(search, job, gpus, headroom_gib, with_limits=False) is not None:
         if job.get("deadline_days"):
-            above = [c for c in ladder(job, max(DEFAULT_MAX_GPUS, gpus)) if c > gpus]
+            top = BEYOND * max(DEFAULT_MAX_GPUS, gpus)
+            above = [c for c in ladder(job, top) if c > gpus]
             chosen = _fewest(search, job, [gpus, *above], headroom_gib, refine=True) if above else None
             if chosen is None:
-                return f"no GPU count up to {max(DEFAULT_MAX_GPUS, gpus):,} meets {limits}"
+                return f"no GPU count up to {top:,} meets {limits}"
         else:  # a budget: fewer GPUs cost less
             below = [c for c in ladder(job, gpus) if c < gpus]
             chosen = _most(search, job, below, headroom_gib)
@@ -187,7 +190,7 @@ def what_would_meet(search: Search, job: dict, headroom_gib: float) -> str | Non
                     f": the cheapest plan found, on {cheapest[0]:,} GPUs, costs "
                     f"${cheapest[1]['training']['cost_usd']:,.0f}" if cheapest and cheapest[1].get("training") else ""))
         return f"{chosen[0]:,} GPUs meet {limits} ({_outcome(chosen[1])})"
-    above = [c for c in ladder(job, max(DEFAULT_MAX_GPUS, gpus)) if c > gpus]
+    above = [c for c in ladder(job, BEYOND * max(DEFAULT_MAX_GPUS, gpus)) if c > gpus]
     plain = {**job, "deadline_days": None, "budget_usd": None}
     chosen = _fewest(search, plain, above, headroom_gib, refine=False) if above else None
     if chosen is None:
