@@ -135,3 +135,15 @@ def test_describe_model_names_the_attention_kind(model, kind):
     from trainplan.tools.registry import dispatch
 
     assert dispatch("describe_model", {"model": model})["architecture"]["attention_type"] == kind
+
+
+def test_search_output_fits_120_columns():
+    import os
+
+    env = dict(os.environ, COLUMNS="120")
+    result = subprocess.run([sys.executable, "-m", "trainplan.cli", "search", "--model", "llama3-70b", "--gpu", "h100",
+                             "--gpus", "64", "--gbs", "128"], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    table = [line for line in result.stdout.splitlines() if line.strip().startswith("TP")]
+    assert table and all(len(line) <= 120 for line in result.stdout.splitlines())
+    assert all(" zero" in line and "mbs" in line for line in table)  # one layout, one line

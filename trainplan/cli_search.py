@@ -47,7 +47,9 @@ def render_search(result: dict, console: Console) -> None:
                   f"{result['feasible']:,} feasible")
     rejected = result["rejected"]
     if rejected:
-        console.print("rejected: " + "; ".join(f"{reason} {count:,}" for reason, count in rejected.items()))
+        console.print("rejected:")
+        for reason, count in sorted(rejected.items(), key=lambda item: -item[1]):
+            console.print(f"  {count:>9,}  {reason}", overflow="ellipsis", no_wrap=True)
     candidates = result["candidates"]
     if not candidates:
         for note in result.get("notes", []):
@@ -59,16 +61,14 @@ def render_search(result: dict, console: Console) -> None:
         table.add_column(column, justify="left" if column == "layout" else "right", no_wrap=True)
     for c in candidates:
         t = c["time"]
-        name = label(c["config"]).split(" ")
-        split = 3 + (c["config"]["cp"] > 1) + (c["config"]["ep"] > 1)   # sizes / schedule / the rest
-        table.add_row("\n".join((" ".join(name[:split]), name[split], " ".join(name[split + 1:]))),
+        table.add_row(label(c["config"]),
                       *([str(c["config"]["gpus"])] if several else []),
                       f"{c['memory_gib']['total']:.1f}", f"{t['step_s']:.3f}", f"{t['mfu']:.1%}",
                       _compact(t["tokens_per_s"]), _days(c), _cost(c))
     console.print(table)
 
     best = candidates[0]
-    memory = Table(title="Winner: memory per GPU (GiB)")
+    memory = Table(title="Winner: GiB per GPU")
     time = Table(title="Winner: step time")
     for t_ in (memory, time):
         t_.add_column("part")
