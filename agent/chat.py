@@ -285,7 +285,8 @@ class ChatSession:
             elif kind == "retry":
                 status.update(f"retrying the LLM server (attempt {data['attempt']})...")
             elif kind == "compact":
-                status.update("the conversation outgrew the LLM's context: retrying without earlier tool results...")
+                status.update("the conversation outgrew the LLM's context: retrying " + (
+                    "with the lean tool set..." if data.get("tools") else "without earlier tool results..."))
 
         try:
             update = parse_partial(line)

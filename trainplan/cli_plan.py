@@ -53,7 +53,8 @@ def _progress(status: Any, to_lines: bool) -> Callable[[str, dict], None]:
             line = "asking the LLM again: " + (f"ground {', '.join(data['numbers'])}" if kind == "reask"
                                                else "use the tools")
         elif kind == "compact":
-            line = "the conversation outgrew the LLM's context: retrying without earlier tool results"
+            line = "the request outgrew the LLM's context: retrying " + (
+                "with the lean tool set" if data.get("tools") else "without earlier tool results")
         elif kind == "fallback":
             line = f"the LLM failed ({data['error']}): the offline planner answers"
         else:
@@ -105,7 +106,8 @@ def register(app: typer.Typer) -> None:
             backend_line += f" (the LLM failed: {report.llm_error})"
         elif report.llm_status in ("no_submission", "no_tool_calls"):
             backend_line += " (it handed over no layout: the layout is the offline planner's)"
-        err.print(f"[dim]backend: {backend_line}" + (f"; report written to {out}" if out else "") + "[/dim]")
+        err.print(f"[dim]backend: {backend_line}" + (f"; report written to {out}" if out else "") + "[/dim]",
+                  soft_wrap=True)
         if report.recommended is None:
             _fail(f"no layout fits: {report.risks[-1] if report.risks else 'see the report'}", 1)
 
