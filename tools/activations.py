@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import offload as offload_rules
+from . import finetune
 from . import recompute as recompute_rules
 from .codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
 from .counting import is_moe_layer
@@ -180,7 +181,9 @@ def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
                   optimizer_offload=cfg.optimizer_offload, bf16_grads=cfg.bf16_grads,
                   bf16_moments=cfg.bf16_moments, fp8_activations=cfg.fp8_activations,
                   deallocate_pipeline_outputs=cfg.deallocate_pipeline_outputs,
-                  offload_modules=offload_rules.config_mask(cfg))
+                  offload_modules=offload_rules.config_mask(cfg),
+                  method=finetune.METHOD_CODES[cfg.method], lora_rank=cfg.lora_rank or 0,
+                  lora_targets=finetune.TARGET_CODES[cfg.lora_targets] if cfg.lora_targets else 0)
     return {k: np.array([[v]], dtype=float) for k, v in values.items()}
 
 
@@ -195,6 +198,9 @@ def activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]:
     s = k["seq"] / k["cp"]
     full = _layer_tensors(model, moe, s, k["seq"], k["mbs"], t, r, k["precision"] == PRECISION_CODES[Precision.fp8],
                           k["attention"] == ATTENTION_CODES[Attention.eager], k["fp8_activations"] > 0)
+    if np.any(k.get("method", 0) > 0):   # LoRA/QLoRA: frozen linears save no input; the x A products
+        full = finetune.saved_tensor_changes(model, moe, full, s * k["mbs"], k["method"], k["lora_rank"],
+                                             k["lora_targets"])
     layer_input = 2 * s * k["mbs"] * model.hidden_size / r
     return _stored(full, k["recompute"], k["recompute_modules"], layer_input), full
 

@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, model_seriali
 from .cost import DEFAULT_GOODPUT
 from .errors import InputError
 from .plan_defaults import DEFAULT_GBS_RULE, DEFAULT_HEADROOM, default_gbs
+from .finetune import DEFAULT_LORA_RANK, LoraTargets, Method
 
 # --- choices -------------------------------------------------------------------------------------
 
@@ -300,6 +301,12 @@ class Layout(BaseModel):
         default=True, description="once a pipeline stage has sent its output to the next, keep only its autograd node, "
                                   "not its data (Megatron's deallocate_pipeline_outputs, which Megatron training always "
                                   "sets); false: every in-flight chunk keeps its 2sbh/t output until its backward")
+    method: Method = Field(default=Method.full, description="what is trained: full (every weight), lora (low-rank "
+                           "adapters beside a frozen bf16 base) or qlora (adapters beside a frozen 4-bit NF4 base)")
+    lora_rank: int | None = Field(default=None, ge=1, description="adapter rank r with method lora or qlora; null: "
+                                  f"{DEFAULT_LORA_RANK} (full: must stay null)")
+    lora_targets: LoraTargets | None = Field(default=None, description="linear layers with adapters: attention "
+                                             "(q, k, v, o) or all-linear (also the MLP or experts); null: all-linear")
 
 
 def _described(model: type[BaseModel], name: str, **kwargs: Any) -> Any:
@@ -399,6 +406,8 @@ class Params(Result):
     total: int = Field(description="parameters of the main model (MTP modules apart)")
     active: int = Field(description="parameters active per token (MoE: shared + top-k experts)")
     mtp: int = Field(default=0, description="multi-token-prediction parameters, counted apart")
+    trainable: int = Field(default=0, description="parameters the run updates: total + mtp, or the adapters with "
+                                                  "method lora/qlora")
 
 
 class MemoryGiB(Result):

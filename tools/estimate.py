@@ -9,6 +9,7 @@ from .contract import Config, Estimate, Job, Layout, MemoryGiB, Params, StepTime
 from .cost import DEFAULT_GOODPUT, parse_tokens, ramp_cost, training_cost
 from .counting import count_params
 from .errors import InputError
+from .finetune import Method, is_lora, total_adapter_params
 from .layout import resolve_with_batch
 from .memory import memory_breakdown
 from .specs import ClusterSpec, ModelSpec, ParallelConfig, Schedule
@@ -31,7 +32,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, *, tok
     counts = count_params(model)
     memory = memory_breakdown(model, cfg, cluster.gpu, headroom_gib=headroom_gib)
     result: dict = {
-        "params": Params(total=counts.total, active=counts.active, mtp=counts.mtp),
+        "params": Params(total=counts.total, active=counts.active, mtp=counts.mtp,
+                         trainable=(round(total_adapter_params(model, cfg.lora_rank, cfg.lora_targets))
+                                    if is_lora(cfg.method) else counts.total + counts.mtp)),
         "memory_gib": MemoryGiB(**{k: getattr(memory, k) for k in MemoryGiB.model_fields}),
         "fits": memory.fits,
         "reason": None if memory.fits else memory.reason,
@@ -63,6 +66,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, *, tok
         notes.append(f"warning: tp={cfg.tp} spans {nodes} nodes of {cluster.gpus_per_node} GPUs, so every layer's "
                      f"tensor-parallel collectives cross the network{share}: keep tp <= {cluster.gpus_per_node} "
                      "and use pp or cp across nodes")
+    if cfg.method is Method.qlora:
+        notes.append("qlora: the adapters' Adam states live in paged CPU-GPU memory (paged_adamw_32bit, "
+                     "Dettmers et al. 2023) and are not counted on the GPU; the step pays for paging them over PCIe")
     if cfg.gbs is not None and cluster.gpu.efficiency_basis == "assumed":
         notes.append(f"{cluster.gpu.name}: GEMM and attention efficiencies are assumed, not fitted (no public "
                      "training run of this GPU family to fit on); treat its times as indicative")

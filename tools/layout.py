@@ -16,6 +16,7 @@ from .recompute import module_applies
 from .contract import OffloadModule
 from .specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, RecomputeModule, Schedule
 from .validity import Knobs, check
+from .finetune import resolve_method
 
 
 def _positive(name: str, value: int | float | None) -> None:
@@ -137,6 +138,8 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
         raise InputError("fp8_activations needs precision=fp8 (FP8 GEMMs): use --precision fp8 or drop it")
     if precision is Precision.fp8 and not fp8_supported:
         raise InputError("precision=fp8 needs FP8 tensor cores (Hopper or newer): use --precision bf16")
+    method, lora_rank, lora_targets = resolve_method(values["method"], values["lora_rank"], values["lora_targets"],
+                                                     model, precision)
 
     if schedule is None:
         schedule = Schedule.interleaved if vpp > 1 else Schedule.one_f_one_b
@@ -149,7 +152,8 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     values.update(dp=dp, seq=seq, recompute=recompute, recompute_modules=recompute_modules,
                   offload_modules=offload_modules, schedule=schedule,
                   precision=precision, attention=attention,
-                  sequence_parallel=sequence_parallel and tp > 1, tp_comm_overlap=tp_comm_overlap and tp > 1)
+                  sequence_parallel=sequence_parallel and tp > 1, tp_comm_overlap=tp_comm_overlap and tp > 1,
+                  method=method, lora_rank=lora_rank, lora_targets=lora_targets)
     return ParallelConfig(**values)
 
 

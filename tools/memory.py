@@ -54,6 +54,7 @@ from . import offload as offload_rules
 from . import recompute as recompute_rules
 from .activations import activation_layer, has_dropout, inflight, knob_arrays, seq_divisor
 from .codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
+from . import finetune
 from .counting import LayerParams, count_params, is_moe_layer, layer_params, norm_params
 from .layout import model_layers_per_stage
 from .specs import Attention, GPUSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
@@ -150,6 +151,8 @@ def _rank_layouts(spec: ModelSpec, pp: int, vpp: int, dualpipe: bool) -> list[tu
 # --- parameters ----------------------------------------------------------------------------------
 
 _PARAM_KEYS = ("shard", "repl", "kv", "expert", "norm_router")
+_LORA_KEYS = ("lora_0_ne", "lora_0_ex", "lora_1_ne", "lora_1_ex")
+"""adapter parameters per unit of rank (finetune.adapter_coefficients): targets 0 attention, 1 all-linear"""
 
 
 def _layer_param_parts(model: ModelSpec, lp: LayerParams) -> dict[str, float]:
@@ -211,7 +214,8 @@ def _prepare(model: ModelSpec) -> _Model:
     embed_vocab = model.vocab_size * (model.embedding_dim or model.hidden_size)
     return _Model(
         spec=model,
-        layer_parts=[_layer_param_parts(model, lp) for lp in counts.layers],
+        layer_parts=[_layer_param_parts(model, lp) | finetune.adapter_coefficients(model, lp.routed_experts > 0)
+                     for lp in counts.layers],
         is_moe=[lp.routed_experts > 0 for lp in counts.layers],
         mtp_parts=_mtp_param_parts(model) if model.num_mtp_layers else dict.fromkeys(_PARAM_KEYS, 0.0),
         embed_vocab=embed_vocab,
@@ -228,7 +232,7 @@ def _rank_data(m: _Model, pp: int, vpp: int, dualpipe: bool) -> dict[str, np.nda
     virtual = model_layers_per_stage(m.spec, pp * vpp)   # layers of each interleaved model chunk
     chunk_layers = [max(virtual[i::pp]) for i in range(pp)]
     for layers, first, last in _rank_layouts(m.spec, pp, vpp, dualpipe):
-        row = {k: sum(m.layer_parts[i][k] for i in layers) for k in _PARAM_KEYS}
+        row = {k: sum(m.layer_parts[i][k] for i in layers) for k in (*_PARAM_KEYS, *_LORA_KEYS)}
         for kind, moe in (("dense", False), ("moe", True)):
             members = [i for i in layers if m.is_moe[i] == moe]
             row[f"n_{kind}"] = len(members)
@@ -296,6 +300,8 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     # the interleaved schedule (step.zero2_reduce_scatters), so a whole chunk is unsharded meanwhile.
     bucket_layers = np.where(k["vpp"] > 1, rank["chunk_layers"], 1.0)
     out["gradients/zero2_bucket"] = np.where(zero >= 2, grad_bytes * unit * bucket_layers, 0.0)
+    if np.any(k.get("method", 0) > 0):
+        _finetune_states(out, m, rank, k, modules, sharded, gemm_ne, gemm_ex, unit)
 
     # Activations: per-layer tensors x layers x in-flight micro-batches (+ extras, working set).
     in_flight = inflight(k["schedule"], k["pp"], k["num_microbatches"], k["vpp"], rank["stage"])
@@ -349,6 +355,40 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     return {key: np.broadcast_to(np.asarray(v, dtype=float), shape) for key, v in out.items()}
 
 
+def _finetune_states(out, m: _Model, rank, k, modules, sharded, gemm_ne, gemm_ex, unit) -> None:
+    """LoRA/QLoRA model states (tools/finetune.py): the frozen base (bf16, or NF4 linears) has no
+    gradients or optimizer states; the adapters carry fp32 weights, gradients and Adam states."""
+    lora = k["method"] > 0
+    qlora = k["method"] == finetune.METHOD_CODES[finetune.Method.qlora]
+    t, ep = k["tp"], k["ep"]
+    all_linear = k["lora_targets"] == finetune.TARGET_CODES[finetune.LoraTargets.all_linear]
+    adapters_ne = k["lora_rank"] * np.where(all_linear, rank["lora_1_ne"], rank["lora_0_ne"]) / t
+    adapters_ex = k["lora_rank"] * np.where(all_linear, rank["lora_1_ex"], rank["lora_0_ex"]) / (ep * t)
+    total_ne = sum(ne for ne, _ in modules.values())
+    total_ex = sum(ex for _, ex in modules.values())
+    for name in modules:
+        for component in ("weights", "gradients", "optimizer"):
+            out[f"{component}/{name}"] = np.where(lora, 0.0, out[f"{component}/{name}"])
+    out["weights/frozen_base"] = np.where(lora, finetune.frozen_weight_bytes(
+        k["method"], sharded(gemm_ne, gemm_ex, 3), sharded(total_ne - gemm_ne, total_ex - gemm_ex, 3)), 0.0)
+    weight_bytes = finetune.adapter_bytes(k["method"], finetune.ADAPTER_WEIGHT_BYTES)
+    grad_bytes = finetune.adapter_bytes(k["method"], finetune.ADAPTER_GRAD_BYTES)
+    out["weights/adapters"] = np.where(lora, weight_bytes * sharded(adapters_ne, adapters_ex, 3), 0.0)
+    out["gradients/adapters"] = np.where(lora, grad_bytes * sharded(adapters_ne, adapters_ex, 2), 0.0)
+    # qlora: paged AdamW keeps its states in CPU-evictable unified memory (not counted on the GPU)
+    out["optimizer/adapters"] = np.where(lora & ~qlora & (k["optimizer_offload"] == 0),
+                                         finetune.ADAPTER_OPTIMIZER_BYTES * sharded(adapters_ne, adapters_ex, 1), 0.0)
+    frozen_bytes = np.where(qlora, finetune.NF4_BYTES_PER_PARAM, WEIGHT_BYTES)
+    out["weights/zero3_prefetch"] = np.where(lora, np.where(k["zero"] >= 3, 2 * frozen_bytes * unit, 0.0),
+                                             out["weights/zero3_prefetch"])
+    layers = np.maximum(rank["num_layers"], 1)
+    out["gradients/zero2_bucket"] = np.where(lora, np.where(k["zero"] >= 2, grad_bytes
+                                                            * (adapters_ne + adapters_ex) / layers, 0.0),
+                                             out["gradients/zero2_bucket"])
+    largest = max(finetune.largest_linear(m.spec, moe) for moe in set(m.is_moe))
+    out["weights/nf4_dequant_buffer"] = np.where(qlora, WEIGHT_BYTES * largest / t, 0.0) + 0 * rank["first"]
+
+
 def _components(parts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     comps = {c: sum(v for key, v in parts.items() if key.startswith(c + "/")) for c in COMPONENTS}
     comps["total"] = sum(comps[c] for c in COMPONENTS)
@@ -391,6 +431,7 @@ VECTOR_KEYS = ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbat
 """Required keys of memory_totals_vectorised; optional: sequence_parallel (default 1),
 optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp8_activations (0), deallocate_pipeline_outputs (1), offload_modules (an integer mask of offload.OFFLOAD_BITS; 0), attention (0: flash; 1: eager), recompute_modules (an integer
 mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where recompute is selective).
+method (0 full, 1 lora, 2 qlora), lora_rank (0), lora_targets (0 attention, 1 all-linear).
 Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
 
@@ -405,7 +446,7 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
     """
     defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0, "bf16_moments": 0,
                 "fp8_activations": 0, "deallocate_pipeline_outputs": 1, "offload_modules": 0,
-                "attention": ATTENTION_CODES[Attention.flash]}
+                "attention": ATTENTION_CODES[Attention.flash], "method": 0, "lora_rank": 0, "lora_targets": 1}
     given = {key: arrays.get(key, defaults.get(key)) for key in (*VECTOR_KEYS, *defaults)}
     if given["recompute"] is not None:
         default_mask = np.where(np.asarray(given["recompute"]) == _SELECTIVE, recompute_rules.DEFAULT_MASK, 0)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import compute
+from . import compute, finetune
 from .codes import SCHEDULE_CODES
 from .collectives import collective_time_s, group_layout
 from .counting import count_params, flops_per_token
@@ -34,7 +34,7 @@ from .layout import model_layers_per_stage
 from .pipeline import simulate
 from .offload import offloaded_stage_bytes
 from .recompute import recomputed_flops_per_token, recomputed_forward_s
-from .specs import Attention, ClusterSpec, ModelSpec, ParallelConfig, Precision, Schedule
+from .specs import Attention, ClusterSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 
 # Bytes per parameter of an Adam step on the GPU: read fp32 grad (4), master + m + v (12), write
 # master + m + v (12) and the bf16 weight (2). Megatron's fused Adam streams exactly these.
@@ -92,7 +92,8 @@ class StepResult:
             "bubble_fraction": self.bubble_fraction,
             "peak_tflops": self.peak_tflops,
             "mfu_denominator": (f"dense {self.pipeline['precision'].upper()} peak, {self.peak_tflops:g} TFLOP/s per GPU; "
-                                "model FLOPs = 3 x forward, attention without the causal discount "
+                                f"{finetune.FLOPS_CONVENTION[finetune.Method(self.pipeline['method'])]}, "
+                                "attention without the causal discount "
                                 "(mfu_causal: attention counted causally; hfu: the FLOPs the kernels run, "
                                 f"{self.pipeline['attention']} attention, with recompute)"),
             "breakdown": self.breakdown,
@@ -206,6 +207,8 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
             times = times.merged(eh_proj).merged(compute.head_times(model, cfg, gpu))
             add(*block(model.num_layers - 1))
 
+    if finetune.is_lora(cfg.method):   # frozen base: no weight gradients; adapter GEMMs; NF4 dequantisation
+        times = finetune.adapt_stage_times(times, model, cfg, gpu, layer_ids, set(model.moe_layers))
     recompute_s = recomputed_forward_s(model, cfg, gpu, times, layer_ids)   # recompute.py
     forward = times.forward
     backward = times.backward_input + times.backward_weight + recompute_s
@@ -294,6 +297,18 @@ def data_parallel_s(zero, dense_params, expert_params, groups: dict, cluster: Cl
                for params, group in ((dense_params, groups["dp_cp"]), (expert_params, groups["edp"])))
 
 
+def _frozen_gather_s(cfg: ParallelConfig, cluster: ClusterSpec, groups: dict, dense, expert, forward_s, backward_s,
+                     num_microbatches):
+    """LoRA/QLoRA under ZeRO-3 (FSDP): the frozen base is sharded too, so every forward and backward
+    all-gathers it (bf16, or NF4 for QLoRA) with no gradient to reduce. dp_exchange_s's ZeRO-3 term
+    with no gradient bytes, its weight bytes scaled from bf16 to the frozen format (numpy-friendly)."""
+    if not finetune.is_lora(cfg.method) or cfg.zero < 3:
+        return 0.0
+    scale = finetune.frozen_bytes_per_param(cfg) / 2
+    return sum(dp_exchange_s(3, params * scale, group, cluster, forward_s, backward_s, num_microbatches, 0)
+               for params, group in ((dense, groups["dp_cp"]), (expert, groups["edp"])))
+
+
 def optimizer_s(zero, dense_params, expert_params, dp_cp: int, expert_dp: int, gpu, offload: bool = False):
     """Seconds of one rank's optimizer step on the parameters it owns: ZeRO >= 1 shards dense
     parameters over dp*cp and expert parameters over the expert-data-parallel group.
@@ -352,10 +367,16 @@ def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> StepFlops:
     tokens = cfg.gbs * cfg.seq
     executed = flops_per_token(model, cfg.seq, causal=cfg.attention is Attention.flash, include_mtp=True)
     recompute = recomputed_flops_per_token(model, cfg, cfg.seq)   # recompute.py
+    if cfg.recompute is Recompute.full and finetune.is_lora(cfg.method):
+        recompute += finetune.adapter_forward_flops_per_token(model, cfg.lora_rank, cfg.lora_targets)
+
+    def training(counts) -> float:   # 3 x forward, or LoRA's convention (finetune.FLOPS_CONVENTION)
+        return finetune.training_flops_per_token(counts, model, cfg)
+
     return StepFlops(
-        model=flops_per_token(model, cfg.seq, causal=False).training() * tokens,
-        model_causal=flops_per_token(model, cfg.seq, causal=True).training() * tokens,
-        hardware=(executed.training() + recompute) * tokens,
+        model=training(flops_per_token(model, cfg.seq, causal=False)) * tokens,
+        model_causal=training(flops_per_token(model, cfg.seq, causal=True)) * tokens,
+        hardware=(training(executed) + recompute) * tokens,
     )
 
 
@@ -384,12 +405,19 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
         rank_stages = [(critical, m)]
     # The slowest stage's data-parallel exchange and optimizer step (each stage's rank does its own).
     dense, expert = rank_params(model, cfg.pp, cfg.tp, cfg.ep)
-    dp_exposed = float(np.max(data_parallel_s(
-        cfg.zero, dense, expert, groups, cluster, np.array([w.forward_s for w in work]),
-        np.array([w.backward_s for w in work]), m, cfg.bf16_grads,
-        zero2_reduce_scatters(SCHEDULE_CODES[cfg.schedule], m, cfg.pp, cfg.vpp))))
-    optimizer = float(np.max(optimizer_s(cfg.zero, dense, expert, cfg.dp * cfg.cp, cfg.expert_dp, cluster.gpu,
-                                         cfg.optimizer_offload)))
+    # Trainable parameters: all of them, or only the adapters (LoRA/QLoRA; tools/finetune.py).
+    train_dense, train_expert = ((np.array(p) for p in zip(*finetune.trainable_stage_params(model, cfg, stages)))
+                                 if finetune.is_lora(cfg.method) else (dense, expert))
+    forward = np.array([w.forward_s for w in work])
+    backward = np.array([w.backward_s for w in work])
+    dp_exposed = float(np.max(
+        data_parallel_s(cfg.zero, train_dense, train_expert, groups, cluster, forward, backward, m, cfg.bf16_grads,
+                        zero2_reduce_scatters(SCHEDULE_CODES[cfg.schedule], m, cfg.pp, cfg.vpp))
+        + _frozen_gather_s(cfg, cluster, groups, dense, expert, forward, backward, m)))
+    zero_shards = cfg.dp * cfg.cp if cfg.zero >= 1 else 1
+    optimizer = float(np.max(optimizer_s(cfg.zero, train_dense, train_expert, cfg.dp * cfg.cp, cfg.expert_dp,
+                                         cluster.gpu, cfg.optimizer_offload)
+                             + finetune.paged_optimizer_s((train_dense + train_expert) / zero_shards, cfg.method)))
     step_s = makespan + dp_exposed + optimizer
 
     compute_s = sum(n * work[s].compute_s for s, n in rank_stages)
@@ -418,5 +446,6 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
         peak_tflops=peak,
         breakdown=breakdown,
         pipeline={**result.to_dict(), "precision": cfg.precision.value, "attention": cfg.attention.value,
+                  "method": cfg.method.value,
                   "critical_stage": critical},
     )

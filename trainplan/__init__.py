@@ -40,6 +40,7 @@ def estimate(
     attention: Attention | str = "flash", fused_kernels: bool = True, sequence_parallel: bool = True,
     optimizer_offload: bool = False, bf16_grads: bool = False, bf16_moments: bool = False,
     fp8_activations: bool = False, tp_comm_overlap: bool = False, deallocate_pipeline_outputs: bool = True,
+    method: str = "full", lora_rank: int | None = None, lora_targets: str | None = None,
     # What to return.
     timeline: bool = False,
 ) -> Estimate:

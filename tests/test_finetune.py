@@ -1,0 +1,165 @@
+"""Fine-tuning methods (tools/finetune.py): memory against published claims, the frozen-base
+mechanisms one by one, time and the FLOPs convention, and bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainplan.tools import finetune
+from trainplan.tools.catalog import load_gpu, load_model
+from trainplan.tools.counting import count_params, flops_per_token
+from trainplan.tools.errors import InputError
+from trainplan.tools.estimate import estimate
+from trainplan.tools.layout import resolve_config
+from trainplan.tools.memory import memory_breakdown, memory_totals_vectorised
+from trainplan.tools.specs import ClusterSpec
+from trainplan.tools.step import step_time
+
+LLAMA_65B = str(Path(__file__).parent / "data" / "llama-65b.json")
+
+
+# --- published claims ------------------------------------------------------------------------------
+
+def test_qlora_fine_tunes_65b_on_one_48gb_gpu():
+    # Dettmers et al. 2023: Guanaco 65B, LoRA r=64 on every linear layer, NF4 + double quantisation,
+    # paged AdamW, gradient checkpointing, on one 48 GB GPU (the L40S is the catalog's 48 GB card).
+    result = estimate(LLAMA_65B, "l40s", 1, method="qlora", lora_rank=64, lora_targets="all-linear",
+                      recompute="full", seq=512)
+    assert result["fits"], result.get("reason")
+
+
+def test_bf16_lora_of_70b_does_not_fit_48gb():
+    result = estimate("llama3-70b", "l40s", 1, method="lora", recompute="full", seq=512)
+    assert not result["fits"]
+    assert result["memory_gib"]["weights"] > 120     # 70.6B frozen bf16 weights alone are 131 GiB
+
+
+def test_lora_of_8b_fits_a_24gb_card_with_checkpointing_only():
+    kwargs = dict(method="lora", seq=2048)
+    assert estimate("llama3-8b", "rtx-4090", 1, recompute="full", **kwargs)["fits"]
+    assert not estimate("llama3-8b", "rtx-4090", 1, recompute="none", **kwargs)["fits"]
+
+
+def test_full_fine_tuning_of_8b_with_adam_needs_offload_on_one_80gb_gpu():
+    kwargs = dict(method="full", recompute="full", seq=2048)
+    without = estimate("llama3-8b", "h100-sxm-80gb", 1, **kwargs)
+    assert not without["fits"] and without["memory_gib"]["optimizer"] > 80   # 12 B/param of 8B
+    assert estimate("llama3-8b", "h100-sxm-80gb", 1, optimizer_offload=True, **kwargs)["fits"]
+
+
+# --- mechanisms -----------------------------------------------------------------------------------
+
+def _memory(model="llama3-8b", gpus=1, **kw):
+    spec = load_model(model)
+    return memory_breakdown(spec, resolve_config(spec, gpus, **kw), load_gpu("h100"))
+
+
+def test_adapter_parameter_count_is_r_times_fan_in_plus_fan_out():
+    spec = load_model("llama3-8b")   # h 4096, 32 heads of 128, 8 kv heads, f 14336, 32 layers
+    h, d, a, g, f, layers = 4096, 128, 32, 8, 14336, 32
+    attention = (h + a * d) + 2 * (h + g * d) + (a * d + h)
+    assert finetune.total_adapter_params(spec, 8, "attention") == 8 * attention * layers
+    assert finetune.total_adapter_params(spec, 8, "all-linear") == 8 * (attention + 3 * (h + f)) * layers
+    result = estimate("llama3-8b", "h100", 1, method="lora", lora_rank=8, lora_targets="attention")
+    assert result["params"]["trainable"] == 8 * attention * layers
+
+
+def test_frozen_base_has_no_gradients_and_no_base_optimizer_states():
+    lora = _memory(method="lora", lora_rank=16)
+    adapters = finetune.total_adapter_params(load_model("llama3-8b"), 16, "all-linear")
+    gib = 2.0**30
+    assert lora.breakdown["gradients/adapters"] == pytest.approx(4 * adapters / gib)
+    assert lora.breakdown["optimizer/adapters"] == pytest.approx(8 * adapters / gib)
+    assert lora.gradients == pytest.approx(4 * adapters / gib)
+    assert lora.breakdown["weights/frozen_base"] == pytest.approx(2 * count_params(load_model("llama3-8b")).total / gib)
+
+
+def test_nf4_with_double_quantisation_is_4_127_bits_and_only_for_the_linears():
+    assert finetune.NF4_BYTES_PER_PARAM * 8 == pytest.approx(4 + 8 / 64 + 32 / (64 * 256))
+    spec = load_model("llama3-8b")
+    counts = count_params(spec)
+    linear = sum(lp.non_expert - lp.norms - lp.router for lp in counts.layers)
+    other = counts.total - linear
+    qlora = _memory(method="qlora")
+    expected = finetune.NF4_BYTES_PER_PARAM * linear + 2 * other
+    assert qlora.breakdown["weights/frozen_base"] * 2**30 == pytest.approx(expected)
+    # the dequantisation buffer: one bf16 copy of the largest linear (the 4096 x 14336 MLP matrices)
+    assert qlora.breakdown["weights/nf4_dequant_buffer"] * 2**30 == pytest.approx(2 * 4096 * 14336)
+    # qlora's paged AdamW states are not on the GPU; lora's are
+    assert "optimizer/adapters" not in qlora.breakdown and "optimizer/adapters" in _memory(method="lora").breakdown
+
+
+def test_frozen_untargeted_linears_save_no_input():
+    kwargs = dict(method="lora", recompute="none", seq=2048)
+    attention_only = _memory(lora_targets="attention", **kwargs).breakdown
+    all_linear = _memory(lora_targets="all-linear", **kwargs).breakdown
+    full = _memory(recompute="none", seq=2048).breakdown
+    assert "activations/mlp/fc1_input" not in attention_only and "activations/mlp/fc2_input" not in attention_only
+    assert all_linear["activations/mlp/fc1_input"] == pytest.approx(full["activations/mlp/fc1_input"])
+    # the x A products: 2 B x tokens x r per targeted linear (4 attention + 3 MLP), 32 layers
+    assert all_linear["activations/lora/xa_products"] * 2**30 == pytest.approx(2 * 2048 * 16 * 7 * 32)
+
+
+def test_zero3_shards_the_frozen_base():
+    one = _memory(method="qlora", zero=1, gpus=8).breakdown["weights/frozen_base"]
+    three = _memory(method="qlora", zero=3, gpus=8).breakdown["weights/frozen_base"]
+    assert three == pytest.approx(one / 8)
+
+
+def test_vectorised_memory_agrees_with_the_scalar_path():
+    spec, gpu = load_model("llama3-8b"), load_gpu("h100")
+    for method in ("lora", "qlora"):
+        for targets in ("attention", "all-linear"):
+            cfg = resolve_config(spec, 8, tp=2, zero=3, method=method, lora_rank=32, lora_targets=targets,
+                                 gbs=16, recompute="full")
+            scalar = memory_breakdown(spec, cfg, gpu).total
+            arrays = {key: np.array([value]) for key, value in dict(
+                tp=2, pp=1, cp=1, ep=1, dp=4, vpp=1, zero=3, mbs=1, num_microbatches=4, seq=cfg.seq, recompute=2,
+                schedule=1, precision=0, method=finetune.METHOD_CODES[cfg.method], lora_rank=32,
+                lora_targets=finetune.TARGET_CODES[cfg.lora_targets]).items()}
+            assert memory_totals_vectorised(spec, gpu, arrays)["total"][0] == pytest.approx(scalar)
+
+
+def _step(method, **kw):
+    spec = load_model("llama3-8b")
+    cfg = resolve_config(spec, 8, gbs=64, seq=2048, recompute="none", method=method, **kw)
+    return spec, cfg, step_time(spec, cfg, ClusterSpec.build(load_gpu("h100"), 8))
+
+
+def test_lora_skips_frozen_weight_gradients_and_qlora_pays_for_dequantisation():
+    _, _, full = _step("full")
+    _, _, lora = _step("lora")
+    _, _, qlora = _step("qlora")
+    assert lora.breakdown["compute"] < full.breakdown["compute"]
+    assert qlora.breakdown["compute"] > lora.breakdown["compute"]
+    for result in (full, lora, qlora):
+        assert 0 < result.mfu_causal <= result.hfu < 1   # hfu counts attention as the flash kernel runs it
+
+
+def test_lora_flops_convention_counts_no_frozen_weight_gradient():
+    spec, cfg, result = _step("lora", lora_rank=16)
+    counts = flops_per_token(spec, cfg.seq)
+    weight_gemms = counts.forward - counts.breakdown["attention/scores"]
+    adapters = finetune.adapter_forward_flops_per_token(spec, 16, "all-linear")
+    expected = (3 * counts.forward - weight_gemms + 3 * adapters) * cfg.gbs * cfg.seq
+    measured = result.tflops_per_gpu * 1e12 * result.step_s * cfg.num_gpus
+    assert measured == pytest.approx(expected)
+    assert "not counted" in result.to_dict()["mfu_denominator"]
+
+
+# --- bad input --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    (dict(method="dora"), "method='dora'"),
+    (dict(method="full", lora_rank=8), "lora_rank=8 needs --method lora or qlora"),
+    (dict(method="lora", lora_rank=0), "lora_rank=0"),
+    (dict(method="lora", lora_targets="mlp"), "lora_targets='mlp'"),
+    (dict(method="qlora", precision="fp8"), "qlora"),
+])
+def test_bad_method_knobs_are_named(kwargs, fragment):
+    with pytest.raises(InputError) as err:
+        estimate("llama3-8b", "h100", 1, **kwargs)
+    assert fragment in str(err.value)
