@@ -31,6 +31,71 @@ from trainplan.tools.contract import DEFAULT_SEQ_CAP, DEFAULT_SEQ_RULE  # noqa: 
 DEFAULT_TOKENS_PER_PARAM = 20
 """tokens, when not given: 20 per parameter, the compute-optimal ratio of Hoffmann et al. 2022."""
 
+PLAN_FIGURES: tuple[tuple[str, str, str], ...] = (
+    ("Memory per GPU", "calculate_memory", "memory_gib.total"),
+    ("Memory per GPU", "calculate_memory", "memory_gib.headroom"),
+    ("Memory per GPU", "calculate_memory", "memory_gib.headroom_share"),
+    ("Step time and throughput", "estimate_step_time", "time.step_s"),
+    ("Step time and throughput", "estimate_step_time", "time.tokens_per_s"),
+    ("Step time and throughput", "estimate_step_time", "time.mfu"),
+    ("Step time and throughput", "estimate_step_time", "time.comm_share"),
+    ("Step time and throughput", "estimate_step_time", "time.bubble_share"),
+    ("Cost", "estimate_cost", "training.days"),
+    ("Cost", "estimate_cost", "training.gpu_hours"),
+    ("Cost", "estimate_cost", "training.cost_usd"),
+    ("Alternatives", "search_configs", "alternatives[].worse_by"),
+    ("Alternatives", "search_configs", "alternatives[].why"),
+)
+"""(answer section, tool, field) for every figure the prompt asks the answer to state: the system prompt lists
+them, and `trainplan prompt --check` calls each tool on FIGURE_CHECK_CALLS and fails when a field is not
+in its result, so the model never has to do arithmetic for a figure it is asked for."""
+
+FIGURE_CHECK_CALLS: dict[str, dict] = {
+    "calculate_memory": {"model": "llama3-8b", "gpu": "h100", "gpus": 16, "tp": 2, "pp": 2},
+    "estimate_step_time": {"model": "llama3-8b", "gpu": "h100", "gpus": 16, "tp": 2, "pp": 2},
+    "estimate_cost": {"tokens": "1T", "step_s": 10.0, "gbs": 512, "seq": 8192, "gpus": 16, "gpu": "h100"},
+    "search_configs": {"model": "llama3-8b", "gpu": "h100", "gpus": 16, "tokens": "1T", "top_k": 3},
+}
+"""One sample call of each tool that PLAN_FIGURES names (a small job, so the check stays quick)."""
+
+
+def _field(result, path: str) -> list:
+    """The values at a dotted path ("a.b", "a[].b" steps into every element of a list); [] when absent."""
+    values = [result]
+    for part in path.split("."):
+        many = part.endswith("[]")
+        key = part.removesuffix("[]")
+        values = [v[key] for v in values if isinstance(v, dict) and key in v]
+        if many:
+            values = [item for v in values if isinstance(v, list) for item in v]
+    return values
+
+
+def figure_sections() -> list[tuple[str, str, list[str]]]:
+    """PLAN_FIGURES grouped in order: (answer section, tool, fields)."""
+    sections: list[tuple[str, str, list[str]]] = []
+    for section, tool, field in PLAN_FIGURES:
+        if not sections or sections[-1][:2] != (section, tool):
+            sections.append((section, tool, []))
+        sections[-1][2].append(field)
+    return sections
+
+
+def missing_figures() -> list[str]:
+    """The PLAN_FIGURES whose field a tool result lacks (or holds no value in), each named with its tool."""
+    from trainplan.tools.registry import dispatch
+
+    results: dict[str, dict] = {}
+    missing = []
+    for figure, tool, path in PLAN_FIGURES:
+        if tool not in results:
+            results[tool] = dispatch(tool, FIGURE_CHECK_CALLS[tool])
+        values = _field(results[tool], path)
+        if not values or any(v is None for v in values):
+            error = results[tool].get("error")
+            missing.append(f"{figure}: {tool} returns no {path}" + (f" ({error})" if error else ""))
+    return missing
+
 
 def _unsigned_zero(text: str) -> str:
     """'-0.0' -> '0.0': a value that rounds to zero is shown without a sign."""
@@ -138,10 +203,10 @@ def tool_guide() -> str:
 
 
 def system_prompt() -> str:
-    return render("system.md.j2", tools=tool_specs(), **_defaults())
+    return render("system.md.j2", tools=tool_specs(), figures=figure_sections(), **_defaults())
 
 
 def shipped_prompt() -> str:
     """The text of outputs/prompt-distributed-training-planner.md."""
     return render("shipped.md.j2", system_prompt=system_prompt().strip(), tool_guide=tool_guide().strip(),
-                  tools=tool_specs(), **_defaults())
+                  tools=tool_specs(), figures=figure_sections(), **_defaults())

@@ -75,3 +75,25 @@ def test_report_filters_never_show_negative_zero_or_exponents():
     assert _usd(-0.2) == "$0" and _usd(-5) == "-$5" and _usd(1234567) == "$1,234,567"
     assert _tokens(1e18) == "1,000,000T" and _tokens(15e12) == "15T" and _tokens(2.5e11) == "250B"
     assert "e+" not in _tokens(3.3e21)
+
+
+def test_every_figure_the_prompt_asks_for_is_a_tool_output_field(monkeypatch):
+    assert prompts.missing_figures() == []
+    system = prompts.system_prompt()
+    from trainplan.tools.registry import TOOLS_BY_NAME
+
+    for section, tool, field in prompts.PLAN_FIGURES:
+        line = next(line for line in system.splitlines() if line.startswith(f"- {section}: `{tool}` "))
+        assert field in line.split("` ", 1)[1].split(", ") and tool in TOOLS_BY_NAME
+    # The check can fail: a figure whose field no tool returns is named.
+    monkeypatch.setattr(prompts, "PLAN_FIGURES", (*prompts.PLAN_FIGURES, ("Cost", "estimate_cost", "training.rent")))
+    assert prompts.missing_figures() == ["Cost: estimate_cost returns no training.rent"]
+
+
+def test_tool_descriptions_agree_with_the_method():
+    from trainplan.tools.registry import TOOLS_BY_NAME
+
+    system = prompts.system_prompt()
+    assert system.index("`search_configs`") < system.index("`calculate_memory`")
+    assert "call this first" not in TOOLS_BY_NAME["calculate_memory"].description.lower()
+    assert "call this first" in TOOLS_BY_NAME["search_configs"].description.lower()

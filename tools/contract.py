@@ -459,17 +459,23 @@ class StepTime(Result):
     @computed_field(description="each breakdown part / step_s")
     @property
     def shares(self) -> dict[str, float]:
-        return {part: seconds / self.step_s for part, seconds in self.breakdown.items()}
+        return {part: _share(seconds, self.step_s) for part, seconds in self.breakdown.items()}
 
     @computed_field(description="exposed communication (the comm/* parts) / step_s")
     @property
     def comm_share(self) -> float:
-        return sum(s for part, s in self.breakdown.items() if part.startswith("comm/")) / self.step_s
+        return _share(sum(s for part, s in self.breakdown.items() if part.startswith("comm/")), self.step_s)
 
     @computed_field(description="the pipeline bubble part / step_s")
     @property
     def bubble_share(self) -> float:
-        return self.breakdown.get("bubble", 0.0) / self.step_s
+        return _share(self.breakdown.get("bubble", 0.0), self.step_s)
+
+
+def _share(part_s: float, step_s: float) -> float:
+    """part / step; float dust from summing the simulator's times (|share| < 1e-12) reads as 0."""
+    share = part_s / step_s
+    return 0.0 if abs(share) < 1e-12 else share
 
 
 class Training(Result):

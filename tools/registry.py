@@ -371,13 +371,13 @@ TOOLS: tuple[Tool, ...] = (
          DescribeArgs, _describe_model),
     Tool("calculate_memory",
          "Memory per GPU of one layout on the most loaded rank, in GiB: weights, gradients, optimizer, "
-         "activations, other, total, capacity; whether it fits (with the reason when not) and every "
-         "pipeline stage. Call this first: a layout that does not fit needs no timing.",
+         "activations, other, total, capacity, headroom; whether it fits (with the reason when not) and every "
+         "pipeline stage. Checks a layout search_configs found.",
          MemoryArgs, _calculate_memory),
     Tool("estimate_step_time",
          "Step time of one layout built bottom-up (GEMMs, attention, collectives, pipeline bubble): "
          "time.step_s, tokens_per_s, MFU, HFU, bubble_fraction and a breakdown (compute, comm/tp, comm/cp, "
-         "comm/ep, bubble, comm/dp, optimizer) that sums to step_s; also memory and fits.",
+         "comm/ep, bubble, comm/dp, optimizer) that sums to step_s, with shares; also memory and fits.",
          StepArgs, _estimate_step_time),
     Tool("simulate_pipeline",
          "Simulate a pipeline schedule event by event: bubble fraction, makespan, in-flight micro-batches "
@@ -389,7 +389,8 @@ TOOLS: tuple[Tool, ...] = (
     Tool("search_configs",
          "Search the layouts (tp, pp, cp, ep, vpp, zero, mbs, recompute, schedule) for a job and return "
          "the best candidates, each a full estimate (memory_gib, fits, time, training, config), plus how "
-         "many were evaluated, feasible and rejected by reason. Pin any knob to constrain it.",
+         "many were evaluated, feasible and rejected by reason, and alternatives (worse_by, why). Pin any knob "
+         "to constrain it. Call this first.",
          SearchArgs, _search_configs),
     Tool("submit_plan",
          "Hand over the layout you recommend, once you have chosen it and before your final answer. The plan "

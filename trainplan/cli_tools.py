@@ -74,7 +74,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("prompt")
     def prompt_command(
-        check: Annotated[bool, typer.Option("--check", help="exit 1 when the file is out of step; write nothing")] = False,
+        check: Annotated[bool, typer.Option("--check", help="exit 1 when the file is out of step or asks for a figure "
+                                                             "no tool returns; write nothing")] = False,
         out: Annotated[Optional[Path], typer.Option("--out", help="where to write (default: the repository's "
                                                                    "outputs/prompt-distributed-training-planner.md; "
                                                                    "installed from a wheel: print it)")] = None,
@@ -89,7 +90,12 @@ def register(app: typer.Typer) -> None:
             if current != text:
                 state = "is missing" if current is None else "is out of step with prompts/ and the tool registry"
                 _fail(f"{path} {state}: run `trainplan prompt` and commit the result", code=1)
-            print(f"{path} is up to date")
+            from trainplan.prompts import missing_figures
+
+            missing = missing_figures()
+            if missing:
+                _fail("the prompt asks for figures no tool returns: " + "; ".join(missing), code=1)
+            print(f"{path} is up to date, and every figure it asks for is a tool output field")
             return
         if out is None and not IN_REPOSITORY:
             sys.stdout.write(text)
