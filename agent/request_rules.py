@@ -1,7 +1,8 @@
 """The rules that read a plain-language request, one function per part of it.
 
 Each rule reads what it understands from a RequestText, marks those characters as read and puts
-the values in `found` (the PlanRequest fields). Rules run in the order of READERS: names first
+the values in `found` (the PlanRequest fields). Rules run in the order parse_partial (agent/request.py)
+calls them, with agent/request_steering.py's: names first
 (paths, models and GPUs, so that the digits inside 'Llama 3 70B' or 'H100' are never read as
 counts), then the quantities with units (tokens, batch, sequence, price, budget, deadline), then
 GPU counts, then the words that steer the plan (objective, precision, pins, negations), and last
@@ -193,7 +194,7 @@ def read_gpu(t: RequestText, found: dict[str, Any]) -> None:
 _BRANDED = (r"(?<![a-z0-9])((?:rtx|gtx|titan|quadro|tesla|radeon|instinct|gaudi|tpu|trainium|inferentia)"
             r"(?:[\s-]*(?:pro|ada|ultra))?(?:[\s-]*[a-z]{0,3}[0-9]+[a-z0-9]*)?|mi[0-9]{2,3}[a-z]*)(?![a-z0-9])")
 _CODE = r"(?<![a-z0-9])([a-z]{1,2}[0-9]{2,4}[a-z]{0,2})s?(?![a-z0-9])"
-_NOT_GPU_CODES = re.compile(r"(?:bf|fp|tf|int|tp|pp|cp|ep|dp|sp|vp|mb|gb|tb|pb|sm|nv|fa|v)[0-9]+|[a-z]{1,2}0+",
+_NOT_GPU_CODES = re.compile(r"(?:bf|fp|tf|int|tp|pp|cp|ep|dp|sp|vp|mb|gb|tb|pb|sm|nv|fa)[0-9]+|[a-z]{1,2}0+",
                             re.IGNORECASE)
 _GPU_CONTEXT_BEFORE = r"(?:[0-9]\s*(?:k\s*)?(?:[x×*]\s*)?|\b(?:on|using|with|of|use|across)\s+(?:the\s+|an?\s+)?)$"
 _GPU_CONTEXT_AFTER = rf"\s*(?:{_GPU_WORD}|{_NODE})"

@@ -161,6 +161,7 @@ def test_impossible_numbers_are_refused(text, fragments):
     ("Llama 3 70B on 8 MI400X", "MI400X"),
     ("Llama 3 70B on 8 RTX 9090", "RTX 9090"),
     ("Llama 3 8B on 64 V100s", "V100"),
+    ("Llama 3 8B on 64 V100 GPUs", "V100"),
     ("Llama 3 8B on 64 Gaudi 3 cards", "Gaudi 3"),
     ("Llama 3 8B on 64 A100 24GB", "A100 24GB"),
 ])
