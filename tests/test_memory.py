@@ -663,3 +663,32 @@ def test_pipeline_outputs_are_kept_only_without_deallocation():
     assert off.breakdown["activations/pipeline_outputs"] * GIB == pytest.approx(p * 2 * s * model.hidden_size / t)
     added = [b["activations"] - a["activations"] for a, b in zip(on.per_stage, off.per_stage)]
     assert added[-1] == pytest.approx(0.0, abs=1e-12) and added[0] > added[1] > added[2] > 0
+
+
+def _megatron_interleaved_peak(p, v, m, i, weights):
+    """Simulate Megatron's interleaved order on rank i (groups of p micro-batches per chunk; 2(p-i-1)
+    + (v-1)p warm-up forwards, then one forward and one backward) and return the peak held weight."""
+    held, f, b, total = np.zeros(v), 0, 0, m * v
+    best = 0.0
+    for _ in range(min(2 * (p - i - 1) + (v - 1) * p, total)):
+        held[(f % (p * v)) // p] += 1
+        f += 1
+    while f < total:
+        held[(f % (p * v)) // p] += 1
+        f += 1
+        best = max(best, held @ weights)
+        held[v - 1 - (b % (p * v)) // p] -= 1
+        b += 1
+    return max(best, held @ weights)
+
+
+@pytest.mark.parametrize("p,v,m", [(4, 2, 8), (4, 3, 12), (8, 4, 16), (16, 8, 32), (16, 8, 16)])
+def test_chunk_inflight_matches_megatrons_interleaved_order(p, v, m):
+    from trainplan.tools.activations import chunk_inflight
+    for i in range(p):
+        per_chunk = chunk_inflight(p, m, v, i, np.arange(v))
+        assert per_chunk.sum() == pytest.approx(v * inflight_microbatches("interleaved", p, m, v)[i])
+        assert per_chunk.sum() == _megatron_interleaved_peak(p, v, m, i, np.ones(v))   # uniform chunks: exact
+    empty_first = np.array([0.0] + [1.0] * (v - 1))   # Llama 3 405B's rank 0: the first chunk is the embedding
+    assert float(empty_first @ chunk_inflight(p, m, v, 0, np.arange(v))) == _megatron_interleaved_peak(p, v, m, 0,
+                                                                                                    empty_first)

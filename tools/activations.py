@@ -62,6 +62,24 @@ def inflight(schedule_code, pp, num_microbatches, vpp, stage):
     return np.where(p == 1, 1.0, counts)
 
 
+def chunk_inflight(pp, num_microbatches, vpp, stage, chunk):
+    """Interleaved schedule: micro-batches of model chunk ``chunk`` that rank ``stage`` holds at its
+    peak (arrays broadcast). Megatron runs forwards in groups of p micro-batches per chunk, chunks
+    0..v-1 in turn (microbatch_group_size_per_vp_stage = p), and rank i takes its first backward
+    after W_i = 2(p - i - 1) + (v - 1) p warm-up forwards, so it then holds F = min(W_i + 1, m v)
+    chunk forwards, of which chunk c has p floor(F / pv) + min(max(F mod pv - c p, 0), p). Summed
+    over the chunks this is F = v x the uniform count of inflight; apart, it weights chunks that
+    hold different numbers of layers (Llama 3 405B's first chunk holds only the embedding, §3.3.2).
+    This is the composition at the end of the warm-up; in the steady state a forward and a backward
+    alternate, so when chunks differ in size the held bytes can rise by at most one chunk's
+    activations later on (+1 of 112 layer-micro-batches on Llama 3 405B's last rank at m = 32).
+    """
+    p, m, v, i, c = (np.asarray(x, dtype=float) for x in (pp, num_microbatches, vpp, stage, chunk))
+    forwards = np.minimum(2 * (p - i - 1) + (v - 1) * p + 1, m * v)
+    rounds, rest = np.floor(forwards / (p * v)), np.mod(forwards, p * v)
+    return p * rounds + np.clip(rest - c * p, 0.0, p)
+
+
 def inflight_microbatches(schedule: Schedule | str, pp: int, num_microbatches: int, vpp: int = 1) -> list[float]:
     """In-flight micro-batches per pipeline stage, closed forms (see _inflight)."""
     code = SCHEDULE_CODES[Schedule(schedule)]

@@ -52,7 +52,7 @@ import numpy as np
 from . import memory_hints
 from . import offload as offload_rules
 from . import recompute as recompute_rules
-from .activations import activation_layer, has_dropout, inflight, knob_arrays, seq_divisor
+from .activations import activation_layer, chunk_inflight, has_dropout, inflight, knob_arrays, seq_divisor
 from .codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
 from . import finetune
 from .counting import LayerParams, count_params, is_moe_layer, layer_params, norm_params
@@ -242,6 +242,12 @@ def _rank_data(m: _Model, pp: int, vpp: int, dualpipe: bool) -> dict[str, np.nda
         rows.append(row)
     data = {k: np.array([[row[k] for row in rows]], dtype=float) for k in rows[0]}
     data["stage"] = np.arange(pp, dtype=float)[None, :]
+    # Layers of each kind in each model chunk c of rank i (virtual stage i + c pp), shape (1, pp, vpp).
+    starts = np.concatenate([[0], np.cumsum(virtual)])
+    for kind, moe in (("dense", False), ("moe", True)):
+        data[f"chunk_{kind}"] = np.array([[[sum(1 for j in range(starts[i + c * pp], starts[i + c * pp + 1])
+                                                 if m.is_moe[j] == moe) for c in range(vpp)] for i in range(pp)]],
+                                         dtype=float)
     return data
 
 
@@ -306,14 +312,22 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     # Activations: per-layer tensors x layers x in-flight micro-batches (+ extras, working set).
     in_flight = inflight(k["schedule"], k["pp"], k["num_microbatches"], k["vpp"], rank["stage"])
     chunk = np.where((k["schedule"] == _DUALPIPE) & (k["pp"] > 1), 0.5, 1.0)   # 2 chunks per rank
+    # Interleaved: each model chunk counts its own in-flight micro-batches (chunks may differ in layers,
+    # e.g. an empty first chunk beside the embedding); the sum over chunks equals in_flight x v.
+    interleaved = (k["schedule"] == _INTERLEAVED) & (k["vpp"] > 1) & (k["pp"] > 1)
+    per_chunk = chunk_inflight(k["pp"][..., None], k["num_microbatches"][..., None], k["vpp"][..., None],
+                               rank["stage"][..., None], np.arange(rank["chunk_dense"].shape[-1]))
     head_inflight = np.where((k["schedule"] == _GPIPE) & (k["pp"] > 1), k["num_microbatches"], 1.0)
-    kinds = [(False, rank["n_dense"])] + ([(True, rank["n_moe"])] if model.is_moe else [])
+    kinds = [(False, "dense")] + ([(True, "moe")] if model.is_moe else [])
     working, staging = 0.0, 0.0
-    for moe, count in kinds:
+    for moe, kind in kinds:
+        count = rank[f"n_{kind}"]
+        layer_microbatches = np.where(interleaved, np.sum(rank[f"chunk_{kind}"] * per_chunk, axis=-1),
+                                      in_flight * chunk * count)
         stored, full = activation_layer(model, moe, k)
         for key, v in stored.items():   # offloaded shares wait in host memory (offload.py)
             kept = v * (1 - offload_rules.share(model, key, k["offload_modules"]))
-            out[f"activations/{key}"] = out.get(f"activations/{key}", 0.0) + in_flight * chunk * count * kept
+            out[f"activations/{key}"] = out.get(f"activations/{key}", 0.0) + layer_microbatches * kept
         extra = sum(full.values()) - sum(stored.values())
         working = np.maximum(working, np.where(count > 0, extra, 0.0))
         moved = offload_rules.offloaded_bytes(model, stored, k["offload_modules"])
@@ -326,7 +340,8 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
         out["activations/moe_token_buffers"] = np.where(rank["n_moe"] > 0, copies * 2 * rows * model.hidden_size, 0.0)
     tok, h, r = k["seq"] / k["cp"] * k["mbs"], model.hidden_size, seq_divisor(k)
     dropout_mask = tok * h / r if has_dropout(model) else 0.0
-    out["activations/embedding"] = first * in_flight * chunk * (8 * tok + dropout_mask)   # int64 ids (+ mask)
+    embedding_inflight = np.where(interleaved, per_chunk[..., 0], in_flight * chunk)   # the first chunk's
+    out["activations/embedding"] = first * embedding_inflight * (8 * tok + dropout_mask)   # int64 ids (+ mask)
     # Pipeline outputs: without Megatron's deallocation, each in-flight chunk keeps the 2sbh/r tensor it
     # sent on until its backward. in_flight counts chunks for DualPipe and rank-passes (v chunks each)
     # for the interleaved schedule; the model's last chunk, on the last stage, sends nothing.
