@@ -325,7 +325,10 @@ def grounding_of(report: Any, reasked: bool = False, called_tools: bool = True) 
     """A Grounding from agent.grounding's GroundingReport; not ok when the LLM called no tool."""
     status = ("no_tool_calls" if not called_tools else "empty_answer" if report.empty
               else "grounded" if report.ok else "ungrounded")
-    return Grounding(ok=report.ok and called_tools, status=status, share_grounded=report.share_grounded,
+    share = report.share_grounded
+    if not called_tools and share is not None:
+        share = 0.0  # no tool result grounds anything: numbers echoed from the request check nothing
+    return Grounding(ok=report.ok and called_tools, status=status, share_grounded=share,
                      grounded=len(report.grounded), weak=[g.mention.text for g in report.weak],
                      from_request=[g.mention.text for g in report.from_request],
                      ungrounded=[m.text for m in report.ungrounded], reasked=reasked)

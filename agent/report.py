@@ -82,8 +82,8 @@ class Grounding(BaseModel):
                                  "in a tool result or the request, in a field of its unit")
     status: Literal["grounded", "ungrounded", "empty_answer", "no_tool_calls"] = Field(
         default="grounded", description="why ok is what it is")
-    share_grounded: float | None = Field(description="found numbers (weak included) / checked numbers; None: "
-                                                     "nothing to check")
+    share_grounded: float | None = Field(description="found numbers (weak included) / checked numbers; 0 when the "
+                                                     "LLM called no tool; None: nothing to check")
     grounded: int = Field(description="numbers found with 3 or more significant digits, or layout tokens by key")
     weak: list[str] = Field(default_factory=list, description="numbers found, but written with 1-2 significant "
                                                                 "digits, so an unrelated value may match them")

@@ -477,3 +477,22 @@ def test_real_network_is_blocked():
         socket.create_connection(("192.0.2.1", 80), timeout=1)
     with pytest.raises(ConnectionRefusedError, match="blocked"):
         socket.getaddrinfo("example.com", 443)
+
+
+def test_dispatch_logs_the_exception_it_turns_into_a_tool_error(monkeypatch, caplog):
+    """A bug in a tool reaches the model as one line, and the log keeps its traceback."""
+    import dataclasses
+    import logging
+
+    from trainplan.tools import registry
+
+    def broken(args):
+        raise ZeroDivisionError("division by zero")
+
+    tool = dataclasses.replace(registry.TOOLS_BY_NAME["list_catalog"], function=broken)
+    monkeypatch.setitem(registry.TOOLS_BY_NAME, "list_catalog", tool)
+    with caplog.at_level(logging.ERROR, logger="trainplan.tools.registry"):
+        result = registry.dispatch("list_catalog", "{}")
+    assert result == {"error": "list_catalog failed: ZeroDivisionError: division by zero"}
+    (record,) = caplog.records
+    assert record.getMessage() == "tool list_catalog failed on arguments {}" and record.exc_info[0] is ZeroDivisionError

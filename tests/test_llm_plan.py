@@ -67,6 +67,7 @@ def test_a_model_that_never_calls_a_tool_gets_an_honest_report(openai_server, of
     assert report.recommended == offline.recommended and report.rationale == offline.rationale
     data = json.loads(report.to_json())
     assert data["grounding"]["ok"] is False and data["grounding"]["status"] == "no_tool_calls"
+    assert data["grounding"]["share_grounded"] == 0.0
     assert data["llm_answer"] == ("Use TP8 [ungrounded] x PP4 [ungrounded] for about 10 [ungrounded] days at "
                                   "45% [ungrounded] MFU.")
     md = report.to_markdown()
