@@ -311,14 +311,13 @@ def summary_line(report: PlanReport) -> str:
 def launch_settings(model: str, config: dict, engine: str) -> Launch:
     """The chosen engine's launch settings for a resolved layout, or the one line saying why not."""
     from trainplan.tools.catalog import load_model
+    from trainplan.tools.contract import Layout
     from trainplan.tools.errors import InputError
     from trainplan.tools.export import export
     from trainplan.tools.layout import resolve_config
 
-    knobs = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute", "schedule", "precision",
-             "attention", "sequence_parallel", "optimizer_offload", "bf16_grads", "tp_comm_overlap")
     spec = load_model(model)
-    cfg = resolve_config(spec, config["gpus"], **{k: config[k] for k in knobs})
+    cfg = resolve_config(spec, config["gpus"], **{k: config.get(k) for k in Layout.model_fields})
     try:
         result = export(engine, spec, cfg, model_ref=model, gpus_per_node=config.get("gpus_per_host", config["gpus_per_node"]))
     except InputError as exc:

@@ -147,3 +147,16 @@ def test_null_means_the_same_default_in_every_tool():
 def test_version_flag():
     result = _cli("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"trainplan {trainplan.__version__}"
+
+
+def test_plan_signature_lists_every_request_field():
+    from trainplan.agent.request import PlanRequest
+
+    parameters = inspect.signature(trainplan.plan).parameters
+    missing = set(PlanRequest.model_fields) - {"unparsed"} - set(parameters)
+    assert not missing, f"trainplan.plan lacks {sorted(missing)}: add them as keyword parameters"
+
+
+def test_plan_takes_fields_as_keywords():
+    report = trainplan.plan(model="llama3-8b", gpu="h100", gpus=8, tokens="1T", tp=1, backend="offline")
+    assert report.recommended["config"]["tp"] == 1 and report.request["gpus"] == 8

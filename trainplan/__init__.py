@@ -84,8 +84,27 @@ def search(
     return _search(**arguments)
 
 
-def plan(request_text: str | None = None, **kwargs: Any) -> PlanReport:
-    """A PlanReport for a plain-language request (offline planner unless an LLM is configured)."""
+def plan(
+    request_text: str | None = None, *,
+    # How to plan.
+    backend: str = "auto", llm_model: str | None = None, engine: str | None = None,
+    # The request's fields (agent/request.py PlanRequest: the contract's Job, Layout and SearchOptions
+    # fields the planner takes); given ones override what the text says, None leaves them to the text or
+    # the defaults.
+    model: str | None = None, gpu: str | None = None, gpus: int | None = None, gpus_per_node: int | None = None,
+    tokens: float | str | None = None, price: float | None = None, goodput: float | None = None,
+    seq: int | None = None, gbs: int | None = None, batch_tokens: float | None = None,
+    precision: str | None = None, tp: int | None = None, pp: int | None = None, cp: int | None = None,
+    ep: int | None = None, vpp: int | None = None, zero: int | None = None, recompute: str | None = None,
+    objective: str | None = None, max_gpus: int | None = None, deadline_days: float | None = None,
+    budget_usd: float | None = None,
+    **options: Any,
+) -> PlanReport:
+    """A PlanReport for a plain-language request and/or its fields (offline planner unless an LLM is
+    configured; backend: auto, offline or openai; engine: whose launch settings the report carries).
+    `options` go to trainplan.agent.planner.plan (client, stream, on_event, request)."""
     from trainplan.agent.planner import plan as _plan
 
-    return _plan(request_text, **kwargs)
+    fields = {k: v for k, v in locals().items()
+              if k not in ("request_text", "backend", "llm_model", "engine", "options", "_plan") and v is not None}
+    return _plan(request_text, backend=backend, llm_model=llm_model, engine=engine, **options, **fields)
