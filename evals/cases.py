@@ -211,7 +211,8 @@ def normalise_plan(raw: Any) -> tuple[dict, float | None]:
 
 LAYOUT_KEYS = ("gpus", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute", "schedule",
                "precision", "attention", "sequence_parallel", "optimizer_offload", "bf16_grads", "gpus_per_node",
-               "intra_node_bw", "inter_node_bw")
+               "intra_node_bw", "inter_node_bw", "etp", "dispatcher", "capacity_factor", "force_balance",
+               "grouped_gemm")
 
 
 def estimate_config(config: dict, request: dict) -> dict:

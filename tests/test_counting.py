@@ -25,6 +25,7 @@ HF_TRUTH = {
     "qwen1.5-moe-a2.7b": 14_315_784_192,
     "qwen3-8b": 8_190_735_360,
     "qwen3-30b-a3b": 30_532_122_624,
+    "qwen3-235b-a22b": 235_093_634_560,  # Qwen3MoeForCausalLM module shapes (model card: 235B total)
     "gemma2-9b": 9_241_705_984,
     "deepseek-v2-lite": 15_706_484_224,
     "falcon-7b": 6_921_720_704,
@@ -36,6 +37,7 @@ ACTIVE_APPROX = {
     "mixtral-8x7b": 12.9e9,
     "mixtral-8x22b": 39.2e9,
     "qwen3-30b-a3b": 3.35e9,
+    "qwen3-235b-a22b": 22.2e9,  # model card: 22B activated
     "qwen1.5-moe-a2.7b": 2.69e9,
 }
 

@@ -15,10 +15,13 @@ from trainplan.tools.search_score import vector_memory, vector_times
 from trainplan.tools.search_space import REASONS, enumerate_space, row, validity
 from trainplan.tools.validity import RULES, Knobs
 
-STEP_RTOL = 0.10
+STEP_RTOL = 0.12
 """The vectorised pipeline is the simulator in closed form (pipeline_closed_form): exact for equal
 stages, within a few percent when the embedding/head make the end stages heavier and m is close to
-pp. Every other term is the scalar path's own function, so the rest agrees to rounding."""
+pp. DualPipe over stages of one or two layers of unequal weight (DeepSeek-V2-Lite's dense first
+layer beside MoE layers that host-issued expert GEMMs make several times heavier, moe.py) is the
+worst drawn case, about 10% apart. Every other term is the scalar path's own function, so the rest
+agrees to rounding."""
 
 JOBS = [  # (model, gpu, gpus, gbs, seq, precision, fixed knobs)
     ("llama3-8b", "h100", 16, 64, 8192, "bf16", {}),

@@ -49,6 +49,21 @@ MEMORY_BOUND_EFFICIENCY = Fitted(
            "Practices Guide, effective bandwidth)",
 )
 
+MOE_HOST_S_PER_EXPERT_GEMM = Fitted(
+    value=74e-6,
+    meaning="host seconds to issue one expert GEMM (with its quantisation) when the grouped GEMM is a host-issued "
+            "loop of per-expert GEMMs; a layer's expert part takes max(GPU time, host time) (moe.py)",
+    fitted_on=("mbridge-b200-qwen3-30b-a3b-fp8",),
+    held_out=("mbridge-h100-qwen3-30b-a3b-fp8", "mbridge-b200-deepseek-v3-fp8"),
+    method="solved on the step time of one row, Megatron-Bridge 25.11 DGX-B200 Qwen3-30B-A3B FP8 (EP8, 16 local "
+           "experts, forced-balanced dropless routing). Mechanism: dropless dispatch syncs tokens-per-expert to the "
+           "host each MoE layer, after which Transformer Engine's GroupedLinear issues one quantise + GEMM per local "
+           "expert and the GPU waits on the host (Megatron-Core moe/README on --moe-grouped-gemm and on CUDA graphs: "
+           "dynamic shapes make dropless MoE layers uncapturable; Megatron-Core MoE report arXiv:2603.07685, the "
+           "host-overhead wall). Range: tens of microseconds per PyTorch/TE op call on the host; 74 us for a "
+           "quantise + GEMM pair sits at the high end",
+)
+
 # GPU family (GPUSpec.architecture) -> {"gemm_efficiency": ..., "attention_efficiency": ...}
 FAMILY_EFFICIENCY: dict[str, dict[str, Fitted]] = {
     "ampere": {
@@ -114,7 +129,7 @@ def family_efficiency(architecture: str) -> tuple[dict[str, float], str, dict[st
 
 def constants() -> dict[str, Fitted]:
     """Every calibrated constant by a dotted name (the table the README and `trainplan eval` print)."""
-    out = {"MEMORY_BOUND_EFFICIENCY": MEMORY_BOUND_EFFICIENCY}
+    out = {"MEMORY_BOUND_EFFICIENCY": MEMORY_BOUND_EFFICIENCY, "MOE_HOST_S_PER_EXPERT_GEMM": MOE_HOST_S_PER_EXPERT_GEMM}
     for family, row in FAMILY_EFFICIENCY.items():
         for name, fit in row.items():
             out[f"{family}.{name}"] = fit

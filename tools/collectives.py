@@ -79,22 +79,31 @@ def _group(size: int, stride: int, gpus_per_node: int) -> Group:
 def group_layout(cfg: ParallelConfig, gpus_per_node: int) -> dict[str, Group]:
     """Every parallel group of a layout, in Megatron's rank order.
 
-    Order (innermost first): tp, cp, dp, pp. The expert grid carves ep out of dp*cp right after tp,
-    then edp (expert data parallel = dp*cp/ep), as Megatron-Core does with expert TP equal to tp.
-    'dp_cp' is the group that averages the dense gradients when cp > 1 (Megatron reduces over dp x cp).
+    Order (innermost first): tp, cp, dp, pp. The expert grid lays etp, ep, edp over the same
+    tp*cp*dp ranks of each stage (MoE Parallel Folding, moe.py; Megatron-Core's expert
+    RankGenerator, order tp-ep-dp-pp with tp = etp). With etp = tp this carves ep out of dp*cp.
+    'dp_cp' is the group that averages the dense gradients when cp > 1 (Megatron reduces over dp x cp);
+    'ep_etp' is the allgather dispatcher's group.
     """
+    from .validity import R_EP_DP, RULES, Knobs
+
     if gpus_per_node < 1:
         raise InputError(f"gpus_per_node={gpus_per_node} must be a positive number")
-    if (cfg.dp * cfg.cp) % cfg.ep:
-        raise InputError(f"ep={cfg.ep} must divide dp*cp={cfg.dp}*{cfg.cp}={cfg.dp * cfg.cp}")
-    tp, cp, dp, ep = cfg.tp, cfg.cp, cfg.dp, cfg.ep
+    tp, cp, dp, ep, etp = cfg.tp, cfg.cp, cfg.dp, cfg.ep, cfg.expert_tp
+    knobs = Knobs(gpus=cfg.num_gpus, tp=tp, pp=cfg.pp, cp=cp, ep=ep, vpp=cfg.vpp, mbs=cfg.mbs, seq=cfg.seq,
+                  schedule=0, etp=etp)
+    grid = next(rule for rule in RULES if rule.reason == R_EP_DP)
+    if grid.broken(None, knobs, None):
+        raise InputError(grid.message(None, knobs, None))
     return {
         "tp": _group(tp, 1, gpus_per_node),
         "cp": _group(cp, tp, gpus_per_node),
         "dp": _group(dp, tp * cp, gpus_per_node),
         "dp_cp": _group(dp * cp, tp, gpus_per_node),
-        "ep": _group(ep, tp, gpus_per_node),
-        "edp": _group(dp * cp // ep, tp * ep, gpus_per_node),
+        "etp": _group(etp, 1, gpus_per_node),
+        "ep": _group(ep, etp, gpus_per_node),
+        "ep_etp": _group(ep * etp, 1, gpus_per_node),
+        "edp": _group(cfg.expert_dp, etp * ep, gpus_per_node),
         "pp": _group(cfg.pp, tp * cp * dp, gpus_per_node),
     }
 

@@ -220,26 +220,9 @@ def layer_times(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, layer_index
     # MLP or MoE.
     mlp_matrices = 2 if model.gated_mlp else 1
     if layer_index in model.moe_layers:
-        linear(times, "moe/router", tokens, h, model.num_experts, gpu, Precision.bf16)
-        # Each token visits k experts; spread evenly, each GPU computes T*k token-expert pairs over
-        # its E/ep local experts (expert weights split by tp as well).
-        local_experts = model.num_experts / cfg.ep
-        routed_tokens = tokens * model.experts_per_token / local_experts
-        f_e = model.moe_intermediate_size / tp
-        count = max(1, round(local_experts))
-        linear(times, "moe/experts", routed_tokens, h, mlp_matrices * f_e, gpu, precision, count)
-        linear(times, "moe/experts", routed_tokens, f_e, h, gpu, precision, count)
-        if model.num_shared_experts:
-            f_s = model.num_shared_experts * (model.shared_expert_intermediate_size or model.moe_intermediate_size) / tp
-            linear(times, "moe/shared", tokens, h, mlp_matrices * f_s, gpu, precision)
-            linear(times, "moe/shared", tokens, f_s, h, gpu, precision)
-        # Token permutation around the experts (memory-bound): gather each token's k copies into
-        # expert order (read T h, write T k h) and the weighted combine back (read T k h, write T h),
-        # bf16; the backward moves the gradients the same way. The router's fp32 logits and
-        # probabilities (T x E) are written and read once more each way.
-        permute_bytes = 2 * 2 * tokens * h * (1 + model.experts_per_token) + 4 * 4 * tokens * model.num_experts
-        forward = memory_bound_time_s(permute_bytes, gpu, kernels=4)
-        times.add("moe/permute", forward, forward)
+        from .moe import add_moe_compute   # moe.py builds on this module's GEMM and roofline helpers
+
+        add_moe_compute(times, model, cfg, gpu)
         width = (model.experts_per_token * model.moe_intermediate_size
                  + model.num_shared_experts * (model.shared_expert_intermediate_size or model.moe_intermediate_size))
     else:

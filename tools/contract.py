@@ -138,6 +138,25 @@ class Attention(str, Enum):
     softmax and dropout streamed through HBM, and the s x s tensors kept for the backward."""
 
 
+class Dispatcher(str, Enum):
+    """How an MoE layer moves tokens to their experts (Megatron --moe-token-dispatcher-type)."""
+
+    alltoall = "alltoall"
+    """Each rank sends each token copy to the rank holding its expert (all-to-all over ep)."""
+    allgather = "allgather"
+    """Every rank gathers all tokens of the expert group and keeps those routed to its experts."""
+
+
+class GroupedGemm(str, Enum):
+    """How the local experts' GEMMs run (moe.py)."""
+
+    per_expert = "per_expert"
+    """One GEMM per local expert issued by the host, sized from tokens-per-expert counts synced to it
+    (Transformer Engine GroupedLinear / Megatron --moe-grouped-gemm, dropless)."""
+    fused = "fused"
+    """One device-side grouped-GEMM kernel for all local experts (e.g. DeepSeek's DeepGEMM)."""
+
+
 class Objective(str, Enum):
     """What a search ranks by."""
 
@@ -253,7 +272,10 @@ class Layout(BaseModel):
     tp: int = Field(default=1, ge=1, description="tensor-parallel size (with sequence parallelism)")
     pp: int = Field(default=1, ge=1, description="pipeline-parallel size")
     cp: int = Field(default=1, ge=1, description="context-parallel size")
-    ep: int = Field(default=1, ge=1, description="expert-parallel size (MoE models only; must divide dp*cp)")
+    ep: int = Field(default=1, ge=1, description="expert-parallel size (MoE models only); etp*ep must divide "
+                                                 "tp*cp*dp (MoE Parallel Folding)")
+    etp: int | None = Field(default=None, ge=1, description="expert tensor-parallel size (Megatron "
+                            "--expert-tensor-parallel-size); null: equal to tp")
     vpp: int = Field(default=1, ge=1, description="virtual pipeline stages per rank (>1: the interleaved schedule)")
     zero: int = Field(default=1, ge=0, le=3, description="ZeRO stage 0-3: 1 shards optimizer states, 2 also "
                                                          "gradients, 3 also weights (FSDP)")
@@ -307,6 +329,17 @@ class Layout(BaseModel):
                                   f"{DEFAULT_LORA_RANK} (full: must stay null)")
     lora_targets: LoraTargets | None = Field(default=None, description="linear layers with adapters: attention "
                                              "(q, k, v, o) or all-linear (also the MLP or experts); null: all-linear")
+    dispatcher: Dispatcher = Field(default=Dispatcher.alltoall, description="MoE token dispatcher: alltoall or "
+                                   "allgather (Megatron --moe-token-dispatcher-type)")
+    capacity_factor: float | None = Field(
+        default=None, gt=0, description="MoE expert capacity factor, experts padded to capacity (Megatron "
+        "--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity); null: dropless")
+    force_balance: bool = Field(default=False, description="router forced to balance tokens over experts, as "
+                                "benchmarks do (Megatron --moe-router-force-load-balancing); false: learned routing "
+                                "and its load imbalance")
+    grouped_gemm: GroupedGemm = Field(default=GroupedGemm.per_expert, description="expert GEMMs: per_expert "
+                                      "(host-issued loop, Megatron/Transformer Engine GroupedLinear) or fused (one "
+                                      "device kernel, e.g. DeepGEMM)")
 
 
 def _described(model: type[BaseModel], name: str, **kwargs: Any) -> Any:
@@ -333,9 +366,15 @@ class ParallelConfig(Layout):
         return self.gbs // (self.dp * self.mbs)
 
     @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel size: etp, or tp when unset (Megatron's default)."""
+        return self.etp or self.tp
+
+    @property
     def expert_dp(self) -> int:
-        """Expert-data-parallel size: dp * cp / ep (Megatron folds CP into the expert grid)."""
-        return max(1, self.dp * self.cp // self.ep)
+        """Expert-data-parallel size: tp * cp * dp / (etp * ep). MoE Parallel Folding lays the expert
+        grid etp x ep x edp over the same tp x cp x dp ranks of each pipeline stage (moe.py)."""
+        return max(1, self.tp * self.cp * self.dp // (self.expert_tp * self.ep))
 
     def layout(self) -> dict[str, Any]:
         """The Layout fields of this config (what estimate/export take back to reproduce it)."""

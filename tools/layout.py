@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .codes import SCHEDULE_CODES
-from .contract import Layout, default_seq
+from .contract import Dispatcher, GroupedGemm, Layout, default_seq
 from .plan_defaults import default_gbs, default_gbs_reason
 from .errors import InputError
 from .recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
@@ -124,7 +124,8 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     recompute, schedule, precision = values["recompute"], values["schedule"], values["precision"]
     sequence_parallel, tp_comm_overlap = values["sequence_parallel"], values["tp_comm_overlap"]
     for name, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("vpp", vpp),
-                        ("mbs", mbs), ("gbs", gbs), ("seq", seq)):
+                        ("mbs", mbs), ("gbs", gbs), ("seq", seq), ("etp", values["etp"]),
+                        ("capacity_factor", values["capacity_factor"])):
         _positive(name, value)
     if zero not in (0, 1, 2, 3):
         raise InputError(f"zero={zero} is not a ZeRO stage: use 0, 1, 2 or 3")
@@ -144,14 +145,17 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     if schedule is None:
         schedule = Schedule.interleaved if vpp > 1 else Schedule.one_f_one_b
     schedule = _choice(Schedule, "schedule", schedule)
+    dispatcher = _choice(Dispatcher, "dispatcher", values["dispatcher"])
+    grouped_gemm = _choice(GroupedGemm, "grouped_gemm", values["grouped_gemm"])
+    etp = values["etp"] if values["etp"] and values["etp"] != tp else None   # null: expert TP = tp
     knobs = Knobs(gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, seq=seq, gbs=gbs,
-                  schedule=SCHEDULE_CODES[schedule], sequence_parallel=sequence_parallel)
+                  schedule=SCHEDULE_CODES[schedule], sequence_parallel=sequence_parallel, etp=etp)
     check(model, knobs)   # validity.RULES, the search's rules too
     dp = int(knobs.dp)
 
     values.update(dp=dp, seq=seq, recompute=recompute, recompute_modules=recompute_modules,
                   offload_modules=offload_modules, schedule=schedule,
-                  precision=precision, attention=attention,
+                  precision=precision, attention=attention, etp=etp, dispatcher=dispatcher, grouped_gemm=grouped_gemm,
                   sequence_parallel=sequence_parallel and tp > 1, tp_comm_overlap=tp_comm_overlap and tp > 1,
                   method=method, lora_rank=lora_rank, lora_targets=lora_targets)
     return ParallelConfig(**values)

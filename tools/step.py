@@ -31,6 +31,7 @@ from .codes import SCHEDULE_CODES
 from .collectives import collective_time_s, group_layout
 from .counting import count_params, flops_per_token
 from .layout import model_layers_per_stage
+from .moe import dispatch_comm_s
 from .pipeline import simulate
 from .offload import offloaded_stage_bytes
 from .recompute import recomputed_flops_per_token, recomputed_forward_s
@@ -125,7 +126,8 @@ def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, g
     comm = {"tp": 0.0, "cp": 0.0, "ep": 0.0}
     if cfg.tp > 1:
         # Megatron TP with SP: forward AG before QKV and fc1, RS after out-proj and fc2; backward mirrors it.
-        blocks = 1 if (is_moe and cfg.ep > 1) else 2
+        # An MoE block's MLP-side collectives are the dispatcher's (moe.dispatch_comm_s).
+        blocks = 1 if is_moe else 2
         if cfg.sequence_parallel:
             per_pass = blocks * (collective_time_s("all_gather", activation_bytes, groups["tp"], cluster)
                                  + collective_time_s("reduce_scatter", activation_bytes, groups["tp"], cluster))
@@ -146,18 +148,9 @@ def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, g
         kv_bytes = 2 * tokens * kv_width
         ring_forward = (cfg.cp - 1) * collective_time_s("p2p", kv_bytes, groups["cp"], cluster)
         comm["cp"] = float(overlapped_s(ring_forward, attention_s[0]) + overlapped_s(2 * ring_forward, attention_s[1]))
-    if is_moe and cfg.ep > 1:
-        # Dispatch and combine, forward and backward: each moves T*k token vectors over the EP group.
-        routed = tokens * model.experts_per_token * h
-        if model.routing_group_limit and groups["ep"].size > groups["ep"].ranks_per_node:
-            # Group-limited routing sends each token across the network at most once per node it
-            # targets, then fans out over NVLink (DeepSeek-V3 report §3.2.2: at most 4 nodes).
-            routed *= min(model.experts_per_token, model.routing_group_limit) / model.experts_per_token
-        dispatch_bytes = routed * (1 if cfg.precision is Precision.fp8 else 2)
-        combine_bytes = routed * 2
-        one_way = (collective_time_s("all_to_all", dispatch_bytes, groups["ep"], cluster)
-                   + collective_time_s("all_to_all", combine_bytes, groups["ep"], cluster))
-        total = 2 * one_way
+    if is_moe:
+        # Token dispatch and combine, expert-TP and shared-expert collectives (moe.py).
+        total = dispatch_comm_s(model, cfg, cluster, groups)
         if cfg.schedule is Schedule.dualpipe:
             # DualPipe runs a forward chunk and a backward chunk together so each one's all-to-all
             # hides under the other's compute (DeepSeek-V3 report §3.2.1); only the excess shows.
@@ -182,7 +175,7 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
             attention = (layer.forward_s.get("attention/core", 0.0), layer.backward_input_s.get("attention/core", 0.0))
             total = layer.forward + layer.backward_input + layer.backward_weight
             gemm = total - sum(part[k] for part in (layer.forward_s, layer.backward_input_s, layer.backward_weight_s)
-                               for k in ("attention/core", "elementwise", "moe/permute") if k in part)
+                               for k in ("attention/core", "elementwise", "moe/permute", "moe/host") if k in part)
             cache[key] = (layer, _layer_comm_s(model, cfg, cluster, groups, index, attention, total, gemm))
         return cache[key]
 

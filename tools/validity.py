@@ -41,7 +41,9 @@ R_NODE = "invalid split: tp crosses a node (allow_cross_node_tp is off)"
 R_LAYERS = "invalid split: pp is larger than the layers"
 R_EP_DENSE = "invalid split: ep > 1 on a dense model"
 R_EP_EXPERTS = "invalid split: ep does not divide the experts"
-R_EP_DP = "invalid split: ep does not divide dp*cp"
+R_ETP_WIDTH = "invalid split: etp does not divide the expert hidden size"
+R_EP_DP = "invalid split: etp*ep does not divide tp*cp*dp"
+R_EP_SP = "invalid split: ep or etp with tp > 1 needs sequence parallelism"
 R_CP_SEQ = "invalid split: seq is not divisible by 2*cp"
 R_CP_SHORT = f"invalid split: seq/cp below {CP_MIN_TOKENS} tokens"
 R_SP = "invalid split: seq/cp is not divisible by tp"
@@ -61,11 +63,13 @@ class Knobs:
     """The knobs the rules read, as ints (one layout) or numpy arrays (many), with dp and the
     micro-batches m derived. schedule is a SCHEDULE_CODES code; gbs None skips the batch rules."""
 
-    def __init__(self, *, gpus, tp, pp, cp, ep, vpp, mbs, seq, schedule, gbs=None, sequence_parallel=True):
+    def __init__(self, *, gpus, tp, pp, cp, ep, vpp, mbs, seq, schedule, gbs=None, sequence_parallel=True,
+                 etp=None):
         self.gpus, self.tp, self.pp, self.cp, self.ep, self.vpp, self.mbs, self.seq = (
             np.asarray(x) for x in (gpus, tp, pp, cp, ep, vpp, mbs, seq))
         self.schedule = np.asarray(schedule)
         self.sequence_parallel = np.asarray(sequence_parallel)
+        self.etp = self.tp if etp is None else np.asarray(etp)   # expert TP; Megatron's default is tp
         self.gbs = gbs
         self.dp = np.maximum(self.gpus // (self.tp * self.pp * self.cp), 1)
         self.m = None if gbs is None else np.maximum(gbs // (self.dp * self.mbs), 1)
@@ -116,16 +120,25 @@ RULES: tuple[Rule, ...] = (
     Rule(R_LAYERS, "layout",
          lambda m, k, p: k.pp > m.num_layers,
          lambda m, k, p: f"pp={k.pp} is larger than the {m.num_layers} layers of {m.name}"),
+    # The expert grid (MoE Parallel Folding, moe.py): etp x ep x edp over each stage's tp x cp x dp ranks.
     Rule(R_EP_DENSE, "layout",
-         lambda m, k, p: (k.ep > 1) & (not m.is_moe),
-         lambda m, k, p: f"ep={k.ep} needs a mixture-of-experts model; {m.name} is dense: use --ep 1"),
+         lambda m, k, p: ((k.ep > 1) | (k.etp != k.tp)) & (not m.is_moe),
+         lambda m, k, p: f"ep={k.ep} or etp={k.etp} needs a mixture-of-experts model; {m.name} is dense: use --ep 1"),
     Rule(R_EP_EXPERTS, "layout",
          lambda m, k, p: (k.ep > 1) & (max(m.num_experts, 1) % k.ep != 0),
          lambda m, k, p: f"ep={k.ep} does not divide the {m.num_experts} experts of {m.name}"),
+    Rule(R_ETP_WIDTH, "layout",
+         lambda m, k, p: m.is_moe & (max(m.moe_intermediate_size, 1) % k.etp != 0),
+         lambda m, k, p: f"etp={k.etp} does not divide the expert hidden size {m.moe_intermediate_size} of {m.name}"),
     Rule(R_EP_DP, "layout",
-         lambda m, k, p: (k.ep > 1) & ((k.dp * k.cp) % k.ep != 0),
-         lambda m, k, p: (f"ep={k.ep} must divide dp*cp={k.dp}*{k.cp}={_i(k.dp * k.cp)} "
-                          f"(experts are spread over the data-parallel ranks)")),
+         lambda m, k, p: (k.tp * k.cp * k.dp) % (k.etp * k.ep) != 0,
+         lambda m, k, p: (f"etp*ep={k.etp}*{k.ep}={_i(k.etp * k.ep)} must divide tp*cp*dp={k.tp}*{k.cp}*{k.dp}="
+                          f"{_i(k.tp * k.cp * k.dp)}: the expert grid (MoE Parallel Folding) lays etp x ep x edp "
+                          f"over the tp x cp x dp ranks of a pipeline stage (etp defaults to tp)")),
+    Rule(R_EP_SP, "layout",
+         lambda m, k, p: (k.tp > 1) & (k.sequence_parallel == 0) & ((k.ep > 1) | (k.etp != k.tp)),
+         lambda m, k, p: (f"ep={k.ep} or etp={k.etp} with tp={k.tp} needs sequence parallelism (Megatron: the "
+                          f"MoE layer's tokens are split over the TP ranks): drop --no-sequence-parallel")),
     Rule(R_CP_SEQ, "layout",
          lambda m, k, p: (k.cp > 1) & (k.seq % (2 * k.cp) != 0),
          lambda m, k, p: (f"seq={k.seq} must be divisible by 2*cp={_i(2 * k.cp)} for load-balanced "

@@ -18,8 +18,8 @@ from trainplan.tools.errors import InputError
 
 if TYPE_CHECKING:
     from trainplan.agent.report import PlanReport
-    from trainplan.tools.contract import (Attention, Estimate, OffloadModule, Precision, Recompute, RecomputeModule,
-                                         Schedule)
+    from trainplan.tools.contract import (Attention, Dispatcher, Estimate, GroupedGemm, OffloadModule, Precision,
+                                          Recompute, RecomputeModule, Schedule)
 
 __all__ = ["InputError", "__version__", "estimate", "plan", "search"]
 __version__ = "0.1.0"
@@ -41,6 +41,8 @@ def estimate(
     optimizer_offload: bool = False, bf16_grads: bool = False, bf16_moments: bool = False,
     fp8_activations: bool = False, tp_comm_overlap: bool = False, deallocate_pipeline_outputs: bool = True,
     method: str = "full", lora_rank: int | None = None, lora_targets: str | None = None,
+    etp: int | None = None, dispatcher: Dispatcher | str = "alltoall", capacity_factor: float | None = None,
+    force_balance: bool = False, grouped_gemm: GroupedGemm | str = "per_expert",
     # What to return.
     timeline: bool = False,
 ) -> Estimate:

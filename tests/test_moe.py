@@ -1,0 +1,116 @@
+"""MoE layers as engines run them: MoE Parallel Folding rules, routing load, grouped GEMMs, dispatch."""
+
+from __future__ import annotations
+
+import pytest
+
+import trainplan
+from trainplan.tools import compute, moe
+from trainplan.tools.catalog import load_gpu, load_model
+from trainplan.tools.collectives import group_layout
+from trainplan.tools.errors import InputError
+from trainplan.tools.layout import resolve_config
+from trainplan.tools.specs import ClusterSpec
+
+QWEN3 = load_model("qwen3-30b-a3b")
+H100 = load_gpu("h100-sxm-80gb")
+
+
+def _moe_ms(cfg, key):
+    layer = compute.layer_times(QWEN3, cfg, H100, QWEN3.moe_layers[0])
+    return 1e3 * sum(part.get(key, 0.0) for part in (layer.forward_s, layer.backward_input_s, layer.backward_weight_s))
+
+
+def test_folding_accepts_ep_spanning_tensor_parallel_ranks():
+    """NVIDIA's Qwen3-235B-A22B layout on 256 H100: TP2 PP8 EP32 with expert TP 1. dp*cp = 16 < ep,
+    but etp*ep = 32 divides tp*cp*dp = 32 (Megatron-Core's expert grid)."""
+    model = load_model("qwen3-235b-a22b")
+    cfg = resolve_config(model, 256, tp=2, pp=8, ep=32, etp=1, vpp=4, seq=4096, gbs=2048)
+    assert (cfg.dp, cfg.expert_tp, cfg.expert_dp) == (16, 1, 1)
+    groups = group_layout(cfg, gpus_per_node=8)
+    assert groups["ep"].size == 32 and groups["ep"].ranks_per_node == 8     # spans 4 nodes, stride etp = 1
+    assert groups["edp"].size == 1
+
+
+def test_default_expert_tp_is_tp_and_keeps_the_old_rule():
+    """Without --etp, expert TP equals tp, so ep must divide dp*cp as before folding."""
+    with pytest.raises(InputError, match="etp\\*ep=2\\*32=64 must divide tp\\*cp\\*dp=2\\*1\\*16=32"):
+        resolve_config(load_model("qwen3-235b-a22b"), 256, tp=2, pp=8, ep=32, seq=4096)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"ep": 3}, "does not divide the 128 experts"),
+    ({"ep": 8, "etp": 5}, "etp=5 does not divide the expert hidden size 768"),
+    ({"tp": 2, "ep": 4, "sequence_parallel": False}, "needs sequence parallelism"),
+    ({"ep": 16}, "must divide tp\\*cp\\*dp"),
+])
+def test_expert_grid_rules_name_the_fix(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        resolve_config(QWEN3, 8, seq=4096, **kwargs)
+
+
+def test_expert_tp_on_a_dense_model_is_refused():
+    with pytest.raises(InputError, match="dense"):
+        resolve_config(load_model("llama3-8b"), 8, tp=2, etp=1, seq=4096)
+
+
+def test_routing_load_factor_by_mode():
+    base = dict(seq=4096, ep=8)
+    assert moe.load_factor(resolve_config(QWEN3, 8, force_balance=True, **base)) == 1.0
+    assert moe.load_factor(resolve_config(QWEN3, 8, **base)) == moe.DROPLESS_LOAD_IMBALANCE > 1
+    assert moe.load_factor(resolve_config(QWEN3, 8, capacity_factor=1.5, **base)) == 1.5
+
+
+def test_learned_routing_is_slower_than_forced_balance():
+    """The busiest rank sets the pace: its grouped GEMMs and all-to-all carry the imbalance."""
+    base = dict(seq=4096, ep=8, grouped_gemm="fused")
+    balanced = _moe_ms(resolve_config(QWEN3, 8, force_balance=True, **base), "moe/experts")
+    learned = _moe_ms(resolve_config(QWEN3, 8, **base), "moe/experts")
+    assert learned > balanced * 1.1
+
+
+def test_grouped_gemm_rows_follow_tokens_per_local_expert():
+    """Same routed rows, more local experts -> smaller M per GEMM -> no faster per FLOP: the expert
+    GEMM time never drops below the FLOP count at the GPU's ceiling."""
+    for ep in (1, 8):
+        cfg = resolve_config(QWEN3, 8, seq=4096, ep=ep, force_balance=True, grouped_gemm="fused")
+        rows = moe.routed_rows(QWEN3, cfg)
+        flops = 3 * 2 * rows * QWEN3.hidden_size * 3 * QWEN3.moe_intermediate_size
+        ceiling = H100.bf16_tflops * 1e12 * H100.gemm_efficiency
+        assert _moe_ms(cfg, "moe/experts") / 1e3 >= flops / ceiling
+
+
+def test_host_issued_expert_gemms_show_only_beyond_gpu_time():
+    """Per-expert GEMMs issued by the host cost max(GPU, host); a fused kernel has no host term."""
+    many = resolve_config(QWEN3, 8, seq=4096, ep=1, force_balance=True)          # 128 local experts
+    fused = resolve_config(QWEN3, 8, seq=4096, ep=1, force_balance=True, grouped_gemm="fused")
+    assert _moe_ms(many, "moe/host") > 0
+    assert _moe_ms(fused, "moe/host") == 0
+    gpu_ms = _moe_ms(many, "moe/experts")
+    host_ms = 1e3 * 2 * 128 * 3 * moe.HOST_S_PER_EXPERT_GEMM
+    assert _moe_ms(many, "moe/host") == pytest.approx(max(0.0, host_ms - gpu_ms), rel=0.05)
+
+
+def test_allgather_dispatch_moves_the_whole_group_tokens():
+    """All-to-all sends k copies of one rank's T tokens, (n-1)/n of them off the rank; the allgather
+    dispatcher gathers the n ranks' T tokens. On n = 4 ranks with top-8 routing allgather moves n/k = 1/2."""
+    cluster = ClusterSpec.build(H100, 8)
+    seconds = {}
+    for dispatcher in ("alltoall", "allgather"):
+        cfg = resolve_config(QWEN3, 8, seq=4096, ep=4, force_balance=True, dispatcher=dispatcher)
+        seconds[dispatcher] = moe.dispatch_comm_s(QWEN3, cfg, cluster, group_layout(cfg, 8))
+    assert seconds["allgather"] == pytest.approx(seconds["alltoall"] * 4 / 8, rel=0.05)
+
+
+def test_estimate_reports_the_moe_knobs():
+    r = trainplan.estimate(model="qwen3-30b-a3b", gpu="h100-sxm-80gb", gpus=16, tp=2, ep=8, etp=1, seq=4096,
+                           gbs=64, force_balance=True, dispatcher="alltoall")
+    config = r["config"]
+    assert (config["etp"], config["dispatcher"], config["force_balance"], config["capacity_factor"]) == \
+        (1, "alltoall", True, None)
+    assert r["time"]["breakdown"]["comm/ep"] > 0
+
+
+def test_bad_dispatcher_is_one_input_error():
+    with pytest.raises(InputError, match="dispatcher='nccl' is not one of: alltoall, allgather"):
+        resolve_config(QWEN3, 8, seq=4096, ep=8, dispatcher="nccl")
