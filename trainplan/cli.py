@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                            "against the math."),
     "catalog": ("trainplan.cli_catalog", "List the GPU and model catalogs."),
     "tools": ("trainplan.cli_tools", "The agent's tools: schemas and calls from a shell."),
+    "mcp": ("trainplan.cli_mcp", "Serve the agent's tools over MCP on stdio (the official MCP Python SDK)."),
     "prompt": ("trainplan.cli_tools", "Render the shipped prompt from prompts/*.j2 and the tool registry, or check "
                                       "that it is current."),
     "eval": ("trainplan.cli_eval", "Run the reference runs in evals/: prediction errors, planning scores and the "
