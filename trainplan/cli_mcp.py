@@ -60,7 +60,7 @@ async def serve_stdio() -> None:
 def register(app: typer.Typer) -> None:
     @app.command("mcp")
     def mcp_command() -> None:
-        """Serve the planner's tools over MCP on stdio (needs the `mcp` package: pip install mcp)."""
+        """Serve the agent's tools over MCP on stdio (the official MCP Python SDK)."""
         try:
             import anyio
             import mcp  # noqa: F401
