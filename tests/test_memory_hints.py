@@ -15,6 +15,8 @@ H100 = load_gpu("h100-sxm-80gb")
 CHANGES = {
     "recompute=selective or full": lambda g, kw: (g, {**kw, "recompute": "selective"}),
     "recompute=full": lambda g, kw: (g, {**kw, "recompute": "full"}),
+    "recompute_modules with layernorm": lambda g, kw: (g, {**kw, "recompute_modules": "core_attn,layernorm"}),
+    "offload_modules=attn_norm,mlp_norm": lambda g, kw: (g, {**kw, "offload_modules": "attn_norm,mlp_norm"}),
     "a larger tp": lambda g, kw: (g, {**kw, "tp": 2 * kw.get("tp", 1)}),
     "a larger cp": lambda g, kw: (g, {**kw, "cp": 2 * kw.get("cp", 1)}),
     "a smaller mbs": lambda g, kw: (g, {**kw, "mbs": kw["mbs"] // 2}),
@@ -34,6 +36,7 @@ LAYOUTS = [   # (model, gpus, layout): each fails, with a different component do
     ("llama3-70b", 8, dict(zero=3, recompute="full", seq=2048)),                      # optimizer at ZeRO-3
     ("llama3-70b", 16, dict(tp=8, zero=0, seq=4096, recompute="full")),              # optimizer at ZeRO-0
     ("llama3-8b", 8, dict(seq=8192, recompute="none", mbs=4)),                       # activations, mbs > 1
+    ("llama3-8b", 8, dict(seq=32768, mbs=2)),                                        # activations, selective
     ("llama3-8b", 8, dict(seq=262144, recompute="full", zero=3)),                    # activations at full + ZeRO-3
     ("llama3-70b", 16, dict(pp=2, zero=1, seq=2048, recompute="full", precision="fp8")),   # gradients
     ("llama3-405b", 1024, dict(tp=8, zero=2, seq=2048, recompute="full")),          # weights

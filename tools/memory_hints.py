@@ -3,7 +3,10 @@
 A hint must reduce the failing quantity from the current layout (issue 13): no "zero=1" at ZeRO-3,
 no "recompute=full" when it is already full, no "a smaller mbs" at mbs 1. Each rule below says why
 the change shrinks that component (memory.py and activations.py hold the formulas):
-- activations: recompute drops tensors (none -> selective -> full); tp divides every tensor
+- activations: recompute drops tensors (none -> selective -> full; the layernorm module drops the
+  norm outputs, which every block keeps); offloading the norm inputs moves them to host memory
+  (recompute.py, offload.py; under full recompute only the layer inputs remain, which offloading
+  does not move); tp divides every tensor
   (sequence parallelism included), cp divides the tokens; mbs divides them per micro-batch.
   A larger pp does not help the first stage of 1F1B (p micro-batches of L/p layers), so it is not
   proposed for activations.
@@ -30,7 +33,11 @@ def memory_fixes(component: str, config: Mapping[str, Any]) -> list[str]:
         if recompute == "none":
             fixes.append("recompute=selective or full")
         elif recompute == "selective":
+            if "layernorm" not in (config.get("recompute_modules") or ()):
+                fixes.append("recompute_modules with layernorm")
             fixes.append("recompute=full")
+        if recompute != "full" and not config.get("offload_modules"):
+            fixes.append("offload_modules=attn_norm,mlp_norm")
         fixes += ["a larger tp", "a larger cp"]
         if mbs > 1:
             fixes.append("a smaller mbs")
