@@ -147,3 +147,15 @@ def test_search_output_fits_120_columns():
     table = [line for line in result.stdout.splitlines() if line.strip().startswith("TP")]
     assert table and all(len(line) <= 120 for line in result.stdout.splitlines())
     assert all(" zero" in line and "mbs" in line for line in table)  # one layout, one line
+
+
+@pytest.mark.parametrize("command, flags, fragment", [
+    ("estimate", ["--gpus", "99999999999999999999"], "more GPUs than any cluster"),
+    ("search", ["--gpus", "99999999999999999999"], "more GPUs than any cluster"),
+    ("estimate", ["--gpus", "8", "--tp", "99999999999999999999"], "larger than the 8 GPUs"),
+    ("search", ["--gpus", "8", "--seq", "99999999999999999999"], "past any published run"),
+])
+def test_absurd_counts_are_one_error_line(command, flags, fragment):
+    result = run_cli(command, "--model", "llama3-8b", "--gpu", "h100", *flags)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error:") and fragment in result.stderr, result.stderr

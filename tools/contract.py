@@ -204,10 +204,36 @@ POSITIVE_JOB_NUMBERS = ("price", "gpus_per_node", "intra_node_bw", "inter_node_b
 """Job and search numbers that must be finite and above zero when given."""
 
 
+MAX_GPUS = 2**20
+"""The most GPUs a request may name (1,048,576: over ten times the largest published training cluster);
+beyond it a count is a typo, and the vectorised search's int64 products stay exact."""
+MAX_SEQUENCES_OR_TOKENS = 2**26
+"""The largest seq, mbs or gbs a request may name (67M: past any published context or batch)."""
+PARALLEL_SIZES = ("tp", "pp", "cp", "ep", "etp", "vpp")
+
+
+def _whole_numbers(value: Any) -> list[Any]:
+    """A pin may be one value or a list of them (search); estimate gives one."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def check_job_numbers(values: dict[str, Any], capacity_gib: float) -> None:
     """The one check of a request's numbers, shared by estimate, search and the tools: no NaN or
-    infinity anywhere, no bool where a number goes, positive prices, bandwidths, deadlines and budgets,
+    infinity anywhere, no bool where a number goes, counts within MAX_GPUS and MAX_SEQUENCES_OR_TOKENS
+    (a parallel size no larger than the GPU count), positive prices, bandwidths, deadlines and budgets,
     a goodput in (0, 1], and a headroom that leaves some of the GPU's `capacity_gib` to use."""
+    gpus = max((g for g in (values.get("gpus"), values.get("max_gpus")) if isinstance(g, int)), default=MAX_GPUS)
+    for name, value in values.items():
+        for item in _whole_numbers(value):
+            if not isinstance(item, int) or isinstance(item, bool):
+                continue
+            if name in ("gpus", "max_gpus") and item > MAX_GPUS:
+                raise InputError(f"{name}={item:,} is more GPUs than any cluster (at most {MAX_GPUS:,}): check the count")
+            if name in PARALLEL_SIZES and item > gpus:
+                raise InputError(f"{name}={item:,} is larger than the {gpus:,} GPUs: a parallel size divides the GPU count")
+            if name in ("seq", "mbs", "gbs", "ramp_start_gbs") and item > MAX_SEQUENCES_OR_TOKENS:
+                raise InputError(f"{name}={item:,} is past any published run (at most {MAX_SEQUENCES_OR_TOKENS:,}): "
+                                 "check the number")
     for name, value in values.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise InputError(f"{name}={value} is not a finite number: give a real value")

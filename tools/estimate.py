@@ -99,7 +99,7 @@ def estimate(model: str, gpu: str, gpus: int, *, timeline: bool = False, **field
     gpu_spec = load_gpu(gpu)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
         raise InputError(f"gpus={gpus} must be a positive whole number")
-    check_job_numbers({**job, **knobs}, gpu_spec.memory_gib)
+    check_job_numbers({"gpus": gpus, **job, **knobs}, gpu_spec.memory_gib)
     headroom_gib = job.get("headroom_gib") or 0.0
     cluster = ClusterSpec.build(gpu_spec, gpus, job.get("gpus_per_node"), job.get("intra_node_bw"),
                                 job.get("inter_node_bw"))

@@ -116,7 +116,9 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
         headroom_gib = DEFAULT_HEADROOM * gpu_spec.memory_gib
     check_job_numbers({"price": price, "deadline_days": deadline_days, "budget_usd": budget_usd,
                        "intra_node_bw": intra_node_bw, "inter_node_bw": inter_node_bw, "headroom_gib": headroom_gib,
-                       "goodput": goodput, "tokens": tokens}, gpu_spec.memory_gib)
+                       "goodput": goodput, "tokens": tokens, "gpus": gpus, "max_gpus": max_gpus, "gbs": gbs,
+                       "seq": seq, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "mbs": mbs},
+                      gpu_spec.memory_gib)
     if engine is not None and getattr(engine, "value", engine) not in ENGINES:
         raise InputError(f"engine='{engine}' is not one of: {', '.join(ENGINES)}")
     if max_gpus is not None and max_gpus < gpus:
