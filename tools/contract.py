@@ -209,7 +209,7 @@ MAX_GPUS = 2**20
 beyond it a count is a typo, and the vectorised search's int64 products stay exact."""
 MAX_SEQUENCES_OR_TOKENS = 2**26
 """The largest seq, mbs or gbs a request may name (67M: past any published context or batch)."""
-PARALLEL_SIZES = ("tp", "pp", "cp", "ep", "etp", "vpp")
+PARALLEL_SIZES = ("tp", "pp", "cp", "ep", "etp")
 
 
 def _whole_numbers(value: Any) -> list[Any]:
@@ -231,7 +231,7 @@ def check_job_numbers(values: dict[str, Any], capacity_gib: float) -> None:
                 raise InputError(f"{name}={item:,} is more GPUs than any cluster (at most {MAX_GPUS:,}): check the count")
             if name in PARALLEL_SIZES and item > gpus:
                 raise InputError(f"{name}={item:,} is larger than the {gpus:,} GPUs: a parallel size divides the GPU count")
-            if name in ("seq", "mbs", "gbs", "ramp_start_gbs") and item > MAX_SEQUENCES_OR_TOKENS:
+            if name in ("seq", "mbs", "gbs", "vpp", "ramp_start_gbs") and item > MAX_SEQUENCES_OR_TOKENS:
                 raise InputError(f"{name}={item:,} is past any published run (at most {MAX_SEQUENCES_OR_TOKENS:,}): "
                                  "check the number")
     for name, value in values.items():
