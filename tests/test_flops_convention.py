@@ -50,3 +50,22 @@ def test_dropout_never_chooses_the_kernel(tmp_path):
     default = trainplan.estimate(**job)
     assert default["config"]["attention"] == "flash"
     assert default["time"]["step_s"] < trainplan.estimate(**job, attention="eager")["time"]["step_s"]
+
+
+def test_unfused_kernels_cost_only_memory_bandwidth():
+    """PyTorch eager norms, rotary and SwiGLU move more bytes, nothing else: the same FLOPs, and the extra
+    seconds scale with 1 / HBM bandwidth (H100 3.35 TB/s against H200 4.8 TB/s, the same tensor cores)."""
+    from trainplan.tools.catalog import load_gpu
+
+    job = dict(model="llama3-8b", gpus=1, zero=0, seq=4096, mbs=1, gbs=1, recompute="full")
+    extra = {}
+    for gpu in ("h100-sxm-80gb", "h200-sxm-141gb"):
+        fused = trainplan.estimate(gpu=gpu, **job)["time"]
+        unfused = trainplan.estimate(gpu=gpu, fused_kernels=False, **job)["time"]
+        assert unfused["step_s"] > fused["step_s"]
+        assert unfused["hardware_tflops_per_gpu"] * unfused["step_s"] == pytest.approx(
+            fused["hardware_tflops_per_gpu"] * fused["step_s"])
+        extra[gpu] = unfused["step_s"] - fused["step_s"]
+    bandwidth = {g: load_gpu(g).hbm_bandwidth_gb_s for g in extra}
+    assert extra["h100-sxm-80gb"] / extra["h200-sxm-141gb"] == pytest.approx(
+        bandwidth["h200-sxm-141gb"] / bandwidth["h100-sxm-80gb"], rel=0.05)
