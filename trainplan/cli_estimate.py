@@ -13,13 +13,20 @@ from trainplan import cli_common as opt
 from trainplan.tools.errors import InputError
 
 
+def _shown(value) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "-"
+    return "-" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def render_estimate(result: dict, console: Console) -> None:
     """A readable view of an estimate result."""
+    from trainplan.tools.contract import Layout
+
     config = result["config"]
-    layout = (f"TP{config['tp']} x PP{config['pp']} x DP{config['dp']} x CP{config['cp']} x EP{config['ep']}"
-              f"  vpp={config['vpp']} zero={config['zero']} mbs={config['mbs']} gbs={config['gbs']} seq={config['seq']}"
-              f"  recompute={config['recompute']} schedule={config['schedule']} precision={config['precision']}"
-              f" attention={config['attention']}")
+    sizes = ("tp", "pp", "cp", "ep")
+    layout = (f"TP{config['tp']} x PP{config['pp']} x DP{config['dp']} x CP{config['cp']} x EP{config['ep']}  "
+              + " ".join(f"{name}={_shown(config.get(name))}" for name in Layout.model_fields if name not in sizes))
     console.print(f"[bold]{config['model']}[/bold] on {config['gpus']} x {config['gpu']}")
     console.print(layout)
     params = result["params"]
