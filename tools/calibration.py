@@ -54,7 +54,8 @@ MOE_HOST_S_PER_EXPERT_GEMM = Fitted(
     meaning="host seconds to issue one expert GEMM (with its quantisation) when the grouped GEMM is a host-issued "
             "loop of per-expert GEMMs; a layer's expert part takes max(GPU time, host time) (moe.py)",
     fitted_on=("mbridge-b200-qwen3-30b-a3b-fp8",),
-    held_out=("mbridge-h100-qwen3-30b-a3b-fp8", "mbridge-b200-deepseek-v3-fp8"),
+    held_out=("mbridge-h100-qwen3-30b-a3b-fp8", "mbridge-b200-deepseek-v3-fp8", "mbridge-h100-qwen3-235b-a22b-fp8",
+              "mbridge-b200-qwen3-235b-a22b-fp8"),
     method="solved on the step time of one row, Megatron-Bridge 25.11 DGX-B200 Qwen3-30B-A3B FP8 (EP8, 16 local "
            "experts, forced-balanced dropless routing). Mechanism: dropless dispatch syncs tokens-per-expert to the "
            "host each MoE layer, after which Transformer Engine's GroupedLinear issues one quantise + GEMM per local "
