@@ -121,6 +121,7 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
             "gpus_per_node": request.gpus_per_node, "tokens": tokens, "seq": seq, "gbs": gbs, "gbs_given": gbs_given,
             "precision": precision, "price": price, "goodput": goodput, "objective": objective,
             "deadline_days": request.deadline_days, "budget_usd": request.budget_usd,
+            "method": request.method, "lora_rank": request.lora_rank,
             **{pin: getattr(request, pin) for pin in PINS}}
     return full, assumptions
 
@@ -212,6 +213,11 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     risk, with the GPU count that would meet them), then the headroom (an assumption), and reports the
     best that fits. With an engine, only layouts it runs."""
     job, assumptions = complete_request(request)
+    if job.get("method") not in (None, "full"):
+        raise InputError(f"the offline planner searches full-training layouts only, and {job['method']} changes what "
+                         f"fits and how fast it runs: estimate a layout with `trainplan estimate --model {job['model']} "
+                         f"--gpu {job['gpu']} --gpus {job['gpus'] or job['max_gpus'] or 8} --method {job['method']}` "
+                         "(with --tp, --zero, --recompute as needed)")
     capacity = catalog.load_gpu(job["gpu"]).memory_gib
     headroom = PLAN_HEADROOM * capacity
     risks = []
@@ -252,6 +258,9 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     if not candidates:
         rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"
         would = sizing.what_would_meet(search_fn, {**job, "deadline_days": None, "budget_usd": None}, headroom)
+        if request.fine_tuning:
+            adapters = sizing.adapters_that_fit(job)
+            would = "; ".join(w for w in (adapters, would) if w) or None
         risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); "
                      + (f"{would}; else use" if would else "use more GPUs,") + " GPUs with more memory or a shorter "
                      "sequence")

@@ -52,7 +52,7 @@ EXAMPLE = rules.EXAMPLE
 PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "recompute")
 """Layout knobs a request may pin (the search keeps them fixed)."""
 _JOB = ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")
-_LAYOUT = ("seq", "gbs", "precision", *PINS)
+_LAYOUT = ("seq", "gbs", "precision", *PINS, "method", "lora_rank")
 _SEARCH = ("objective", "max_gpus", "deadline_days", "budget_usd")
 
 
@@ -61,6 +61,9 @@ class _Request(BaseModel):
 
     batch_tokens: float | None = Field(default=None, description="tokens per step as asked (gbs = batch_tokens / seq)")
     unparsed: list[str] | None = Field(default=None, description="words of the request the parser did not understand")
+    fine_tuning: bool | None = Field(default=None, description="the request fine-tunes a trained model: when full "
+                                                               "training does not fit, the plan says whether LoRA or "
+                                                               "QLoRA would")
 
     def given(self) -> dict[str, Any]:
         """The fields that are set (the words not understood are not a field of the plan)."""
@@ -102,6 +105,7 @@ def parse_partial(text: str) -> PlanRequest:
     negated = steering.read_negations(t, found)
     steering.read_precision(t, found, negated)
     steering.read_pins(t, found)
+    steering.read_method(t, found)
     rules.read_model_by_family(t, found)
     found.pop("_spans", None)
     unparsed = t.unread_words()

@@ -110,3 +110,23 @@ def read_pins(t: RequestText, found: dict[str, Any]) -> None:
                        r"checkpointing)(?![a-z])")
     if recompute and "recompute" not in found:
         found["recompute"] = recompute.group(1).lower()
+
+
+def read_method(t: RequestText, found: dict[str, Any]) -> None:
+    """method: 'QLoRA' -> qlora, 'LoRA' -> lora, 'full fine-tuning' -> full; lora_rank: 'rank 64',
+    'r=16'; fine_tuning: 'fine-tune', 'SFT', 'instruction tuning' (a fine-tune, whatever the method)."""
+    adapters = t.take(r"(?<![a-z])(q?lora)(?![a-z])", 1)
+    if adapters:
+        found["method"] = adapters.group(1).lower()
+    elif t.take(r"(?<![a-z])full[\s-]*(?:parameter[\s-]*)?(?:fine[\s-]*tun(?:e|ed|ing)|ft)(?![a-z])"):
+        found["method"] = "full"
+        found["fine_tuning"] = True
+    rank = t.take(r"(?<![a-z])(?:(?:(?:lora|adapter)[\s-]*)?rank\s*(?:of|=|:|is)?|r\s*[=:])\s*([0-9]+)(?![0-9.])", 1)
+    if rank:
+        value = int(rank.group(1))
+        if value < 1:
+            raise InputError(f"'{t.text[rank.start():rank.end()].strip()}' is not a LoRA rank: it is at least 1, e.g. 16")
+        found["lora_rank"] = value
+    if "method" in found or t.take(r"(?<![a-z])(?:fine[\s-]*tun(?:e|ed|ing)|finetun(?:e|ed|ing)|sft|"
+                                    r"instruction[\s-]*tun(?:e|ed|ing)|微调|ファインチューニング)(?![a-z])"):
+        found["fine_tuning"] = True

@@ -196,3 +196,21 @@ def what_would_meet(search: Search, job: dict, headroom_gib: float) -> str | Non
     if chosen is None:
         return None
     return f"{chosen[0]:,} GPUs fit it in memory ({_outcome(chosen[1])})"
+
+
+def adapters_that_fit(job: dict) -> str | None:
+    """For a fine-tune whose full training does not fit: whether LoRA, else QLoRA, fits on the same GPUs,
+    on the leanest layout (data parallel, ZeRO-3 across GPUs, full recompute, micro-batch 1), as a sentence."""
+    from trainplan.tools.estimate import estimate
+
+    for method, what in (("lora", "LoRA (adapters beside a frozen bf16 base)"),
+                         ("qlora", "QLoRA (adapters beside a frozen 4-bit NF4 base)")):
+        lean = {"zero": 3 if job["gpus"] > 1 else 0, "recompute": "full", "mbs": 1}
+        result = estimate(model=job["model"], gpu=job["gpu"], gpus=job["gpus"], method=method, seq=job["seq"],
+                          gbs=job["gbs"], precision=job["precision"], **lean)
+        if result["fits"]:
+            memory = result["memory_gib"]
+            return (f"with {what} it fits: {memory['total']:.2f} of {memory['capacity']:.2f} GiB per GPU at ZeRO-"
+                    f"{lean['zero']}, full recompute, micro-batch 1 (trainplan estimate --model {job['model']} --gpu "
+                    f"{job['gpu']} --gpus {job['gpus']} --method {method} --zero {lean['zero']} --recompute full)")
+    return None

@@ -87,3 +87,21 @@ def test_a_budget_without_a_count_gets_the_most_gpus_it_buys():
     assert twice.recommended["training"]["cost_usd"] > 20_000
     assert any(risk.startswith(f"no layout on {2 * request['gpus']:,} GPUs meets the $20,000 budget")
                for risk in twice.risks)
+
+
+def test_a_fine_tune_that_does_not_fit_is_told_which_adapter_method_fits():
+    """Issue 11: "a 48 GB GPU needs QLoRA": full fine-tuning of an 8B model does not fit on one 48 GB
+    L40S, and the report says LoRA does (tools/finetune.py's memory)."""
+    report = plan("Fine-tune Llama 3 8B on 1 L40S for 1B tokens, seq 2048, gbs 64", backend="offline")
+    assert report.recommended is None
+    risk = next(r for r in report.risks if r.startswith("no layout fits"))
+    assert "with LoRA (adapters beside a frozen bf16 base) it fits" in risk and "--method lora" in risk
+    pretrain = plan("Llama 3 8B on 1 L40S for 1B tokens, seq 2048, gbs 64", backend="offline")
+    assert not any("LoRA" in r for r in pretrain.risks)  # adapters are no substitute for pre-training
+
+
+def test_adapter_methods_are_not_planned_as_full_training():
+    from trainplan.tools.errors import InputError
+
+    with pytest.raises(InputError, match="searches full-training layouts only.*--method qlora"):
+        plan("QLoRA fine-tune Llama 3 70B on 1 L40S, rank 64", backend="offline")

@@ -116,6 +116,12 @@ def test_chinese_request():
     ("Llama 3 70B 200B tokens on 64 B200", {"model": "llama3-70b", "tokens": 2e11, "gpu": "b200", "gpus": 64}),
     ("train Llama 3 8B for 1T on 64 H100s", {"model": "llama3-8b", "tokens": 1e12, "gpus": 64}),
     ("Llama 3 70B on 64 H100s for 300B", {"tokens": 3e11}),
+    # fine-tuning
+    ("QLoRA fine-tune Llama 3 70B on 1 L40S, rank 64", {"method": "qlora", "lora_rank": 64, "fine_tuning": True}),
+    ("Fine-tune Llama 3 8B on 8 A100s with LoRA r=16", {"method": "lora", "lora_rank": 16}),
+    ("full fine-tuning of Llama 3 8B on 8 H100s with full recompute", {"method": "full", "recompute": "full"}),
+    ("SFT Llama 3 8B on 8 H100s", {"method": None, "fine_tuning": True}),
+    ("Llama 3 8B on 8 H100s for 1T tokens", {"method": None, "fine_tuning": None}),
     # CJK amounts
     ("用1024张H100训练Llama 3 70B，15万亿token", {"gpus": 1024, "tokens": 15e12}),
     ("H100を512枚でLlama 3 70Bを学習", {"gpus": 512, "model": "llama3-70b"}),
