@@ -88,7 +88,7 @@ FAMILY_EFFICIENCY: dict[str, dict[str, Fitted]] = {
     },
     "hopper": {
         "gemm_efficiency": Fitted(
-            value=0.57,
+            value=0.58,
             meaning="share of the dense peak that large GEMMs sustain in training (before wave quantization)",
             fitted_on=("llama3-405b-8k-8192gpu",),
             held_out=_HOPPER_HELD,
