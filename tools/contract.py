@@ -14,12 +14,16 @@ Data flow (ARCHITECTURE.md draws it):
   `trainplan estimate --json` is `Estimate.model_dump(mode="json")`.
 
 What derives from these fields (nothing else lists the knobs):
-- the CLI options of `estimate`, `export` and `search` (trainplan/cli_common.py `options_from`),
-- the tool argument models of `calculate_memory`, `estimate_step_time`, `search_configs`
-  (tools/registry.py builds them with `optional_model`),
-- the `config` echoed in every result (`Config` below), `export --from` and the report's layout,
-- the `trainplan.estimate` / `trainplan.search` keyword parameters (written out for IDEs; a test,
-  tests/test_contract.py, fails when one lacks a field or disagrees with its default).
+- the CLI options of `estimate`, `export` and `search` (trainplan/cli_common.py `options`),
+- the tool argument models of `calculate_memory`, `estimate_step_time`, `search_configs`, `submit_plan`
+  (tools/registry.py builds them with `optional_model`) and the planner's PlanRequest (agent/request.py),
+- the `config` echoed in every result (`Config` below), `estimate --from` / `export --from`, the
+  report's launch settings and `trainplan estimate`'s readable view,
+- the `trainplan.estimate` / `trainplan.search` / `trainplan.plan` keyword parameters (written out for
+  IDEs; tests/test_contract.py fails when one lacks a field or disagrees with its default).
+
+The result models (`Estimate` and its parts) are read as attributes. `Result` also lets code written
+against the former dict result index them (`result["time"]["step_s"]`) while it moves to attributes.
 
 To add a knob:
 1. Add a field to `Layout` (or `Job`) below: type, default, description. The description is the CLI
@@ -28,8 +32,8 @@ To add a knob:
 2. Make it act: validate it in `tools/layout.resolve_config` (which passes every Layout field through)
    and read `cfg.<name>` in the calculator it changes (memory.py, step.py, ...), and in the exporter
    that must write it.
-3. Add the keyword to `trainplan.estimate` / `trainplan.search` in trainplan/__init__.py (the test
-   above names it if you forget).
+3. Add the keyword to `trainplan.estimate` / `trainplan.search` (and `trainplan.plan` when the planner
+   takes it) in trainplan/__init__.py; tests/test_contract.py names it if you forget.
 Nothing else: the CLI flag, the tool argument, `export --from` and the `config` echo follow.
 
 Defaults that every tool shares (a null means the same thing everywhere):
