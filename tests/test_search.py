@@ -215,16 +215,15 @@ def test_stage_pieces_and_dp_terms_match_step(model, gpu, gpus, gbs, seq, precis
         stages = np.einsum("kc,kj->jc", _stage_counts(job.model, cfg.pp), pieces)
         groups = group_layout(cfg, cluster.gpus_per_node)
         work = [step.stage_work(job.model, cfg, cluster, groups, s, ids)
-                for s, ids in enumerate(step._stage_layers(job.model, cfg.pp))]
+                for s, ids in enumerate(step.stage_layers(job.model, cfg.pp))]
         for s, w in enumerate(work):
             np.testing.assert_allclose(stages[:3, s], [w.forward_s, w.backward_s, w.weight_grad_s], rtol=1e-9)
         forward = np.array([[w.forward_s for w in work]])
         backward = np.array([[w.backward_s for w in work]])
         exposed, optimizer, p2p = dp_optimizer_p2p(
-            job.model, cluster, job, (cfg.tp, cfg.cp, cfg.dp, cfg.ep, cfg.pp), np.array([cfg.zero]),
-            forward, backward, np.array([cfg.num_microbatches]), np.array([float(cfg.mbs)]),
-            step.zero2_reduce_scatters(np.array([row["schedule"]]), np.array([cfg.num_microbatches]), cfg.pp,
-                                       np.array([cfg.vpp])))
+            job.model, cluster, job, (cfg.tp, cfg.cp, cfg.dp, cfg.ep, cfg.pp),
+            {"zero": np.array([cfg.zero]), "m": np.array([cfg.num_microbatches]), "schedule": np.array([row["schedule"]]),
+             "vpp": np.array([cfg.vpp]), "mbs": np.array([cfg.mbs])}, forward, backward)
         result = step.step_time(job.model, cfg, cluster)
         expect_dp, expect_opt = result.breakdown["comm/dp"], result.breakdown["optimizer"]
         np.testing.assert_allclose([exposed[0], optimizer[0]], [expect_dp, expect_opt], rtol=1e-9, atol=1e-12)

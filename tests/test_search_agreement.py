@@ -11,7 +11,7 @@ from trainplan.tools.codes import RECOMPUTE_BY_CODE, SCHEDULE_BY_CODE
 from trainplan.tools.errors import InputError
 from trainplan.tools.layout import resolve_config
 from trainplan.tools.search import exact, prepare, scalar_policy_reason
-from trainplan.tools.search_score import vector_memory, vector_times
+from trainplan.tools.search_score import fixed_knobs, vector_memory, vector_times
 from trainplan.tools.search_space import REASONS, enumerate_space, row, validity
 from trainplan.tools.validity import RULES, Knobs
 
@@ -28,9 +28,15 @@ JOBS = [  # (model, gpu, gpus, gbs, seq, precision, fixed knobs)
     ("deepseek-v2-lite", "h100", 32, 64, 4096, "bf16", {}),
     ("qwen3-8b", "h800", 16, 32, 4096, "fp8", {}),
     ("mistral-7b", "a100-sxm-80gb", 32, 128, 4096, "bf16", {"optimizer_offload": True}),
-    ("llama3-70b", "h100", 64, 128, 8192, "bf16", {"bf16_grads": True}),
+    ("llama3-70b", "h100", 64, 128, 8192, "bf16", {"bf16_grads": True, "fp8_activations": False}),
+    ("deepseek-v2-lite", "h800", 32, 64, 4096, "fp8", {"bf16_moments": True, "fp8_activations": True}),
     ("qwen1.5-moe-a2.7b", "h100", 16, 64, 4096, "bf16", {"tp_comm_overlap": True}),
-    ("gpt3-175b", "a100-sxm-80gb", 128, 256, 2048, "bf16", {}),
+    ("qwen1.5-moe-a2.7b", "h100", 16, 64, 4096, "bf16", {"etp": 1, "dispatcher": "allgather"}),
+    ("gpt3-175b", "a100-sxm-80gb", 128, 256, 2048, "bf16", {"sequence_parallel": False}),
+    ("qwen3-8b", "h100", 16, 32, 4096, "bf16", {"attention": "eager"}),
+    ("deepseek-v2-lite", "h100", 16, 32, 4096, "bf16", {"recompute_modules": "layernorm,mla_up_proj,moe_act"}),
+    ("llama3-8b", "h100", 8, 32, 4096, "bf16", {"method": "lora", "lora_rank": 16}),
+    ("llama3-8b", "h100", 16, 64, 8192, "bf16", {"offload_modules": "core_attn"}),
 ]
 
 
@@ -42,7 +48,8 @@ def _scalar_verdicts(job, layout: dict) -> set[str]:
         resolve_config(job.model, layout["gpus"], tp=layout["tp"], pp=layout["pp"], cp=layout["cp"],
                        ep=layout["ep"], vpp=layout["vpp"], zero=layout["zero"], mbs=layout["mbs"], gbs=job.gbs,
                        seq=job.seq, recompute=RECOMPUTE_BY_CODE[layout["recompute"]],
-                       schedule=SCHEDULE_BY_CODE[layout["schedule"]], precision=job.precision)
+                       schedule=SCHEDULE_BY_CODE[layout["schedule"]], precision=job.precision,
+                       **fixed_knobs(job, layout["tp"], RECOMPUTE_BY_CODE[layout["recompute"]]))
     except InputError as error:
         verdicts.add(str(error))
     return verdicts - {None}
@@ -59,10 +66,10 @@ def _messages(job, layout: dict, reason: str) -> set[str]:
 @pytest.mark.parametrize("case", range(len(JOBS)))
 def test_vectorised_and_scalar_paths_agree_on_random_layouts(case):
     model, gpu, gpus, gbs, seq, precision, fixed = JOBS[case]
-    job, _, _ = prepare(model, gpu, gpus, gbs=gbs, seq=seq, precision=precision)
-    job = job.__class__(**{**vars(job), **fixed})
+    job, _, _ = prepare(model, gpu, gpus, gbs=gbs, seq=seq, precision=precision, **fixed)
     space = enumerate_space(job.model, gpus, gbs, seq, job.node, True, job.pins)   # tp across nodes too
-    reason, dp, m = validity(job.model, space, gbs, seq, job.node, job.allow_cross_node_tp)
+    reason, dp, m = validity(job.model, space, gbs, seq, job.node, job.allow_cross_node_tp, job.sequence_parallel,
+                             job.etp)
     rng = np.random.default_rng(case)
     picks = rng.choice(space["tp"].size, size=min(60, space["tp"].size), replace=False)
 

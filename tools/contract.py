@@ -413,8 +413,9 @@ class ParallelConfig(Layout):
 
 SEARCHED_KNOBS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule")
 """The Layout knobs a search varies unless pinned (tools/search.py Pins holds one slot per name)."""
-SEARCH_FIXED_KNOBS = ("gbs", "seq", "precision")
-"""The Layout knobs a search takes as given (null: the shared default rule)."""
+SEARCH_FIXED_KNOBS = tuple(name for name in Layout.model_fields if name not in SEARCHED_KNOBS)
+"""The Layout knobs a search takes as given, every one it does not vary (null: the shared default
+rule); tools/search_space.FIXED_DEFAULTS resolves them."""
 SEARCH_JOB_EXCLUDED = ("ramp_start_gbs", "ramp_tokens")
 """Job fields a search does not take (a batch ramp is priced by estimate)."""
 

@@ -34,6 +34,7 @@ from .contract import check_job_numbers, default_gbs, default_seq
 from .errors import InputError
 from .estimate import evaluate
 from .export.support import ENGINES, runs
+from .contract import Layout
 from .layout import resolve_config
 from .plan_defaults import DEFAULT_HEADROOM
 from .search_choice import alternatives, prefer_simpler, rows_to_rescore
@@ -41,9 +42,10 @@ from .search_explain import explain_runner_up, label, no_feasible_hint
 from .search_rank import (
     Objective, best_rows, collapse_twins, objective_of, pareto_front, result_key,
 )
-from .search_score import evaluate_count
+from .search_score import evaluate_count, fixed_knobs
 from .search_space import (
-    KNOBS, R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, Pins, SearchJob, enumerate_space, gpu_counts, min_gpus, row,
+    FIXED_KNOBS, KNOBS, R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, Pins, SearchJob, enumerate_space, gpu_counts,
+    min_gpus, row,
     validity,
 )
 from .specs import Precision, Recompute, Schedule
@@ -101,7 +103,7 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
             deadline_days: float | None = None, budget_usd: float | None = None, headroom_gib: float | None = None,
             allow_cross_node_tp: bool | None = None, pareto: bool | None = None, goodput: float | None = None,
             gpus_per_node: int | None = None, intra_node_bw: float | None = None,
-            inter_node_bw: float | None = None, engine: str | None = None) -> tuple[SearchJob, Objective, list[int]]:
+            inter_node_bw: float | None = None, engine: str | None = None, **fixed) -> tuple[SearchJob, Objective, list[int]]:
     """Check a search request (InputError on bad input) -> (job, objective, GPU counts to try)."""
     model_spec, gpu_spec = load_model(model), load_gpu(gpu)
     # None means the shared default (contract.py): seq and gbs by their rules, the search options below.
@@ -148,8 +150,26 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
                goodput=DEFAULT_GOODPUT if goodput is None else goodput, headroom_gib=float(headroom_gib),
                allow_cross_node_tp=allow_cross_node_tp, deadline_days=deadline_days, budget_usd=budget_usd,
                gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, pins=pins,
-               engine=getattr(engine, "value", engine))
+               engine=getattr(engine, "value", engine),
+               fixed=_fixed(model_spec, seq, precision_enum, gpu_spec, fixed))
     return job, objective_enum, gpu_counts(int(gpus), max_gpus, job.node, min_gpus(model_spec, gpu_spec))
+
+
+def _fixed(model, seq: int, precision: Precision, gpu, given: dict) -> dict:
+    """The fixed Layout knobs (search_space.FIXED_KNOBS), resolved by resolve_config itself on a
+    one-GPU probe layout (InputError on a bad value); sequence parallelism, TP overlap and expert TP,
+    which depend on each layout's tp, as given (search_score.fixed_knobs resolves them per layout)."""
+    unknown = sorted(set(given) - set(FIXED_KNOBS))
+    if unknown:
+        raise InputError(f"unknown search argument(s) {', '.join(unknown)}: the fixed layout knobs are "
+                         f"{', '.join(FIXED_KNOBS)}")
+    given = {k: v for k, v in given.items() if v is not None}
+    probe = resolve_config(model, 1, seq=seq, precision=precision, recompute=Recompute.selective,
+                           fp8_supported=gpu.fp8_tflops is not None, **given)
+    fixed = {k: getattr(probe, k) for k in FIXED_KNOBS}
+    for name in ("sequence_parallel", "tp_comm_overlap", "etp"):   # resolved per layout (they depend on tp)
+        fixed[name] = given.get(name, Layout.model_fields[name].default)
+    return fixed
 
 
 def _job_dict(job: SearchJob, gpus: int, max_gpus: int | None, counts: list[int], top_k: int) -> dict:
@@ -157,7 +177,9 @@ def _job_dict(job: SearchJob, gpus: int, max_gpus: int | None, counts: list[int]
             "gpu_counts": counts, "gbs": job.gbs, "seq": job.seq, "tokens": job.tokens, "price": job.price,
             "precision": job.precision.value, "goodput": job.goodput, "top_k": top_k, "pins": _pins_dict(job.pins),
             "deadline_days": job.deadline_days, "budget_usd": job.budget_usd, "headroom_gib": job.headroom_gib,
-            "allow_cross_node_tp": job.allow_cross_node_tp, "gpus_per_node": job.node, "engine": job.engine}
+            "allow_cross_node_tp": job.allow_cross_node_tp, "gpus_per_node": job.node, "engine": job.engine,
+            "fixed": {k: getattr(v, "value", v) if not isinstance(v, tuple) else [getattr(m, "value", m) for m in v]
+                      for k, v in job.fixed.items()}}
 
 
 def _exact_failure(job: SearchJob, result: dict) -> str | None:
@@ -213,7 +235,7 @@ def search(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int 
            max_gpus: int | None = None, deadline_days: float | None = None, budget_usd: float | None = None,
            headroom_gib: float | None = None, allow_cross_node_tp: bool = False, pareto: bool = False,
            goodput: float | None = None, gpus_per_node: int | None = None, intra_node_bw: float | None = None,
-           inter_node_bw: float | None = None, engine: str | None = None) -> dict:
+           inter_node_bw: float | None = None, engine: str | None = None, **fixed) -> dict:
     """The best layouts for a job, best first; a pin (tp=8, schedule='1f1b', or a list of values)
     fixes a knob, None leaves it free. See the module docstring for the space, rules and time model.
     headroom_gib None keeps plan_defaults.DEFAULT_HEADROOM of the GPU's memory free; engine keeps only
@@ -230,7 +252,8 @@ def search(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int 
         top_k=top_k, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero=zero, mbs=mbs, recompute=recompute,
         schedule=schedule, max_gpus=max_gpus, deadline_days=deadline_days, budget_usd=budget_usd,
         headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto, goodput=goodput,
-        gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, engine=engine)
+        gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, engine=engine,
+        **fixed)
 
     rejected: dict[str, int] = {}
     evaluated = 0
@@ -332,12 +355,12 @@ def scalar_policy_reason(job: SearchJob, layout: dict) -> str | None:
 
 def exact(job: SearchJob, layout: dict) -> dict:
     """The scalar path for one layout: resolve_config (raises InputError if invalid) + evaluate."""
+    recompute = RECOMPUTE_BY_CODE[layout["recompute"]]
     cfg = resolve_config(job.model, layout["gpus"], tp=layout["tp"], pp=layout["pp"], cp=layout["cp"],
                          ep=layout["ep"], vpp=layout["vpp"], zero=layout["zero"], mbs=layout["mbs"], gbs=job.gbs,
-                         seq=job.seq, recompute=RECOMPUTE_BY_CODE[layout["recompute"]],
-                         schedule=SCHEDULE_BY_CODE[layout["schedule"]], precision=job.precision,
-                         optimizer_offload=job.optimizer_offload, bf16_grads=job.bf16_grads,
-                         tp_comm_overlap=job.tp_comm_overlap, fp8_supported=job.gpu.fp8_tflops is not None)
+                         seq=job.seq, recompute=recompute, schedule=SCHEDULE_BY_CODE[layout["schedule"]],
+                         precision=job.precision, fp8_supported=job.gpu.fp8_tflops is not None,
+                         **fixed_knobs(job, layout["tp"], recompute))
     return evaluate(job.model, job.cluster(layout["gpus"]), cfg, tokens=job.tokens, price=job.price,
                     goodput=job.goodput, headroom_gib=job.headroom_gib).model_dump(mode="json")
 

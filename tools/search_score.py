@@ -23,16 +23,17 @@ import math
 import numpy as np
 
 from . import step
-from .codes import PRECISION_CODES, RECOMPUTE_BY_CODE, SCHEDULE_CODES
+from .activations import knob_arrays
+from .codes import RECOMPUTE_BY_CODE, RECOMPUTE_CODES, SCHEDULE_CODES
 from .collectives import group_layout
 from .cost import SECONDS_PER_DAY
 from .layout import model_layers_per_stage
 from .memory import memory_totals_vectorised
 from .pipeline_closed_form import makespan_closed_form
 from .search_space import (
-    R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, SearchJob, enumerate_space, validity,
+    FIXED_KNOBS, R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, SearchJob, enumerate_space, validity,
 )
-from .specs import ClusterSpec, ModelSpec, ParallelConfig, Schedule
+from .specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, Schedule
 
 _DUAL = SCHEDULE_CODES[Schedule.dualpipe]
 _PIECES = ("forward_s", "backward_s", "weight_grad_s", "compute_s", "comm/tp", "comm/cp", "comm/ep")
@@ -47,10 +48,10 @@ def work_pieces(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key: tup
     """(4, len(_PIECES)): one dense layer, one MoE layer, the embedding and the head, each as
     step.stage_work sees it for one micro-batch. A stage is the sum of its pieces."""
     tp, cp, ep, mbs, rec, dual = key
-    cfg = ParallelConfig(tp=tp, pp=3, cp=cp, ep=ep, dp=ep, mbs=mbs, seq=job.seq,
-                         recompute=RECOMPUTE_BY_CODE[rec], precision=job.precision,
-                         schedule=Schedule.dualpipe if dual else Schedule.one_f_one_b, sequence_parallel=tp > 1,
-                         tp_comm_overlap=job.tp_comm_overlap and tp > 1)
+    recompute = RECOMPUTE_BY_CODE[rec]
+    cfg = ParallelConfig(tp=tp, pp=3, cp=cp, ep=ep, dp=ep, mbs=mbs, seq=job.seq, recompute=recompute,
+                         precision=job.precision, schedule=Schedule.dualpipe if dual else Schedule.one_f_one_b,
+                         **fixed_knobs(job, tp, recompute))
     groups = group_layout(cfg, cluster.gpus_per_node)
     moe = set(model.moe_layers) if model.is_moe else set()
     dense_id = next((i for i in range(model.num_layers) if i not in moe), None)
@@ -79,22 +80,20 @@ def stage_counts(model: ModelSpec, pp: int) -> np.ndarray:
     return out
 
 
-def dp_optimizer_p2p(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key: tuple, zero: np.ndarray,
-                     forward_s: np.ndarray, backward_s: np.ndarray, m: np.ndarray,
-                     mbs: np.ndarray, reduce_scatters: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(exposed DP seconds, optimizer seconds, p2p seconds) for rows sharing (tp, cp, dp, ep, pp),
-    each the slowest stage's, through step's own functions over numpy rows x stages."""
+def dp_optimizer_p2p(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key: tuple, rows: dict[str, np.ndarray],
+                     forward_s: np.ndarray, backward_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(exposed DP seconds, optimizer seconds, p2p seconds) for rows sharing (tp, cp, dp, ep, pp):
+    step.data_parallel_and_optimizer_s and step.p2p_s, step_time's own terms, over rows x stages."""
     tp, cp, dp, ep, pp = key
-    cfg = ParallelConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, seq=job.seq, sequence_parallel=tp > 1)
+    cfg = ParallelConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, seq=job.seq, precision=job.precision,
+                         **fixed_knobs(job, tp, Recompute.none))
     groups = group_layout(cfg, cluster.gpus_per_node)
-    dense, expert = step.rank_params(model, pp, tp, ep)
-    z = zero[:, None]
-    exposed = step.data_parallel_s(z, dense, expert, groups, cluster, forward_s, backward_s, m[:, None],
-                                   job.bf16_grads, None if reduce_scatters is None else reduce_scatters[:, None])
-    optimizer = step.optimizer_s(z, dense, expert, dp * cp, cfg.expert_dp, cluster.gpu, job.optimizer_offload)
-    p2p = step.p2p_s(model, mbs, job.seq, cp, tp, tp > 1, groups, cluster, pp)
-    return (np.max(exposed * np.ones_like(forward_s), axis=1), np.max(optimizer * np.ones_like(forward_s), axis=1),
-            np.asarray(p2p, dtype=float) * np.ones(mbs.size))
+    column = {k: rows[k][:, None] for k in ("zero", "m", "schedule", "vpp")}
+    exposed, optimizer = step.data_parallel_and_optimizer_s(
+        model, cfg, cluster, groups, step.stage_layers(model, pp), forward_s, backward_s, column["zero"], column["m"],
+        column["schedule"], column["vpp"])
+    p2p = step.p2p_s(model, rows["mbs"].astype(float), job.seq, cp, tp, cfg.sequence_parallel, groups, cluster, pp)
+    return exposed, optimizer, np.asarray(p2p, dtype=float) * np.ones(rows["mbs"].size)
 
 
 def vector_times(model: ModelSpec, job: SearchJob, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -122,10 +121,9 @@ def vector_times(model: ModelSpec, job: SearchJob, rows: dict[str, np.ndarray]) 
         for j, key in enumerate(unique_dp):
             sub = np.nonzero(dp_index == j)[0]
             rows_sub = idx[sub]
-            e, o, c = dp_optimizer_p2p(
-                model, cluster, job, (*(int(x) for x in key), pp), rows["zero"][rows_sub],
-                forward_s[sub], backward_s[sub], rows["m"][rows_sub], rows["mbs"][rows_sub].astype(float),
-                step.zero2_reduce_scatters(rows["schedule"][rows_sub], rows["m"][rows_sub], pp, rows["vpp"][rows_sub]))
+            e, o, c = dp_optimizer_p2p(model, cluster, job, (*(int(x) for x in key), pp),
+                                       {k: rows[k][rows_sub] for k in ("zero", "m", "schedule", "vpp", "mbs")},
+                                       forward_s[sub], backward_s[sub])
             exposed[sub], optimizer[sub], p2p[sub] = e, o, c
         makespan = makespan_closed_form(rows["schedule"][idx], pp, rows["m"][idx], rows["vpp"][idx],
                                         forward_s, backward_s, weight_s, p2p)
@@ -137,19 +135,34 @@ def vector_times(model: ModelSpec, job: SearchJob, rows: dict[str, np.ndarray]) 
 
 
 def vector_memory(job: SearchJob, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """memory.memory_totals_vectorised for valid rows, with the job's fixed knobs."""
+    """memory.memory_totals_vectorised for valid rows. The job's fixed knobs are encoded by
+    activations.knob_arrays, the scalar memory path's own encoding, on one probe layout; the knobs a
+    row varies replace them."""
     n = rows["tp"].size
     if not n:
         return {"total": np.zeros(0)}
-    return memory_totals_vectorised(job.model, job.gpu, {
-        "tp": rows["tp"], "pp": rows["pp"], "cp": rows["cp"], "ep": rows["ep"], "dp": rows["dp"],
-        "vpp": rows["vpp"], "zero": rows["zero"], "mbs": rows["mbs"], "num_microbatches": rows["m"],
-        "seq": np.full(n, job.seq), "recompute": rows["recompute"], "schedule": rows["schedule"],
-        "precision": np.full(n, PRECISION_CODES[job.precision]),
-        "sequence_parallel": (rows["tp"] > 1).astype(float),
-        "optimizer_offload": np.full(n, float(job.optimizer_offload)),
-        "bf16_grads": np.full(n, float(job.bf16_grads)),
-    })
+    probe = ParallelConfig(seq=job.seq, precision=job.precision, recompute=Recompute.selective,
+                           **{k: getattr(job, k) for k in FIXED_KNOBS})
+    arrays = {k: np.full(n, float(v.reshape(()))) for k, v in knob_arrays(probe).items()}
+    arrays.update({k: rows[k] for k in ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "recompute", "schedule")})
+    arrays["num_microbatches"] = rows["m"]
+    arrays["sequence_parallel"] = ((rows["tp"] > 1) & job.sequence_parallel).astype(float)
+    arrays["recompute_modules"] = np.where(rows["recompute"] == RECOMPUTE_CODES[Recompute.selective],
+                                           arrays["recompute_modules"], 0)
+    return memory_totals_vectorised(job.model, job.gpu, arrays)
+
+
+def fixed_knobs(job: SearchJob, tp: int, recompute: Recompute) -> dict:
+    """The job's fixed knobs as ParallelConfig/resolve_config take them for one layout: sequence
+    parallelism and TP overlap only with tp > 1, expert TP only when it differs from tp, recompute
+    modules only with selective recompute."""
+    knobs = {k: getattr(job, k) for k in FIXED_KNOBS}
+    knobs["sequence_parallel"] = bool(job.sequence_parallel and tp > 1)
+    knobs["tp_comm_overlap"] = bool(job.tp_comm_overlap and tp > 1)
+    knobs["etp"] = job.etp if job.etp and job.etp != tp else None   # null: expert TP = tp
+    if recompute is not Recompute.selective:
+        knobs["recompute_modules"] = None
+    return knobs
 
 
 def training_days_cost(job: SearchJob, gpus: int, step_s: np.ndarray):
@@ -169,7 +182,8 @@ def evaluate_count(job: SearchJob, gpus: int, score_of, engine_ok=None) -> dict:
     engine_ok(rows) -> bool array: the layouts the requested engine runs (None: any)."""
     model = job.model
     space = enumerate_space(model, gpus, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.pins)
-    reason, dp, m = validity(model, space, job.gbs, job.seq, job.node, job.allow_cross_node_tp)
+    reason, dp, m = validity(model, space, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.sequence_parallel,
+                             job.etp)
     reason = np.asarray(reason).reshape(-1)
     live = np.nonzero(reason < 0)[0]
     rows = {k: v[live] for k, v in space.items()}

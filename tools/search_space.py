@@ -19,11 +19,12 @@ The space is the product of the lists (built per pp, since vpp's list depends on
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .codes import RECOMPUTE_CODES, SCHEDULE_CODES
+from .contract import SEARCH_FIXED_KNOBS, Layout
 from .counting import count_params
 from .specs import ClusterSpec, GPUSpec, ModelSpec, Precision, Recompute, Schedule
 from .validity import CP_MIN_TOKENS, REASONS as RULE_REASONS, Knobs, Policies, first_broken
@@ -38,6 +39,11 @@ _R = {mode: RECOMPUTE_CODES[mode] for mode in Recompute}
 _S = {sched: SCHEDULE_CODES[sched] for sched in Schedule}
 _1F1B, _INTER, _ZB, _DUAL = (_S[s] for s in (Schedule.one_f_one_b, Schedule.interleaved, Schedule.zb_h1,
                                              Schedule.dualpipe))
+
+FIXED_KNOBS = tuple(name for name in SEARCH_FIXED_KNOBS if name not in ("gbs", "seq", "precision"))
+"""The Layout knobs a search does not vary beyond gbs, seq and precision (attention, sequence
+parallelism, offload, recompute modules, ...): every one the contract defines, each applied to every
+layout the same way on both paths (search_score.fixed_knobs)."""
 
 # Rejection reasons: validity's rules in their order, then the search's own filters.
 R_MEMORY = "does not fit in memory"
@@ -84,9 +90,14 @@ class SearchJob:
     pins: Pins
     engine: str | None = None
     """keep only layouts this engine runs (export.support), None: any"""
-    optimizer_offload: bool = False
-    bf16_grads: bool = False
-    tp_comm_overlap: bool = False
+    fixed: dict = field(default_factory=dict)
+    """the Layout knobs the search takes as given (FIXED_KNOBS), resolved; absent: the Layout default"""
+
+    def __getattr__(self, name: str):
+        """A fixed knob by name (job.attention, job.bf16_grads, ...)."""
+        if name in FIXED_KNOBS:
+            return self.fixed[name] if name in self.fixed else Layout.model_fields[name].default
+        raise AttributeError(name)
 
     def cluster(self, gpus: int) -> ClusterSpec:
         return ClusterSpec.build(self.gpu, gpus, self.gpus_per_node, self.intra_node_bw, self.inter_node_bw)
@@ -194,11 +205,13 @@ def enumerate_space(model: ModelSpec, gpus: int, gbs: int, seq: int, gpus_per_no
 
 
 def validity(model: ModelSpec, space: dict[str, np.ndarray], gbs: int, seq: int, gpus_per_node: int,
-             allow_cross_node_tp: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             allow_cross_node_tp: bool = False, sequence_parallel: bool = True,
+             etp: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(reason index into REASONS or -1 when valid, dp, micro-batches) for every layout: the rules
     of validity.RULES (resolve_config's, the pipeline's and the search's policies), in their order."""
     knobs = Knobs(gpus=space["gpus"], tp=space["tp"], pp=space["pp"], cp=space["cp"], ep=space["ep"],
-                  vpp=space["vpp"], mbs=space["mbs"], seq=seq, gbs=gbs, schedule=space["schedule"])
+                  vpp=space["vpp"], mbs=space["mbs"], seq=seq, gbs=gbs, schedule=space["schedule"],
+                  sequence_parallel=sequence_parallel, etp=etp)
     reason = first_broken(model, knobs, Policies(gpus_per_node, allow_cross_node_tp))
     return reason, knobs.dp, knobs.m
 

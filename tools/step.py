@@ -101,7 +101,8 @@ class StepResult:
         }
 
 
-def _stage_layers(model: ModelSpec, pp: int) -> list[list[int]]:
+def stage_layers(model: ModelSpec, pp: int) -> list[list[int]]:
+    """The layer indices of each pipeline stage (layout.model_layers_per_stage's split)."""
     counts = model_layers_per_stage(model, pp)
     stages, start = [], 0
     for n in counts:
@@ -290,18 +291,6 @@ def data_parallel_s(zero, dense_params, expert_params, groups: dict, cluster: Cl
                for params, group in ((dense_params, groups["dp_cp"]), (expert_params, groups["edp"])))
 
 
-def _frozen_gather_s(cfg: ParallelConfig, cluster: ClusterSpec, groups: dict, dense, expert, forward_s, backward_s,
-                     num_microbatches):
-    """LoRA/QLoRA under ZeRO-3 (FSDP): the frozen base is sharded too, so every forward and backward
-    all-gathers it (bf16, or NF4 for QLoRA) with no gradient to reduce. dp_exchange_s's ZeRO-3 term
-    with no gradient bytes, its weight bytes scaled from bf16 to the frozen format (numpy-friendly)."""
-    if not finetune.is_lora(cfg.method) or cfg.zero < 3:
-        return 0.0
-    scale = finetune.frozen_bytes_per_param(cfg) / 2
-    return sum(dp_exchange_s(3, params * scale, group, cluster, forward_s, backward_s, num_microbatches, 0)
-               for params, group in ((dense, groups["dp_cp"]), (expert, groups["edp"])))
-
-
 def optimizer_s(zero, dense_params, expert_params, dp_cp: int, expert_dp: int, gpu, offload: bool = False):
     """Seconds of one rank's optimizer step on the parameters it owns: ZeRO >= 1 shards dense
     parameters over dp*cp and expert parameters over the expert-data-parallel group.
@@ -373,12 +362,42 @@ def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> StepFlops:
     )
 
 
+def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
+                                  stages: list[list[int]], forward_s, backward_s, zero, num_microbatches,
+                                  schedule_code, vpp):
+    """(exposed data-parallel seconds, optimizer seconds) of a step, each on its slowest stage.
+
+    The sizes, the method and the precision knobs come from cfg; zero, num_microbatches, schedule_code
+    and vpp may be numpy columns (rows x 1) with forward_s/backward_s rows x stages, so the layout
+    search evaluates many layouts with the very terms step_time uses for one. Trainable parameters
+    are all of them, or only the adapters (LoRA/QLoRA; finetune.py), whose frozen base ZeRO-3 still
+    all-gathers."""
+    dense, expert = rank_params(model, cfg.pp, cfg.tp, cfg.ep)
+    lora = finetune.is_lora(cfg.method)
+    train_dense, train_expert = ((np.array(p) for p in zip(*finetune.trainable_stage_params(model, cfg, stages)))
+                                 if lora else (dense, expert))
+    exposed = data_parallel_s(zero, train_dense, train_expert, groups, cluster, forward_s, backward_s,
+                              num_microbatches, cfg.bf16_grads,
+                              zero2_reduce_scatters(schedule_code, num_microbatches, cfg.pp, vpp))
+    if lora:   # the frozen base, sharded under ZeRO-3: all-gathered (bf16, or NF4) with no gradient to reduce
+        scale = finetune.frozen_bytes_per_param(cfg) / 2
+        frozen = sum(dp_exchange_s(3, params * scale, group, cluster, forward_s, backward_s, num_microbatches, 0)
+                     for params, group in ((dense, groups["dp_cp"]), (expert, groups["edp"])))
+        exposed = exposed + np.where(np.asarray(zero) >= 3, frozen, 0.0)
+    zero_shards = np.where(np.asarray(zero) >= 1, cfg.dp * cfg.cp, 1)
+    optimizer = (optimizer_s(zero, train_dense, train_expert, cfg.dp * cfg.cp, cfg.expert_dp, cluster.gpu,
+                             cfg.optimizer_offload)
+                 + finetune.paged_optimizer_s((train_dense + train_expert) / zero_shards, cfg.method))
+    shape = np.broadcast_shapes(np.shape(forward_s), np.shape(exposed), np.shape(optimizer))
+    return (np.max(np.broadcast_to(exposed, shape), axis=-1), np.max(np.broadcast_to(optimizer, shape), axis=-1))
+
+
 def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, record_timeline: bool = False) -> StepResult:
     """Step time, throughput, MFU and the breakdown of one layout. cfg.gbs must be set."""
     if cfg.gbs is None:
         raise ValueError("step_time needs a global batch size (gbs)")
     groups = group_layout(cfg, cluster.gpus_per_node)
-    stages = _stage_layers(model, cfg.pp)
+    stages = stage_layers(model, cfg.pp)
     work = [stage_work(model, cfg, cluster, groups, s, ids) for s, ids in enumerate(stages)]
     m = cfg.num_microbatches
 
@@ -397,20 +416,10 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     else:
         rank_stages = [(critical, m)]
     # The slowest stage's data-parallel exchange and optimizer step (each stage's rank does its own).
-    dense, expert = rank_params(model, cfg.pp, cfg.tp, cfg.ep)
-    # Trainable parameters: all of them, or only the adapters (LoRA/QLoRA; tools/finetune.py).
-    train_dense, train_expert = ((np.array(p) for p in zip(*finetune.trainable_stage_params(model, cfg, stages)))
-                                 if finetune.is_lora(cfg.method) else (dense, expert))
     forward = np.array([w.forward_s for w in work])
     backward = np.array([w.backward_s for w in work])
-    dp_exposed = float(np.max(
-        data_parallel_s(cfg.zero, train_dense, train_expert, groups, cluster, forward, backward, m, cfg.bf16_grads,
-                        zero2_reduce_scatters(SCHEDULE_CODES[cfg.schedule], m, cfg.pp, cfg.vpp))
-        + _frozen_gather_s(cfg, cluster, groups, dense, expert, forward, backward, m)))
-    zero_shards = cfg.dp * cfg.cp if cfg.zero >= 1 else 1
-    optimizer = float(np.max(optimizer_s(cfg.zero, train_dense, train_expert, cfg.dp * cfg.cp, cfg.expert_dp,
-                                         cluster.gpu, cfg.optimizer_offload)
-                             + finetune.paged_optimizer_s((train_dense + train_expert) / zero_shards, cfg.method)))
+    dp_exposed, optimizer = (float(x) for x in data_parallel_and_optimizer_s(
+        model, cfg, cluster, groups, stages, forward, backward, cfg.zero, m, SCHEDULE_CODES[cfg.schedule], cfg.vpp))
     step_s = makespan + dp_exposed + optimizer
 
     compute_s = sum(n * work[s].compute_s for s, n in rank_stages)
