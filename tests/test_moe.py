@@ -114,3 +114,17 @@ def test_estimate_reports_the_moe_knobs():
 def test_bad_dispatcher_is_one_input_error():
     with pytest.raises(InputError, match="dispatcher='nccl' is not one of: alltoall, allgather"):
         resolve_config(QWEN3, 8, seq=4096, ep=8, dispatcher="nccl")
+
+
+def test_megatron_export_writes_the_expert_layout_and_dispatch_flags():
+    """The knobs reach Megatron's own flags: expert TP, dispatcher, capacity, forced balance."""
+    from trainplan.tools.export.megatron import export_megatron, parse_args_text
+
+    model = load_model("qwen3-235b-a22b")
+    cfg = resolve_config(model, 256, tp=2, pp=8, ep=32, etp=1, vpp=4, seq=4096, gbs=2048, dispatcher="allgather",
+                         capacity_factor=1.25, force_balance=True)
+    flags = parse_args_text(export_megatron(model, cfg, model_ref="qwen3-235b-a22b").content)
+    assert flags["--expert-model-parallel-size"] == "32" and flags["--expert-tensor-parallel-size"] == "1"
+    assert flags["--moe-token-dispatcher-type"] == "allgather"
+    assert flags["--moe-expert-capacity-factor"] == "1.25" and "--moe-pad-expert-input-to-capacity" in flags
+    assert "--moe-router-force-load-balancing" in flags

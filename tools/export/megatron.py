@@ -23,6 +23,7 @@ from __future__ import annotations
 import shlex
 
 from ..layout import model_layers_per_stage
+from ..contract import GroupedGemm
 from ..specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 from .common import ExportResult, batch_of, comment_block, fusion_note, header, slug
 from .support import refuse
@@ -141,7 +142,18 @@ def _model_flags(model: ModelSpec, cfg: ParallelConfig, notes: list[str]) -> lis
         freq = _moe_layer_freq(model)
         if freq:
             flags.append(("--moe-layer-freq", freq))
-        flags.append(("--moe-token-dispatcher-type", "alltoall"))
+        flags += [("--expert-tensor-parallel-size", cfg.expert_tp),
+                  ("--moe-token-dispatcher-type", cfg.dispatcher.value), ("--moe-grouped-gemm", None)]
+        if cfg.grouped_gemm is GroupedGemm.fused:
+            notes.append("grouped_gemm=fused was planned (one device kernel for all local experts); Megatron's "
+                         "--moe-grouped-gemm runs Transformer Engine's GroupedLinear, which may issue one GEMM per "
+                         "expert: the step time assumed no host-issued per-expert GEMMs")
+        if cfg.capacity_factor is not None:
+            flags += [("--moe-expert-capacity-factor", cfg.capacity_factor), ("--moe-pad-expert-input-to-capacity", None)]
+        if cfg.force_balance:
+            flags.append(("--moe-router-force-load-balancing", None))
+            notes.append("force_balance: the router ignores its scores and balances tokens, as benchmarks do; "
+                         "drop --moe-router-force-load-balancing to train a real model")
         if model.shared_expert_gate:
             unexpressed.append("a sigmoid gate on the shared expert")
         notes.append("router details (score function, group-limited routing, load-balancing loss) are not in"
