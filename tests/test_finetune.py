@@ -163,3 +163,14 @@ def test_bad_method_knobs_are_named(kwargs, fragment):
     with pytest.raises(InputError) as err:
         estimate("llama3-8b", "h100", 1, **kwargs)
     assert fragment in str(err.value)
+
+
+def test_plain_language_names_the_method():
+    from trainplan.agent.request import parse_request
+
+    request = parse_request("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s")
+    assert (request.model, request.gpu, request.gpus, request.method) == ("llama3-70b", "rtx-4090", 2, "qlora")
+    lora = parse_request("LoRA rank 64 of llama3 8b on 1 L40S")
+    assert (lora.method, lora.lora_rank) == ("lora", 64)
+    assert parse_request("full fine-tuning of llama3-8b on 8 H100").method == "full"
+    assert parse_request("train llama3 8b on 8 h100").method is None
