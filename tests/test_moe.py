@@ -128,3 +128,13 @@ def test_megatron_export_writes_the_expert_layout_and_dispatch_flags():
     assert flags["--moe-token-dispatcher-type"] == "allgather"
     assert flags["--moe-expert-capacity-factor"] == "1.25" and "--moe-pad-expert-input-to-capacity" in flags
     assert "--moe-router-force-load-balancing" in flags
+
+
+def test_expert_weights_shard_over_ep_times_expert_tp():
+    """A rank holds E/ep experts, each split over etp: TP2 EP32 with etp 1 and TP2 EP16 with etp = tp = 2
+    both keep 128/32 experts' worth of weights per rank on the same 256 GPUs (dividing the experts by
+    ep * tp instead would halve the first)."""
+    base = dict(tp=2, pp=8, vpp=4, seq=4096, gbs=2048, zero=0)
+    folded = trainplan.estimate(model="qwen3-235b-a22b", gpu="h100", gpus=256, ep=32, etp=1, **base)
+    classic = trainplan.estimate(model="qwen3-235b-a22b", gpu="h100", gpus=256, ep=16, **base)
+    assert folded["memory_gib"]["weights"] == pytest.approx(classic["memory_gib"]["weights"], rel=1e-9)

@@ -159,7 +159,7 @@ def _layer_param_parts(model: ModelSpec, lp: LayerParams) -> dict[str, float]:
     """Split one block's parameters by how TP divides them (unsharded counts).
 
     shard: divided by t; repl: replicated on every TP rank; kv: parameters per key/value head
-    (kept as max(g, t)/t heads per rank); expert: routed experts (divided by ep * t);
+    (kept as max(g, t)/t heads per rank); expert: routed experts (divided by ep * etp);
     norm_router: the non-GEMM part (no fp8 copy).
     """
     h = model.hidden_size
@@ -251,11 +251,11 @@ def _rank_data(m: _Model, pp: int, vpp: int, dualpipe: bool) -> dict[str, np.nda
     return data
 
 
-def _per_rank_params(m: _Model, parts, t, ep):
+def _per_rank_params(m: _Model, parts, t, ep, et):
     """(non-expert, expert) parameters on one GPU of a block sum ``parts`` after TP and EP."""
     g = m.spec.num_kv_heads
     non_expert = parts["shard"] / t + parts["repl"] + parts["kv"] * np.maximum(g, t) / t
-    return non_expert, parts["expert"] / (ep * t)
+    return non_expert, parts["expert"] / (ep * et)
 
 
 # --- the core: every breakdown key for every rank ------------------------------------------------
@@ -265,12 +265,13 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     """Bytes per breakdown key, shape (candidates, pp); knob arrays k have shape (candidates, 1)."""
     model = m.spec
     t, ep, zero = k["tp"], k["ep"], k["zero"]
+    et = k["etp"] if "etp" in k else t                      # expert TP (MoE Parallel Folding, moe.py)
     group = k["dp"] * k["cp"]                               # non-expert data-parallel group
-    expert_group = np.maximum(np.floor(group / ep), 1.0)    # expert data-parallel group
+    expert_group = np.maximum(np.floor(t * group / (ep * et)), 1.0)    # expert data-parallel group
     first, last = rank["first"], rank["last"]
     embed_copy = last * (1 - first) * float(model.tie_word_embeddings or model.num_mtp_layers > 0)
-    layers_ne, layers_ex = _per_rank_params(m, rank, t, ep)
-    mtp_ne, mtp_ex = _per_rank_params(m, m.mtp_parts, t, ep)
+    layers_ne, layers_ex = _per_rank_params(m, rank, t, ep, et)
+    mtp_ne, mtp_ex = _per_rank_params(m, m.mtp_parts, t, ep, et)
     modules = {  # (non-expert, expert) parameters on this GPU
         "layers": (layers_ne, 0.0),
         "experts": (0.0, layers_ex),
@@ -299,7 +300,7 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     unit = 0.0
     for kind in ("dense", "moe"):
         parts = {key: rank[f"{kind}_{key}"] for key in _PARAM_KEYS}
-        ne, ex = _per_rank_params(m, parts, t, ep)
+        ne, ex = _per_rank_params(m, parts, t, ep, et)
         unit = np.maximum(unit, np.where(rank[f"n_{kind}"] > 0, ne * (group > 1) + ex * (expert_group > 1), 0.0))
     out["weights/zero3_prefetch"] = np.where(zero >= 3, 2 * WEIGHT_BYTES * unit, 0.0)
     # ZeRO-2 reduce-scatters a chunk's gradients after each group of its backward micro-batches with
@@ -376,9 +377,10 @@ def _finetune_states(out, m: _Model, rank, k, modules, sharded, gemm_ne, gemm_ex
     lora = k["method"] > 0
     qlora = k["method"] == finetune.METHOD_CODES[finetune.Method.qlora]
     t, ep = k["tp"], k["ep"]
+    et = k["etp"] if "etp" in k else t
     all_linear = k["lora_targets"] == finetune.TARGET_CODES[finetune.LoraTargets.all_linear]
     adapters_ne = k["lora_rank"] * np.where(all_linear, rank["lora_1_ne"], rank["lora_0_ne"]) / t
-    adapters_ex = k["lora_rank"] * np.where(all_linear, rank["lora_1_ex"], rank["lora_0_ex"]) / (ep * t)
+    adapters_ex = k["lora_rank"] * np.where(all_linear, rank["lora_1_ex"], rank["lora_0_ex"]) / (ep * et)
     total_ne = sum(ne for ne, _ in modules.values())
     total_ex = sum(ex for _, ex in modules.values())
     for name in modules:
@@ -445,7 +447,8 @@ VECTOR_KEYS = ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbat
                "recompute", "schedule", "precision")
 """Required keys of memory_totals_vectorised; optional: sequence_parallel (default 1),
 optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp8_activations (0), deallocate_pipeline_outputs (1), offload_modules (an integer mask of offload.OFFLOAD_BITS; 0), attention (0: flash; 1: eager), recompute_modules (an integer
-mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where recompute is selective).
+mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where recompute is selective), etp (expert TP;
+default: tp),
 method (0 full, 1 lora, 2 qlora), lora_rank (0), lora_targets (0 attention, 1 all-linear).
 Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
@@ -466,6 +469,7 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
     if given["recompute"] is not None:
         default_mask = np.where(np.asarray(given["recompute"]) == _SELECTIVE, recompute_rules.DEFAULT_MASK, 0)
         given["recompute_modules"] = arrays.get("recompute_modules", default_mask)
+    given["etp"] = arrays.get("etp", given["tp"])   # expert TP; Megatron's default is tp
     missing = [key for key, v in given.items() if v is None]
     if missing:
         raise KeyError(f"memory_totals_vectorised needs arrays for: {', '.join(missing)}")

@@ -147,6 +147,7 @@ def vector_memory(job: SearchJob, rows: dict[str, np.ndarray]) -> dict[str, np.n
     arrays.update({k: rows[k] for k in ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "recompute", "schedule")})
     arrays["num_microbatches"] = rows["m"]
     arrays["sequence_parallel"] = ((rows["tp"] > 1) & job.sequence_parallel).astype(float)
+    arrays["etp"] = np.full(n, float(job.etp)) if job.etp else rows["tp"]   # null: expert TP = tp
     arrays["recompute_modules"] = np.where(rows["recompute"] == RECOMPUTE_CODES[Recompute.selective],
                                            arrays["recompute_modules"], 0)
     return memory_totals_vectorised(job.model, job.gpu, arrays)
