@@ -101,3 +101,22 @@ def test_configs_written_by_transformers5_read_like_their_v4_spelling(path):
 def test_qwen3_moe_v5_file_is_accepted_with_its_expert_count():
     spec = spec_from_config(json.loads((TRANSFORMERS5 / "qwen3_moe.json").read_text()), name="q")
     assert spec.num_experts == 16 and spec.experts_per_token == 4
+
+
+@pytest.mark.parametrize("argv", [
+    ["export", "--engine", "megatron", "--from", "{path}"],
+    ["estimate", "--from", "{path}"],
+    ["tools", "call", "list_catalog", "--args", "@{path}"],
+])
+def test_saved_files_that_are_not_utf8_are_one_error_line(tmp_path, argv):
+    path = tmp_path / "saved.json"
+    path.write_bytes(b"\xff\xfe{}")
+    result = run_cli(*(arg.format(path=path) for arg in argv))
+    assert_one_error_line(result, "not UTF-8")
+
+
+def test_a_saved_estimate_with_nan_is_refused(tmp_path):
+    path = tmp_path / "est.json"
+    path.write_text('{"config": {"model": "llama3-8b", "gpu": "h100", "gpus": 8, "tp": NaN}}')
+    result = run_cli("export", "--engine", "megatron", "--from", str(path))
+    assert_one_error_line(result, "NaN")

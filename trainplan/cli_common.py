@@ -13,7 +13,6 @@ field's description; an Enum field offers its values. mode "value" keeps the fie
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
@@ -92,12 +91,9 @@ def given(values: dict[str, Any]) -> dict[str, Any]:
 
 def saved_config(path: Path, fields: dict[str, Any]) -> dict[str, Any]:
     """The layout in a saved `estimate --json` result (key 'config') or a plan (its recommended config)."""
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(f"cannot read --from file '{path}': {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--from file '{path}' is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    from trainplan.tools.catalog import read_json_object  # UTF-8, strict JSON (no NaN), one object
+
+    data = read_json_object(Path(path), "--from")
     candidates = [data.get("config"), (data.get("recommended") or {}).get("config"), data] \
         if isinstance(data, dict) else []
     keys = fields

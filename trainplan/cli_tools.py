@@ -26,7 +26,10 @@ def _read_args(value: str) -> str:
         path = Path(value[1:])
         if not path.is_file():
             _fail(f"--args file '{path}' does not exist")
-        return path.read_text()
+        try:
+            return path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            _fail(f"--args file '{path}' is not UTF-8 text: save it as UTF-8 JSON")
     return value
 
 

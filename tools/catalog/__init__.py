@@ -124,7 +124,7 @@ def _reject_constant(name: str):
     raise ValueError(f"non-finite number {name}")
 
 
-def _read_json(path: Path, kind: str) -> dict:
+def read_json_object(path: Path, kind: str) -> dict:
     """A JSON object from a UTF-8 file; NaN and Infinity (not JSON, though Python writes them) are refused."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
@@ -146,7 +146,7 @@ def model_config(name_or_path: str) -> tuple[str, dict]:
     path = _resolve(name_or_path, MODELS_DIR, MODEL_ALIASES, "model", model_names())
     # A checkpoint folder's config.json is named after its folder (meta-llama/Llama-3.1-8B/config.json).
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-    return name, _read_json(path, "model config")
+    return name, read_json_object(path, "model config")
 
 
 @lru_cache(maxsize=256)
@@ -162,7 +162,7 @@ def load_model(name_or_path: str) -> ModelSpec:
 def load_gpu(name_or_path: str) -> GPUSpec:
     """A catalog name or a path to a GPU JSON -> GPUSpec."""
     path = _resolve(name_or_path, GPUS_DIR, GPU_ALIASES, "gpu", gpu_names())
-    data = _read_json(path, "gpu")
+    data = read_json_object(path, "gpu")
     data.setdefault("name", path.stem)
     try:
         return GPUSpec.model_validate(data)
