@@ -158,6 +158,7 @@ def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float
     from trainplan.tools.search import search
 
     kwargs: dict[str, Any] = {pin: job[pin] for pin in PINS if job[pin] is not None}
+    kwargs.update({k: job[k] for k in ("method", "lora_rank") if job.get(k) is not None})   # fixed knobs
     if with_limits:
         kwargs.update({k: job[k] for k in ("deadline_days", "budget_usd") if job[k] is not None})
     return search(job["model"], job["gpu"], job["gpus"], gbs=job["gbs"], seq=job["seq"], tokens=job["tokens"],
@@ -213,11 +214,6 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     risk, with the GPU count that would meet them), then the headroom (an assumption), and reports the
     best that fits. With an engine, only layouts it runs."""
     job, assumptions = complete_request(request)
-    if job.get("method") not in (None, "full"):
-        raise InputError(f"the offline planner searches full-training layouts only, and {job['method']} changes what "
-                         f"fits and how fast it runs: estimate a layout with `trainplan estimate --model {job['model']} "
-                         f"--gpu {job['gpu']} --gpus {job['gpus'] or job['max_gpus'] or 8} --method {job['method']}` "
-                         "(with --tp, --zero, --recompute as needed)")
     capacity = catalog.load_gpu(job["gpu"]).memory_gib
     headroom = PLAN_HEADROOM * capacity
     risks = []

@@ -174,3 +174,11 @@ def test_plain_language_names_the_method():
     assert (lora.method, lora.lora_rank) == ("lora", 64)
     assert parse_request("full fine-tuning of llama3-8b on 8 H100").method == "full"
     assert parse_request("train llama3 8b on 8 h100").method is None
+
+
+def test_the_offline_planner_plans_qlora_as_qlora():
+    import trainplan
+
+    report = trainplan.plan("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq 1024", backend="offline")
+    config = report.model_dump(mode="json")["recommended"]["config"]
+    assert config["method"] == "qlora" and config["gpus"] == 2
