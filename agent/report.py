@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from trainplan.prompts import render
+from trainplan.tools.finetune import model_states_sentence
 from trainplan.tools.memory_hints import largest_component, memory_fixes, phrase
 from trainplan.tools.pipeline import PipelineEvent, PipelineResult, render_ascii, render_mermaid
 from trainplan.tools.plan_defaults import DEFAULT_HEADROOM
@@ -141,8 +142,9 @@ class PlanReport(BaseModel):
     def to_markdown(self) -> str:
         recommended = self.recommended or {}
         comm_s = sum(row.seconds for row in self.time_table if row.part.startswith("comm/"))
-        text = render("report.md.j2", report=self, r=self.recommended, config=recommended.get("config"),
-                      comm_s=comm_s)
+        config = recommended.get("config")
+        text = render("report.md.j2", report=self, r=self.recommended, config=config, comm_s=comm_s,
+                      states_sentence=model_states_sentence(config) if config else "")
         return re.sub(r"\n{3,}", "\n\n", text)
 
 

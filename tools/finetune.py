@@ -338,3 +338,47 @@ def training_flops_per_token(flops, model, cfg) -> float:
     weight_gemms = flops.forward - flops.breakdown.get("attention/scores", 0.0)
     return 3.0 * flops.forward - weight_gemms + 3.0 * adapter_forward_flops_per_token(model, cfg.lora_rank,
                                                                                         cfg.lora_targets)
+
+
+# --- the report's sentence ---------------------------------------------------------------------------
+
+
+def _bytes(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def model_states_sentence(config: dict) -> str:
+    """How the model states of a resolved config are counted, in one sentence built from the byte
+    figures above (and memory.py's for full training): what is frozen, what trains, where its
+    optimizer states live, and what ZeRO shards."""
+    from . import memory
+
+    method = Method(config.get("method") or Method.full)
+    zero = config.get("zero", 0)
+    offload = bool(config.get("optimizer_offload"))
+    if method is Method.full:
+        grads = memory.GRAD_BYTES_BF16 if config.get("bf16_grads") else memory.GRAD_BYTES
+        states = memory.OPTIMIZER_BYTES_BF16_MOMENTS if config.get("bf16_moments") else memory.OPTIMIZER_BYTES
+        moments = "bf16 Adam m + v" if config.get("bf16_moments") else "Adam m + v"
+        return (f"Model states follow Megatron: bf16 weights ({_bytes(memory.WEIGHT_BYTES)} B/param), "
+                f"{'bf16' if config.get('bf16_grads') else 'fp32'} gradients ({_bytes(grads)}), fp32 master + "
+                f"{moments} ({_bytes(states)}){' on the CPU (optimizer offload)' if offload else ''}, "
+                f"sharded by ZeRO-{zero}.")
+    targets = LoraTargets(config.get("lora_targets") or LoraTargets.all_linear)
+    where = "the attention projections" if targets is LoraTargets.attention else "every linear layer of the blocks"
+    if method is Method.qlora:
+        base = (f"a frozen base (no gradients, no optimizer states) with the blocks' linear weights in 4-bit NF4 "
+                f"with double quantisation ({NF4_BYTES_PER_PARAM * 8:.3f} bits = {_bytes(NF4_BYTES_PER_PARAM)} "
+                f"B/param, block scales included), embedding, LM head and norms in bf16 ({_bytes(BF16_BYTES)})")
+        optimizer = (f"paged 32-bit AdamW m + v ({_bytes(ADAPTER_OPTIMIZER_BYTES)}) in CPU memory, not counted on "
+                     "the GPU")
+        dtype = "bf16"
+    else:
+        base = (f"a frozen bf16 base ({_bytes(BF16_BYTES)} B/param, no gradients, no optimizer states)")
+        optimizer = (f"fp32 Adam m + v ({_bytes(ADAPTER_OPTIMIZER_BYTES)})"
+                     + (" on the CPU (optimizer offload)" if offload else ""))
+        dtype = "fp32"
+    return (f"Model states follow {'QLoRA' if method is Method.qlora else 'LoRA'}: {base}; "
+            f"rank-{config.get('lora_rank') or DEFAULT_LORA_RANK} adapters on {where} with {dtype} weights "
+            f"({_bytes(ADAPTER_WEIGHT_BYTES[method.value])} B/param), {dtype} gradients "
+            f"({_bytes(ADAPTER_GRAD_BYTES[method.value])}) and {optimizer}; sharded by ZeRO-{zero}.")
