@@ -17,7 +17,8 @@
 
 Defaults when the request does not say (each becomes a line of the report's assumptions):
 seq: the model's default capped at 8192; gbs: tools.plan_defaults.default_gbs; tokens: 20 per
-parameter; precision: bf16; price: the GPU's catalog price; goodput: tools.cost.DEFAULT_GOODPUT.
+parameter; a fine-tune (is_fine_tune) instead: seq FINETUNE_SEQ, gbs default_finetune_gbs, and no token
+count (no cost) unless given; precision: bf16; price: the GPU's catalog price; goodput: tools.cost.DEFAULT_GOODPUT.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from trainplan.tools.cost import DEFAULT_GOODPUT, parse_tokens
 from trainplan.tools.counting import count_params
 from trainplan.tools.errors import InputError
 from trainplan.tools.estimate import estimate
-from trainplan.tools.plan_defaults import DEFAULT_HEADROOM, default_gbs, default_gbs_reason
+from trainplan.tools.finetune import DEFAULT_LORA_RANK, LoraTargets, Method, is_lora
+from trainplan.tools.plan_defaults import (DEFAULT_HEADROOM, FINETUNE_SEQ, FINETUNE_SOURCE, GPUS_PER_SEQUENCE,
+                                           default_finetune_gbs, default_gbs, default_gbs_reason)
 from trainplan.tools.registry import dispatch, estimate_kwargs
 
 from . import sizing
@@ -84,8 +87,12 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
     spec = catalog.load_model(request.model)
     gpu = catalog.load_gpu(request.gpu)
     assumptions = []
+    fine_tune = is_fine_tune(request)
     seq = request.seq
-    if seq is None:
+    if seq is None and fine_tune:
+        seq = min(spec.max_seq_len, FINETUNE_SEQ)
+        assumptions.append(f"seq not given: {seq} tokens, a fine-tuning default ({FINETUNE_SOURCE})")
+    elif seq is None:
         seq = min(spec.max_seq_len, DEFAULT_SEQ_CAP)
         assumptions.append(f"seq not given: {seq} tokens, the model's default ({spec.max_seq_len}) capped at "
                            f"{DEFAULT_SEQ_CAP}")
@@ -95,13 +102,24 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
         assumptions.append(f"global batch from the request: {how}")
     params = count_params(spec).total
     if gbs is None and request.gpus is not None:
-        gbs = default_gbs(seq, request.gpus, params)
-        assumptions.append(_default_gbs_note(seq, request.gpus, params))
+        gbs = default_finetune_gbs(request.gpus) if fine_tune else default_gbs(seq, request.gpus, params)
+        assumptions.append(_default_gbs_note(seq, request.gpus, params, fine_tune))
     tokens = request.tokens
-    if tokens is None:
+    if tokens is None and fine_tune:
+        assumptions.append("tokens not given: a fine-tune's token count is its data set's (tokens x epochs), so no "
+                           "cost or duration is estimated; give it (e.g. \"for 100M tokens\") to get them")
+    elif tokens is None:
         tokens = float(DEFAULT_TOKENS_PER_PARAM * params)
         assumptions.append(f"tokens not given: {tokens:.4g}, {DEFAULT_TOKENS_PER_PARAM} per parameter "
                            "(compute-optimal, Hoffmann et al. 2022)")
+    method, lora_rank = request.method, request.lora_rank
+    if fine_tune and method is None:
+        method = Method.full.value
+        assumptions.append("method not given: full fine-tuning (every weight trains); say LoRA or QLoRA for adapters")
+    if method is not None and is_lora(method) and lora_rank is None:
+        lora_rank = DEFAULT_LORA_RANK
+        assumptions.append(f"LoRA rank not given: {lora_rank}, adapters on every linear layer of the blocks "
+                           f"({LoraTargets.all_linear.value})")
     precision = request.precision or "bf16"
     if request.precision is None:
         assumptions.append("precision not given: bf16")
@@ -121,17 +139,27 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
             "gpus_per_node": request.gpus_per_node, "tokens": tokens, "seq": seq, "gbs": gbs, "gbs_given": gbs_given,
             "precision": precision, "price": price, "goodput": goodput, "objective": objective,
             "deadline_days": request.deadline_days, "budget_usd": request.budget_usd,
-            "method": request.method, "lora_rank": request.lora_rank,
+            "method": method, "lora_rank": lora_rank, "fine_tune": fine_tune,
             **{pin: getattr(request, pin) for pin in PINS}}
     return full, assumptions
 
 
 def _shown(job: dict) -> dict:
     """The job as the report shows it (without the planner's own bookkeeping)."""
-    return {k: v for k, v in job.items() if k != "gbs_given"}
+    return {k: v for k, v in job.items() if k not in ("gbs_given", "fine_tune")}
 
 
-def _default_gbs_note(seq: int, gpus: int, params: float) -> str:
+def is_fine_tune(request: PlanRequest) -> bool:
+    """A fine-tune: the request says so ("fine-tune", "SFT") or names LoRA/QLoRA. It gets the fine-tuning
+    defaults of tools/plan_defaults.py, not the pre-training ones."""
+    return bool(request.fine_tuning) or (request.method is not None and is_lora(request.method))
+
+
+def _default_gbs_note(seq: int, gpus: int, params: float, fine_tune: bool = False) -> str:
+    if fine_tune:
+        gbs = default_finetune_gbs(gpus)
+        return (f"gbs not given: {gbs} sequences ({gbs * seq:,} tokens per step), a fine-tuning default "
+                f"({FINETUNE_SOURCE}), at least one sequence per {GPUS_PER_SEQUENCE} GPUs")
     return f"gbs not given: {default_gbs_reason(seq, gpus, params)}"
 
 
@@ -228,7 +256,7 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
         job = sizing.at_count(job, gpus)
         if not job["gbs_given"]:
             params = count_params(catalog.load_model(job["model"])).total
-            assumptions.append(_default_gbs_note(job["seq"], job["gpus"], params))
+            assumptions.append(_default_gbs_note(job["seq"], job["gpus"], params, is_fine_tune(request)))
     limited = bool(job["deadline_days"] or job["budget_usd"])
     if engine is not None:
         assumptions.append(f"only layouts {engine} can run were searched")
@@ -254,12 +282,12 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     if not candidates:
         rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"
         would = sizing.what_would_meet(search_fn, {**job, "deadline_days": None, "budget_usd": None}, headroom)
-        if request.fine_tuning:
-            adapters = sizing.adapters_that_fit(job)
-            would = "; ".join(w for w in (adapters, would) if w) or None
+        shorter = sizing.shorter_seq_that_fits(search_fn, job, headroom)
+        adapters = sizing.adapters_that_fit(job) if request.fine_tuning and not is_lora(job["method"] or "full") else None
+        would = "; ".join(w for w in (adapters, shorter, would) if w) or None
         risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); "
-                     + (f"{would}; else use" if would else "use more GPUs,") + " GPUs with more memory or a shorter "
-                     "sequence")
+                     + (f"{would}; else use" if would else "use more GPUs,") + " GPUs with more memory"
+                     + ("" if shorter else " or a shorter sequence"))
         return build_report(backend="offline", request_text=request_text, request=shown, recommended=None,
                             alternatives=[], rationale="", assumptions=assumptions, search=search,
                             extra_risks=risks, not_understood=request.unparsed or [])

@@ -11,7 +11,7 @@ A request may leave the GPU count open and bound it instead:
 
 The ladder is tools.search.gpu_counts: whole nodes from the bound down by halves, to the fewest GPUs
 that could hold the model states (search.min_gpus). Without a bound, DEFAULT_MAX_GPUS.
-Each count is searched with the default global batch for that count (plan_defaults.default_gbs) unless
+Each count is searched with the default global batch for that count (plan_defaults.default_gbs; default_finetune_gbs for a fine-tune) unless
 the request gives one, so a plan on 1,024 GPUs gets the batch of a 1,024-GPU run.
 
 The same searches tell a request whose own count fails what would meet it: "1,024 GPUs meet the
@@ -21,10 +21,12 @@ The same searches tell a request whose own count fails what would meet it: "1,02
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 
 from trainplan.tools import catalog
 from trainplan.tools.counting import count_params
-from trainplan.tools.plan_defaults import default_gbs
+from trainplan.tools.finetune import frozen_bytes_per_param, is_lora
+from trainplan.tools.plan_defaults import default_finetune_gbs, default_gbs
 from trainplan.tools.search import gpu_counts, min_gpus
 from trainplan.tools.search_space import R_BUDGET
 
@@ -44,8 +46,12 @@ the search tries the ladder of counts below it itself (tools.search.gpu_counts).
 
 def at_count(job: dict, gpus: int) -> dict:
     """The job on `gpus` GPUs, with the default global batch for that count unless the request set one."""
+    if job.get("gbs_given"):
+        return {**job, "gpus": gpus}
+    if job.get("fine_tune"):
+        return {**job, "gpus": gpus, "gbs": default_finetune_gbs(gpus)}
     params = count_params(catalog.load_model(job["model"])).total
-    gbs = job["gbs"] if job.get("gbs_given") else default_gbs(job["seq"], gpus, params)
+    gbs = default_gbs(job["seq"], gpus, params)
     return {**job, "gpus": gpus, "gbs": gbs}
 
 
@@ -53,7 +59,9 @@ def ladder(job: dict, top: int) -> list[int]:
     """GPU counts worth trying up to `top`, ascending (tools.search.gpu_counts)."""
     spec, gpu = catalog.load_model(job["model"]), catalog.load_gpu(job["gpu"])
     per_node = job.get("gpus_per_node") or gpu.gpus_per_node
-    floor = min(min_gpus(spec, gpu), top)
+    method = job.get("method") or "full"
+    floor = min(min_gpus(spec, gpu, frozen_bytes_per_param(SimpleNamespace(method=method))) if is_lora(method)
+                else min_gpus(spec, gpu), top)
     return sorted(gpu_counts(top, top, per_node, floor))
 
 
@@ -213,4 +221,21 @@ def adapters_that_fit(job: dict) -> str | None:
             return (f"with {what} it fits: {memory['total']:.2f} of {memory['capacity']:.2f} GiB per GPU at ZeRO-"
                     f"{lean['zero']}, full recompute, micro-batch 1 (trainplan estimate --model {job['model']} --gpu "
                     f"{job['gpu']} --gpus {job['gpus']} --method {method} --zero {lean['zero']} --recompute full)")
+    return None
+
+
+SHORTEST_SEQ_TRIED = 256
+"""The shortest sequence `shorter_seq_that_fits` tries (halving from the job's)."""
+
+
+def shorter_seq_that_fits(search: Search, job: dict, headroom_gib: float) -> str | None:
+    """When no layout fits on the job's GPUs: the longest sequence, halving from the job's down to
+    SHORTEST_SEQ_TRIED, at which one does (activations shrink with the sequence; the model states do
+    not), as a sentence; None when none does."""
+    seq = job["seq"] // 2
+    while seq >= SHORTEST_SEQ_TRIED:
+        result = search({**job, "seq": seq}, 1, False, headroom_gib, None)
+        if result.get("candidates"):
+            return f"at seq {seq} it fits on the same {job['gpus']:,} GPUs ({_outcome(result['candidates'][0])})"
+        seq //= 2
     return None

@@ -71,3 +71,23 @@ def default_gbs_reason(seq: int, gpus: int, total_params: float) -> str:
     return (f"{gbs} sequences ({gbs * seq:,} tokens per step): published runs of {total_params / 1e9:.3g}B "
             f"parameters used about {tokens_per_step(total_params) / 1e6:.3g}M tokens per step (nearest: "
             f"{nearest[2]}), at least one sequence per {GPUS_PER_SEQUENCE} GPUs")
+
+# Fine-tuning defaults: a fine-tune (LoRA, QLoRA, or a request that says "fine-tune"/"SFT") is not a
+# pre-training run, and the pre-training defaults above (4M tokens per step, the model's full context)
+# describe none. One published fine-tuning recipe states both: the QLoRA paper's Guanaco runs
+# (Dettmers et al. 2023, Appendix B; artidoro/qlora scripts/finetune_guanaco_*.sh: per-device batch 1 x
+# 16 accumulation steps, target_max_len 512, 1875 steps on OASST1).
+FINETUNE_GBS = 16
+"""Global batch of a fine-tune that gives none, in sequences (QLoRA's Guanaco runs)."""
+FINETUNE_SEQ = 512
+"""Sequence length of a fine-tune that gives none (QLoRA's Guanaco runs, target_max_len 512)."""
+FINETUNE_SOURCE = ("as in the QLoRA paper's Guanaco runs, Dettmers et al. 2023, Appendix B; artidoro/qlora "
+                   "scripts/finetune_guanaco_*.sh")
+
+
+def default_finetune_gbs(gpus: int) -> int:
+    """Global batch of a fine-tune that gives none: FINETUNE_GBS, or one sequence per GPUS_PER_SEQUENCE
+    GPUs when that is more (as default_gbs), as a power of two."""
+    if gpus <= 0:
+        raise InputError(f"gpus={gpus} must be positive to choose a default gbs")
+    return max(FINETUNE_GBS, 2 ** math.ceil(math.log2(max(1.0, gpus / GPUS_PER_SEQUENCE))))

@@ -138,11 +138,12 @@ def gpu_counts(gpus: int, max_gpus: int | None, gpus_per_node: int, floor: int =
     return sorted(counts, reverse=True)
 
 
-def min_gpus(model: ModelSpec, gpu: GPUSpec) -> int:
-    """Fewest GPUs whose memory could hold the model states fully sharded (2 + 4 + 12 B/param,
-    ZeRO-3 over every GPU), ignoring activations: the floor of the max_gpus ladder."""
+def min_gpus(model: ModelSpec, gpu: GPUSpec, bytes_per_param: float = 18.0) -> int:
+    """Fewest GPUs whose memory could hold the model states fully sharded (full training: 2 + 4 + 12
+    B/param; a LoRA/QLoRA run passes its frozen base's bytes, finetune.frozen_bytes_per_param),
+    ZeRO-3 over every GPU, ignoring activations: the floor of the max_gpus ladder."""
     counts = count_params(model)
-    states = (counts.total + counts.mtp) * 18.0
+    states = (counts.total + counts.mtp) * bytes_per_param
     return max(1, math.ceil(states / (gpu.memory_gib * 2**30)))
 
 

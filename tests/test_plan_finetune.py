@@ -1,0 +1,90 @@
+"""The plan report of a fine-tuning request: it states the method's memory convention, shows the method
+and rank, and uses the fine-tuning defaults (plan_defaults.FINETUNE_*), not pre-training ones."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from trainplan.agent.planner import plan
+from trainplan.tools import finetune
+from trainplan.tools.finetune import ADAPTER_OPTIMIZER_BYTES, DEFAULT_LORA_RANK, NF4_BYTES_PER_PARAM
+from trainplan.tools.plan_defaults import FINETUNE_GBS, FINETUNE_SEQ
+
+
+@pytest.fixture(scope="module")
+def qlora_70b():
+    return plan("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s", backend="offline")
+
+
+@pytest.fixture(scope="module")
+def lora_8b():
+    return plan("LoRA fine-tune Llama 3 8B on 1 RTX 4090", backend="offline")
+
+
+def _memory_sentence(report) -> str:
+    markdown = report.to_markdown()
+    return markdown.split("## Memory per GPU", 1)[1].split("|", 1)[0]
+
+
+def test_qlora_memory_sentence_states_the_nf4_base_and_paged_adapter_states(qlora_70b):
+    sentence = _memory_sentence(qlora_70b)
+    assert "NF4 with double quantisation" in sentence and f"{NF4_BYTES_PER_PARAM:.4g} B/param" in sentence
+    assert "paged" in sentence and "fp32 master" not in sentence and "Megatron" not in sentence
+
+
+def test_lora_memory_sentence_states_the_frozen_bf16_base_and_adapter_states(lora_8b):
+    sentence = _memory_sentence(lora_8b)
+    assert "frozen bf16 base" in sentence and f"Adam m + v ({ADAPTER_OPTIMIZER_BYTES:.4g})" in sentence
+    assert "NF4" not in sentence and "fp32 master" not in sentence
+
+
+def test_the_sentence_is_derived_from_the_byte_figures(monkeypatch):
+    config = {"method": "qlora", "zero": 3, "lora_rank": 64, "lora_targets": "attention"}
+    monkeypatch.setattr(finetune, "NF4_BYTES_PER_PARAM", 0.75)
+    sentence = finetune.model_states_sentence(config)
+    assert "6.000 bits = 0.75 B/param" in sentence and "rank-64" in sentence and "attention" in sentence
+    assert "ZeRO-3" in sentence
+    full = finetune.model_states_sentence({"zero": 1})
+    assert "fp32 master + Adam m + v (12)" in full and "ZeRO-1" in full
+
+
+def test_request_table_shows_method_and_rank(qlora_70b, lora_8b):
+    for report, method in ((qlora_70b, "qlora"), (lora_8b, "lora")):
+        assert report.request["method"] == method and report.request["lora_rank"] == DEFAULT_LORA_RANK
+        assert f"| method | {method}, LoRA rank {DEFAULT_LORA_RANK} |" in report.to_markdown()
+    ranked = plan("QLoRA fine-tune Llama 3 8B on 1 RTX 4090, rank 64", backend="offline")
+    assert "| method | qlora, LoRA rank 64 |" in ranked.to_markdown()
+
+
+def test_fine_tunes_use_the_fine_tuning_defaults_and_invent_no_token_budget(qlora_70b, lora_8b):
+    for report in (qlora_70b, lora_8b):
+        assert report.recommended is not None, report.risks   # both fit at the fine-tuning defaults
+        config = report.recommended["config"]
+        assert (config["seq"], config["gbs"]) == (FINETUNE_SEQ, FINETUNE_GBS)
+        assert report.request["tokens"] is None and "training" not in report.recommended
+        text = " ".join(report.assumptions)
+        assert "fine-tuning default" in text and "QLoRA paper" in text
+        assert "per parameter" not in text and "compute-optimal" not in text
+    pretrain = plan("Llama 3 8B on 8 H100s", backend="offline")
+    assert pretrain.request["seq"] == 8192 and pretrain.request["tokens"] > 1e11
+    assert "Model states follow Megatron" in pretrain.to_markdown()
+
+
+def test_a_fine_tune_with_tokens_gets_its_cost():
+    report = plan("LoRA fine-tune Llama 3 8B on 1 RTX 4090 for 100M tokens", backend="offline")
+    assert report.recommended["training"]["tokens"] == pytest.approx(100e6)
+    assert report.recommended["training"]["cost_usd"] > 0
+
+
+def test_no_fit_says_which_shorter_sequence_and_gpu_count_would_fit():
+    report = plan("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq 8192", backend="offline")
+    assert report.recommended is None
+    risk = next(r for r in report.risks if r.startswith("no layout fits"))
+    seq = int(re.search(r"at seq (\d+) it fits on the same 2 GPUs", risk).group(1))
+    gpus = int(re.search(r"(\d+) GPUs fit it in memory", risk).group(1))
+    assert seq < 8192 and 2 < gpus < 64   # the ladder's floor counts the NF4 base, not 18 B/param
+    shorter = plan(f"fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq {seq}", backend="offline")
+    more = plan(f"fine-tune Llama 3 70B with QLoRA on {gpus} RTX 4090s, seq 8192", backend="offline")
+    assert shorter.recommended is not None and more.recommended is not None
