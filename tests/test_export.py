@@ -222,6 +222,15 @@ def check_torchtitan(text: str, cfg) -> None:
         assert len(parts) == stages and layers == [f"layers.{i}" for i in range(len(layers))]
 
 
+def check_axolotl(text: str, cfg) -> None:
+    config = yaml.safe_load(text)
+    # Axolotl's batch: micro_batch_size x world size (one process per GPU, all data-parallel) x accumulation
+    global_batch = cfg.gbs if cfg.gbs is not None else cfg.mbs * cfg.dp
+    assert config["micro_batch_size"] * cfg.num_gpus * config["gradient_accumulation_steps"] == global_batch
+    assert config["sequence_len"] == cfg.seq and config["gradient_checkpointing"] is (cfg.recompute.value == "full")
+    assert ("deepspeed" in config) == (cfg.zero >= 1)
+
+
 def check_accelerate(text: str, cfg) -> None:
     config = yaml.safe_load(text)
     assert config["num_processes"] == cfg.num_gpus
@@ -246,7 +255,8 @@ def test_random_layouts_parse_back_and_close_the_batch(engine):
         {"megatron": lambda: check_megatron(result.content, model, cfg),
          "deepspeed": lambda: check_deepspeed(result.content, cfg),
          "torchtitan": lambda: check_torchtitan(result.content, cfg),
-         "accelerate": lambda: check_accelerate(result.content, cfg)}[engine]()
+         "accelerate": lambda: check_accelerate(result.content, cfg),
+         "axolotl": lambda: check_axolotl(result.content, cfg)}[engine]()
     assert written >= 20, f"only {written} of {len(LAYOUTS)} layouts exported for {engine}"
 
 

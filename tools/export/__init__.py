@@ -13,6 +13,7 @@ from enum import Enum
 
 from ..specs import ModelSpec, ParallelConfig
 from .accelerate import export_accelerate
+from .axolotl import export_axolotl
 from .common import Batch, ExportError, ExportResult, batch_of
 from .deepspeed import export_deepspeed
 from .megatron import export_megatron, parse_args_text
@@ -30,6 +31,8 @@ class Engine(str, Enum):
     """torchtitan 0.2.x job TOML."""
     accelerate = "accelerate"
     """Hugging Face Accelerate FSDP2/DDP config YAML (pure data-parallel layouts only)."""
+    axolotl = "axolotl"
+    """Axolotl fine-tuning YAML: full, LoRA or QLoRA (data-parallel layouts only)."""
 
 
 def export(engine: Engine | str, model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
@@ -46,6 +49,8 @@ def export(engine: Engine | str, model: ModelSpec, cfg: ParallelConfig, *, model
         return export_deepspeed(model, cfg, model_ref=model_ref)
     if engine is Engine.torchtitan:
         return export_torchtitan(model, cfg, model_ref=model_ref)
+    if engine is Engine.axolotl:
+        return export_axolotl(model, cfg, model_ref=model_ref)
     return export_accelerate(model, cfg, model_ref=model_ref, gpus_per_node=gpus_per_node)
 
 

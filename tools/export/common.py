@@ -25,7 +25,7 @@ class ExportError(InputError):
 class ExportResult(BaseModel):
     """One engine's launch settings for one layout."""
 
-    engine: str = Field(description="megatron, deepspeed, torchtitan or accelerate")
+    engine: str = Field(description="megatron, deepspeed, torchtitan, accelerate or axolotl")
     filename_suggestion: str = Field(description="a file name that fits the engine's convention")
     content: str = Field(description="the file's text, ready to save")
     format: Literal["args", "json", "toml", "yaml"] = Field(description="how content is written")
@@ -98,3 +98,56 @@ def hf_attention_note(cfg: ParallelConfig) -> str:
         return 'attention=eager: load the model with attn_implementation="eager" (unfused s x s attention)'
     return ('attention=flash: load the model with attn_implementation="flash_attention_2" (or "sdpa", whose flash'
             ' backend runs the same kernel)')
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """The LoRA settings of a layout as the fine-tuning tools write them (None for method=full)."""
+
+    method: str          # lora or qlora
+    rank: int
+    alpha: int           # DEFAULT_LORA_ALPHA_PER_RANK x rank
+    all_linear: bool     # True: every linear layer of the blocks (PEFT "all-linear")
+    modules: tuple[str, ...]  # Hugging Face module names of the targeted layers (attention targets)
+
+
+# trainplan's linear names (finetune.targeted_linears) that Hugging Face models spell differently.
+_HF_MODULE_NAMES = {"kv_a_proj": "kv_a_proj_with_mqa"}   # DeepSeek-V2/V3 modeling code
+
+
+def adapter_of(model: ModelSpec, cfg: ParallelConfig) -> Adapter | None:
+    """The adapter a lora/qlora layout trains: rank, alpha, and the targeted modules."""
+    from ..finetune import DEFAULT_LORA_ALPHA_PER_RANK, LoraTargets, is_lora, targeted_linears
+
+    if not is_lora(cfg.method):
+        return None
+    targets = LoraTargets(cfg.lora_targets)
+    modules = tuple(_HF_MODULE_NAMES.get(lin.name, lin.name) for lin in targeted_linears(model, False, targets))
+    return Adapter(method=cfg.method.value, rank=cfg.lora_rank, alpha=DEFAULT_LORA_ALPHA_PER_RANK * cfg.lora_rank,
+                   all_linear=targets is LoraTargets.all_linear, modules=modules)
+
+
+def adapter_notes(adapter: Adapter | None, model: ModelSpec) -> list[str]:
+    """What every fine-tuning export says about the adapter it writes."""
+    if adapter is None:
+        return ["method=full: every weight is trained (no adapter)"]
+    notes = [f"method={adapter.method}: LoRA rank {adapter.rank}, alpha {adapter.alpha} (2 x rank; alpha only scales"
+             " the update), lora_dropout 0 as the estimate assumes"]
+    if not adapter.all_linear:
+        notes.append(f"attention targets written as Hugging Face module names {', '.join(adapter.modules)}:"
+                     " check them against model.named_modules() for this architecture")
+    if adapter.method == "qlora":
+        notes.append("qlora: base weights in 4-bit NF4 with double quantisation, bf16 compute, and paged 32-bit AdamW"
+                     " (optim paged_adamw_32bit), as the estimate assumes (QLoRA reference code)")
+    return notes
+
+
+def data_parallel_note(engine: str, cfg: ParallelConfig) -> str:
+    """How a Hugging Face Trainer tool gets the data-parallel size: from the launcher's world size."""
+    return (f"{engine} takes the data-parallel size from the launcher: start {cfg.num_gpus} processes"
+            f" (e.g. accelerate launch or torchrun --nproc-per-node), one per GPU")
+
+
+def base_model_note(key: str, model_ref: str) -> str:
+    return (f"{key}: {model_ref} is the model as trainplan named it: put the Hugging Face repository id or a local"
+            " path there if it differs")

@@ -18,7 +18,9 @@ from ..codes import PRECISION_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
 from ..specs import ModelSpec, ParallelConfig, Precision, Schedule
 from .common import ExportError
 
-ENGINES = ("megatron", "deepspeed", "torchtitan", "accelerate")
+HF_TRAINER_ENGINES = ("axolotl",)
+"""Fine-tuning tools built on the Hugging Face Trainer: data-parallel only (DDP, FSDP or DeepSpeed ZeRO)."""
+ENGINES = ("megatron", "deepspeed", "torchtitan", "accelerate", *HF_TRAINER_ENGINES)
 _1F1B, _INTER = SCHEDULE_CODES[Schedule.one_f_one_b], SCHEDULE_CODES[Schedule.interleaved]
 _FP8 = PRECISION_CODES[Precision.fp8]
 
@@ -32,6 +34,25 @@ class Refusal:
 
 def _schedule(k) -> str:
     return SCHEDULE_BY_CODE[int(k.schedule)].value
+
+
+def _model_parallel(m, k) -> np.ndarray:
+    """Layouts that split the model (tp, pp, cp or ep > 1), which pure data-parallel engines cannot run."""
+    return (k.tp > 1) | (k.pp > 1) | (k.cp > 1) | (k.ep > 1)
+
+
+def _hf_trainer_refusals(engine: str) -> tuple[Refusal, ...]:
+    """What the Hugging Face Trainer based fine-tuning tools cannot run: one rule set for all three."""
+    return (
+        Refusal(engine, _model_parallel,
+                lambda m, k: (f"{engine} runs data-parallel layouts only (DDP, FSDP or DeepSpeed ZeRO; tp=pp=cp=ep=1), "
+                              f"got tp={k.tp} pp={k.pp} cp={k.cp} ep={k.ep}: use --tp 1 --pp 1 --cp 1 --ep 1, or "
+                              "--engine megatron or torchtitan")),
+        Refusal(engine, lambda m, k: k.precision == _FP8,
+                lambda m, k: f"precision=fp8: the {engine} export writes bf16 training only: use --precision bf16"),
+        Refusal(engine, lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
+                lambda m, k: f"optimizer offload in {engine} is DeepSpeed ZeRO offload: use --zero 1 or more"),
+    )
 
 
 REFUSALS: tuple[Refusal, ...] = (
@@ -62,11 +83,12 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal("torchtitan", lambda m, k: (k.ep > 1) & (k.zero == 0) & (k.cp % k.ep != 0),
             lambda m, k: (f"ep={k.ep}: torchtitan takes expert-parallel ranks from the FSDP group (dp_shard*cp), "
                           f"which is cp={k.cp} with zero=0: use --zero 1 or more")),
-    Refusal("accelerate", lambda m, k: (k.tp > 1) | (k.pp > 1) | (k.cp > 1) | (k.ep > 1),
+    Refusal("accelerate", _model_parallel,
             lambda m, k: (f"accelerate export covers pure FSDP/DDP layouts (tp=pp=cp=ep=1), got tp={k.tp} pp={k.pp} "
                           f"cp={k.cp} ep={k.ep}: use --engine megatron, torchtitan or deepspeed")),
     Refusal("accelerate", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
             lambda m, k: "optimizer offload needs sharding in accelerate (FSDP): use --zero 1 or more"),
+    *(refusal for engine in HF_TRAINER_ENGINES for refusal in _hf_trainer_refusals(engine)),
 )
 
 

@@ -1,0 +1,98 @@
+"""Fine-tuning tool exports (Axolotl, LLaMA-Factory, TRL/PEFT): the method, rank and targets reach each
+tool's own keys, the batch identity closes in the tool's terms, and model-parallel layouts are refused.
+
+The tools' own config parsers pull in torch and CUDA packages, so these checks read the YAML back and
+check each key against the name the tool documents (the exporter modules cite where)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from test_export import BATCH_LINE, dense, mla
+from trainplan.tools.export import ExportError, export
+from trainplan.tools.export.support import HF_TRAINER_ENGINES
+from trainplan.tools.layout import resolve_config
+
+METHODS = [dict(method="full"), dict(method="lora", lora_rank=8, lora_targets="attention"),
+           dict(method="lora", lora_rank=32, lora_targets="all-linear"), dict(method="qlora", lora_rank=64)]
+
+
+def layouts():
+    """Data-parallel layouts over every method, ZeRO stage, recompute and batch factor."""
+    for gpus in (1, 2, 8, 16):
+        for zero in (0, 1, 2, 3):
+            for i, kwargs in enumerate(METHODS):
+                mbs, accumulation = (1, 2, 4)[i % 3], (1, 4, 16)[(i + zero) % 3]
+                recompute = ("none", "selective", "full")[(gpus + zero + i) % 3]
+                yield resolve_config(dense(32), gpus, zero=zero, mbs=mbs, gbs=mbs * gpus * accumulation,
+                                     recompute=recompute, seq=2048, **kwargs)
+
+
+def load(engine: str, cfg, model=None):
+    result = export(engine, model or dense(32), cfg, model_ref="org/model")
+    assert result.format == "yaml" and result.engine == engine
+    match = BATCH_LINE.search(result.content)
+    g, m, d, a = map(int, match.groups())
+    assert g == m * d * a == cfg.gbs
+    return yaml.safe_load(result.content), result
+
+
+def test_axolotl_keys_follow_the_layout():
+    for cfg in layouts():
+        config, _ = load("axolotl", cfg)
+        # Axolotl's batch: micro_batch_size x world size x gradient_accumulation_steps = global batch
+        assert config["micro_batch_size"] * cfg.num_gpus * config["gradient_accumulation_steps"] == cfg.gbs
+        assert config["micro_batch_size"] == cfg.mbs and config["sequence_len"] == cfg.seq
+        assert config["gradient_checkpointing"] is (cfg.recompute.value == "full") and config["bf16"] is True
+        assert config.get("deepspeed") == {0: None, 1: "deepspeed_configs/zero1.json",
+                                           2: "deepspeed_configs/zero2.json",
+                                           3: "deepspeed_configs/zero3_bf16.json"}[cfg.zero]
+        if cfg.method.value == "full":
+            assert not any(key.startswith("lora_") for key in config) and "adapter" not in config
+            continue
+        assert config["adapter"] == cfg.method.value and config["load_in_4bit"] is (cfg.method.value == "qlora")
+        assert config["lora_r"] == cfg.lora_rank and config["lora_alpha"] == 2 * cfg.lora_rank
+        if cfg.lora_targets.value == "all-linear":
+            assert config["lora_target_linear"] is True and "lora_target_modules" not in config
+        else:
+            assert config["lora_target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+        assert (config.get("optimizer") == "paged_adamw_32bit") is (cfg.method.value == "qlora")
+
+
+def test_attention_targets_use_hugging_face_module_names_for_mla():
+    model = mla()
+    cfg = resolve_config(model, 8, method="lora", lora_targets="attention", gbs=8)
+    config, result = load("axolotl", cfg, model)
+    assert config["lora_target_modules"] == ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"]
+    assert any("named_modules" in note for note in result.notes)
+
+
+def test_offload_maps_to_a_deepspeed_offload_file():
+    cfg = resolve_config(dense(32), 8, zero=3, optimizer_offload=True, method="lora", gbs=8)
+    config, _ = load("axolotl", cfg)
+    assert config["deepspeed"] == "deepspeed_configs/zero3_bf16_cpuoffload_all.json"
+
+
+@pytest.mark.parametrize("engine", HF_TRAINER_ENGINES)
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(tp=2), "tp=2"), (dict(pp=2), "pp=2"), (dict(cp=2), "cp=2"),
+    (dict(precision="fp8"), "precision=fp8"), (dict(zero=0, optimizer_offload=True), "--zero 1"),
+])
+def test_model_parallel_and_unsupported_layouts_are_refused_in_one_line(engine, kwargs, message):
+    cfg = resolve_config(dense(32), 16, method="lora", **kwargs)
+    with pytest.raises(ExportError, match=message) as info:
+        export(engine, dense(32), cfg, model_ref="x")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("engine", HF_TRAINER_ENGINES)
+def test_search_for_the_tool_keeps_only_data_parallel_layouts(engine):
+    from trainplan.tools.search import search
+
+    result = search(model="llama3-8b", gpu="h100", gpus=8, gbs=32, seq=4096, method="lora", top_k=5, engine=engine)
+    assert result["candidates"], result["notes"]
+    for candidate in result["candidates"]:
+        config = candidate["config"]
+        assert (config["tp"], config["pp"], config["cp"], config["ep"]) == (1, 1, 1, 1)
+    assert result["rejected"]["the engine cannot run it"] > 0
