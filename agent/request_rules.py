@@ -280,7 +280,8 @@ def _set_gpus(t: RequestText, found: dict[str, Any], gpus: int, start: int, end:
 def read_counts(t: RequestText, found: dict[str, Any]) -> None:
     """How many GPUs: nodes x GPUs per node ('64 nodes of 8 H100s', '64台8卡H100', '8 H100s per node,
     64 nodes', '64 x 8 H100'), a count by the GPU ('512 H100s', '16k H100', '512张H100', 'H100 x 512'),
-    'N GPUs', or 'N nodes' (x the GPU's gpus_per_node). 'up to N' / 'at most N' make it max_gpus."""
+    'N GPUs', 'N nodes' (x the GPU's gpus_per_node), or 'one H100' / 'a single H100' (1). 'up to N' / 'at
+    most N' make it max_gpus."""
     span = found.get("_spans", {}).get("gpu")
     nodes_of = rf"{_COUNT}\s*(?:[x×*]\s*)?{_NODE}\s*(?:,\s*)?(?:each\s+|每(?:个|台)?(?:节点|机器)?\s*)?" \
                rf"(?:of|with|having|containing|x|×|\*|each\s+with)?\s*(?:each\s+)?{_COUNT}"
@@ -328,6 +329,14 @@ def read_counts(t: RequestText, found: dict[str, Any]) -> None:
     if nodes:
         per_node = catalog.load_gpu(found["gpu"]).gpus_per_node if "gpu" in found else 8
         _set_gpus(t, found, _count(t, nodes, "nodes", 1, nodes.end()) * per_node, nodes.start(1), nodes.end())
+        return
+    if span:  # 'on one RTX 4090', 'on a single H100': one GPU ('one H100 node' is a node, read above or not at all)
+        one = re.search(r"(?<![a-z])(?:one|a\s+single|single)\s+$", t.before(span[0], 16), re.IGNORECASE)
+        grouped = re.match(rf"\s*(?:{_NODE}|clusters?|pods?|racks?)(?![a-z])", t.text[span[1]:span[1] + 24],
+                           re.IGNORECASE)
+        if one and not grouped:
+            start = span[0] - len(t.before(span[0], 16)) + one.start()
+            _set_gpus(t, found, 1, start, span[1])
 
 
 # --- amounts with units ---------------------------------------------------------------------------------

@@ -88,3 +88,14 @@ def test_no_fit_says_which_shorter_sequence_and_gpu_count_would_fit():
     shorter = plan(f"fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq {seq}", backend="offline")
     more = plan(f"fine-tune Llama 3 70B with QLoRA on {gpus} RTX 4090s, seq 8192", backend="offline")
     assert shorter.recommended is not None and more.recommended is not None
+
+
+@pytest.mark.parametrize("text, gpus", [
+    ("LoRA fine-tune Llama 3 8B on one RTX 4090", 1),
+    ("QLoRA Llama 3 8B on a single H100", 1),
+    ("Llama 3 8B on one H100 node", None),      # a node, not one GPU
+])
+def test_one_gpu_in_words_is_a_count_of_one(text, gpus):
+    from trainplan.agent.request import parse_partial
+
+    assert parse_partial(text).gpus == gpus
