@@ -96,3 +96,26 @@ def test_search_for_the_tool_keeps_only_data_parallel_layouts(engine):
         config = candidate["config"]
         assert (config["tp"], config["pp"], config["cp"], config["ep"]) == (1, 1, 1, 1)
     assert result["rejected"]["the engine cannot run it"] > 0
+
+
+def test_llamafactory_keys_follow_the_layout():
+    for cfg in layouts():
+        config, _ = load("llamafactory", cfg)
+        # per_device_train_batch_size x world size x gradient_accumulation_steps = global batch
+        assert config["per_device_train_batch_size"] * cfg.num_gpus * config["gradient_accumulation_steps"] == cfg.gbs
+        assert config["per_device_train_batch_size"] == cfg.mbs and config["cutoff_len"] == cfg.seq
+        assert config["stage"] == "sft" and config["bf16"] is True
+        assert config["disable_gradient_checkpointing"] is (cfg.recompute.value != "full")
+        assert config.get("deepspeed") == {0: None, 1: "examples/deepspeed/ds_z2_config.json",
+                                           2: "examples/deepspeed/ds_z2_config.json",
+                                           3: "examples/deepspeed/ds_z3_config.json"}[cfg.zero]
+        if cfg.method.value == "full":
+            assert config["finetuning_type"] == "full" and not any(k.startswith(("lora_", "quant")) for k in config)
+            continue
+        assert config["finetuning_type"] == "lora" and config["lora_rank"] == cfg.lora_rank
+        assert config["lora_alpha"] == 2 * cfg.lora_rank
+        assert config["lora_target"] == ("all" if cfg.lora_targets.value == "all-linear" else "q_proj,k_proj,v_proj,o_proj")
+        qlora = cfg.method.value == "qlora"
+        assert (config.get("quantization_bit") == 4) is qlora and (config.get("optim") == "paged_adamw_32bit") is qlora
+        if qlora:
+            assert config["quantization_type"] == "nf4" and config["double_quantization"] is True

@@ -16,6 +16,7 @@ from .accelerate import export_accelerate
 from .axolotl import export_axolotl
 from .common import Batch, ExportError, ExportResult, batch_of
 from .deepspeed import export_deepspeed
+from .llamafactory import export_llamafactory
 from .megatron import export_megatron, parse_args_text
 from .torchtitan import export_torchtitan
 
@@ -33,6 +34,8 @@ class Engine(str, Enum):
     """Hugging Face Accelerate FSDP2/DDP config YAML (pure data-parallel layouts only)."""
     axolotl = "axolotl"
     """Axolotl fine-tuning YAML: full, LoRA or QLoRA (data-parallel layouts only)."""
+    llamafactory = "llamafactory"
+    """LLaMA-Factory fine-tuning YAML: full, LoRA or QLoRA (data-parallel layouts only)."""
 
 
 def export(engine: Engine | str, model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
@@ -51,6 +54,8 @@ def export(engine: Engine | str, model: ModelSpec, cfg: ParallelConfig, *, model
         return export_torchtitan(model, cfg, model_ref=model_ref)
     if engine is Engine.axolotl:
         return export_axolotl(model, cfg, model_ref=model_ref)
+    if engine is Engine.llamafactory:
+        return export_llamafactory(model, cfg, model_ref=model_ref)
     return export_accelerate(model, cfg, model_ref=model_ref, gpus_per_node=gpus_per_node)
 
 
