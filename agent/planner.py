@@ -54,6 +54,10 @@ of search and plan (tools.plan_defaults), also the report's headroom risk thresh
 DEFAULT_ENGINE = "megatron"
 """Whose launch settings a plan carries when the request names no engine (the search is then not
 restricted to one engine)."""
+ADAPTER_ENGINE = "axolotl"
+"""The engine of a LoRA/QLoRA request that names none: the offline search keeps the layouts it runs
+(data parallel with ZeRO/FSDP, as practitioners fine-tune with PEFT) when one fits, and the plan carries
+its launch settings (Megatron's arguments have no adapters)."""
 
 
 def resolve_backend(backend: str, client: Any = None) -> str:
@@ -283,7 +287,9 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
         rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"
         would = sizing.what_would_meet(search_fn, {**job, "deadline_days": None, "budget_usd": None}, headroom)
         shorter = sizing.shorter_seq_that_fits(search_fn, job, headroom)
-        adapters = sizing.adapters_that_fit(job) if request.fine_tuning and not is_lora(job["method"] or "full") else None
+        adapters = None
+        if request.fine_tuning and not is_lora(job["method"] or "full"):
+            adapters = sizing.adapters_that_fit(job)
         would = "; ".join(w for w in (adapters, shorter, would) if w) or None
         risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); "
                      + (f"{would}; else use" if would else "use more GPUs,") + " GPUs with more memory"
@@ -451,7 +457,8 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
 
     backend: 'offline', 'openai' or 'auto' (openai when an LLM is configured). engine (megatron,
     deepspeed, torchtitan, accelerate): the offline search keeps only layouts it runs, and the report
-    carries its launch settings; None: any layout, DEFAULT_ENGINE's launch settings. Raises InputError when
+    carries its launch settings; None: any layout, DEFAULT_ENGINE's launch settings (a LoRA/QLoRA
+    request: ADAPTER_ENGINE's layouts when one fits). Raises InputError when
     the request lacks a model or the hardware (checked before the LLM is asked), AgentError when the
     LLM is not configured or unreachable. When the LLM fails after that (a server error, a context
     overflow, the deadline), the offline planner answers and the report carries the LLM's error.
@@ -461,7 +468,11 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
     chosen = resolve_backend(backend, client)
     parsed = require_complete(_request_from(request_text, request, fields))  # before any time goes to the LLM
     text = request_text or _describe(parsed)
-    if chosen == "offline":
+    adapters = engine is None and parsed.method is not None and is_lora(parsed.method)
+    if chosen == "offline" and adapters:
+        report = plan_offline(parsed, text, engine=ADAPTER_ENGINE)
+        report = report if report.recommended else plan_offline(parsed, text)
+    elif chosen == "offline":
         report = plan_offline(parsed, text, engine=engine)
     else:
         try:
@@ -474,7 +485,8 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
                 on_event("fallback", {"error": str(exc)})
             report = offline_after_llm_failure(parsed, text, exc, llm_model or _settings_model(), engine)
     if report.recommended:
-        report.launch = launch_settings(report.request["model"], report.recommended["config"], engine or DEFAULT_ENGINE)
+        launcher = engine or (ADAPTER_ENGINE if adapters else DEFAULT_ENGINE)
+        report.launch = launch_settings(report.request["model"], report.recommended["config"], launcher)
     return report
 
 

@@ -11,8 +11,8 @@ What it reads (case and word order do not matter; full-width and CJK text is rea
 - gpu: a catalog GPU as people write it, qualifiers included ("H100", "H100 PCIe", "A100 40GB",
   "8xH100"; tools/catalog/names.py derives this from the catalog's entries), or a GPU JSON path.
   A part the catalog lacks ("H100 NVL", "MI300X", "RTX 9090") is refused with close names;
-- gpus: "512 H100s", "one RTX 4090", "a single H100", "16k H100" (k = 1024), "512张H100", "H100 x 512", "N GPUs", "64 nodes of 8
-  H100s" (= 512, gpus_per_node 8), "8 H100s per node, 64 nodes", "N nodes" (x the GPU's node);
+- gpus: "512 H100s", "one RTX 4090", "a single H100", "16k H100" (k = 1024), "512张H100", "H100 x 512",
+  "N GPUs", "64 nodes of 8 H100s" (= 512, gpus_per_node 8), "8 H100s per node, 64 nodes", "N nodes" (x the GPU's node);
   "up to 512 H100s" / "at most 512 GPUs" set max_gpus instead (the planner tries fewer);
 - tokens: "15T tokens", "15.6e12 tokens", "300 billion tokens", "15万亿 token"; tokens per batch
   ("4M tokens per batch": gbs = tokens / seq, K and M read as 2^10 and 2^20);

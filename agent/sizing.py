@@ -11,8 +11,9 @@ A request may leave the GPU count open and bound it instead:
 
 The ladder is tools.search.gpu_counts: whole nodes from the bound down by halves, to the fewest GPUs
 that could hold the model states (search.min_gpus). Without a bound, DEFAULT_MAX_GPUS.
-Each count is searched with the default global batch for that count (plan_defaults.default_gbs; default_finetune_gbs for a fine-tune) unless
-the request gives one, so a plan on 1,024 GPUs gets the batch of a 1,024-GPU run.
+Each count is searched with the default global batch for that count (plan_defaults.default_gbs;
+default_finetune_gbs for a fine-tune) unless the request gives one, so a plan on 1,024 GPUs gets the
+batch of a 1,024-GPU run.
 
 The same searches tell a request whose own count fails what would meet it: "1,024 GPUs meet the
 30-day deadline", "256 GPUs meet the $2M budget", "64 GPUs fit it in memory".
