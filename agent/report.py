@@ -96,7 +96,7 @@ class Grounding(BaseModel):
 class Launch(BaseModel):
     """Launch settings for the recommended layout in one engine (tools/export)."""
 
-    engine: str = Field(description="megatron, deepspeed, torchtitan, accelerate, axolotl or llamafactory")
+    engine: str = Field(description="megatron, deepspeed, torchtitan, accelerate, axolotl, llamafactory or trl")
     filename: str | None = Field(default=None, description="suggested file name")
     format: str | None = Field(default=None, description="args, json, toml or yaml")
     content: str | None = Field(default=None, description="the file or command-line arguments")

@@ -238,6 +238,13 @@ def check_llamafactory(text: str, cfg) -> None:
     assert config["cutoff_len"] == cfg.seq and ("deepspeed" in config) == (cfg.zero >= 1)
 
 
+def check_trl(text: str, cfg) -> None:
+    sft = yaml.safe_load(text)["sft_config"]
+    global_batch = cfg.gbs if cfg.gbs is not None else cfg.mbs * cfg.dp
+    assert sft["per_device_train_batch_size"] * cfg.num_gpus * sft["gradient_accumulation_steps"] == global_batch
+    assert sft["max_length"] == cfg.seq and ("deepspeed" in sft) == (cfg.zero >= 1)
+
+
 def check_accelerate(text: str, cfg) -> None:
     config = yaml.safe_load(text)
     assert config["num_processes"] == cfg.num_gpus
@@ -264,7 +271,8 @@ def test_random_layouts_parse_back_and_close_the_batch(engine):
          "torchtitan": lambda: check_torchtitan(result.content, cfg),
          "accelerate": lambda: check_accelerate(result.content, cfg),
          "axolotl": lambda: check_axolotl(result.content, cfg),
-         "llamafactory": lambda: check_llamafactory(result.content, cfg)}[engine]()
+         "llamafactory": lambda: check_llamafactory(result.content, cfg),
+         "trl": lambda: check_trl(result.content, cfg)}[engine]()
     assert written >= 20, f"only {written} of {len(LAYOUTS)} layouts exported for {engine}"
 
 

@@ -119,3 +119,36 @@ def test_llamafactory_keys_follow_the_layout():
         assert (config.get("quantization_bit") == 4) is qlora and (config.get("optim") == "paged_adamw_32bit") is qlora
         if qlora:
             assert config["quantization_type"] == "nf4" and config["double_quantization"] is True
+
+
+def test_trl_peft_arguments_follow_the_layout():
+    for cfg in layouts():
+        args, _ = load("trl", cfg)
+        sft = args["sft_config"]
+        # per_device_train_batch_size x world size x gradient_accumulation_steps = global batch
+        assert sft["per_device_train_batch_size"] * cfg.num_gpus * sft["gradient_accumulation_steps"] == cfg.gbs
+        assert sft["per_device_train_batch_size"] == cfg.mbs and sft["max_length"] == cfg.seq and sft["bf16"] is True
+        assert sft["gradient_checkpointing"] is (cfg.recompute.value == "full")
+        if cfg.zero:
+            ds = sft["deepspeed"]
+            assert ds["zero_optimization"]["stage"] == cfg.zero and ds["train_batch_size"] == "auto"
+        else:
+            assert "deepspeed" not in sft
+        if cfg.method.value == "full":
+            assert "lora_config" not in args and "bnb_config" not in args
+            continue
+        lora = args["lora_config"]
+        assert lora["r"] == cfg.lora_rank and lora["lora_alpha"] == 2 * cfg.lora_rank and lora["task_type"] == "CAUSAL_LM"
+        assert lora["target_modules"] == ("all-linear" if cfg.lora_targets.value == "all-linear"
+                                          else ["q_proj", "k_proj", "v_proj", "o_proj"])
+        qlora = cfg.method.value == "qlora"
+        assert ("bnb_config" in args) is qlora and (sft.get("optim") == "paged_adamw_32bit") is qlora
+        if qlora:
+            assert args["bnb_config"] == {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+                                          "bnb_4bit_use_double_quant": True, "bnb_4bit_compute_dtype": "bfloat16"}
+
+
+def test_trl_offload_is_zero_offload_in_the_deepspeed_dict():
+    cfg = resolve_config(dense(32), 8, zero=2, optimizer_offload=True, method="lora", gbs=8)
+    args, _ = load("trl", cfg)
+    assert args["sft_config"]["deepspeed"]["zero_optimization"]["offload_optimizer"]["device"] == "cpu"

@@ -446,7 +446,7 @@ class SearchOptions(BaseModel):
     allow_cross_node_tp: bool = Field(default=False, description="allow tp larger than a node")
     pareto: bool = Field(default=False, description="also report the days/cost front across GPU counts (needs tokens)")
     engine: str | None = Field(default=None, description="keep only layouts this engine runs: megatron, deepspeed, "
-                               "torchtitan, accelerate, axolotl or llamafactory (tools/export/support.py); null: any layout")
+                               "torchtitan, accelerate, axolotl, llamafactory or trl (tools/export/support.py); null: any layout")
 
 
 # --- the result ----------------------------------------------------------------------------------

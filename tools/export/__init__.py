@@ -19,6 +19,7 @@ from .deepspeed import export_deepspeed
 from .llamafactory import export_llamafactory
 from .megatron import export_megatron, parse_args_text
 from .torchtitan import export_torchtitan
+from .trl import export_trl
 
 
 class Engine(str, Enum):
@@ -36,6 +37,8 @@ class Engine(str, Enum):
     """Axolotl fine-tuning YAML: full, LoRA or QLoRA (data-parallel layouts only)."""
     llamafactory = "llamafactory"
     """LLaMA-Factory fine-tuning YAML: full, LoRA or QLoRA (data-parallel layouts only)."""
+    trl = "trl"
+    """Hugging Face TRL SFTConfig + PEFT LoraConfig (+ BitsAndBytesConfig) keyword arguments, YAML."""
 
 
 def export(engine: Engine | str, model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
@@ -56,6 +59,8 @@ def export(engine: Engine | str, model: ModelSpec, cfg: ParallelConfig, *, model
         return export_axolotl(model, cfg, model_ref=model_ref)
     if engine is Engine.llamafactory:
         return export_llamafactory(model, cfg, model_ref=model_ref)
+    if engine is Engine.trl:
+        return export_trl(model, cfg, model_ref=model_ref)
     return export_accelerate(model, cfg, model_ref=model_ref, gpus_per_node=gpus_per_node)
 
 

@@ -25,7 +25,7 @@ class ExportError(InputError):
 class ExportResult(BaseModel):
     """One engine's launch settings for one layout."""
 
-    engine: str = Field(description="megatron, deepspeed, torchtitan, accelerate, axolotl or llamafactory")
+    engine: str = Field(description="megatron, deepspeed, torchtitan, accelerate, axolotl, llamafactory or trl")
     filename_suggestion: str = Field(description="a file name that fits the engine's convention")
     content: str = Field(description="the file's text, ready to save")
     format: Literal["args", "json", "toml", "yaml"] = Field(description="how content is written")

@@ -18,7 +18,7 @@ from ..codes import PRECISION_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
 from ..specs import ModelSpec, ParallelConfig, Precision, Schedule
 from .common import ExportError
 
-HF_TRAINER_ENGINES = ("axolotl", "llamafactory")
+HF_TRAINER_ENGINES = ("axolotl", "llamafactory", "trl")
 """Fine-tuning tools built on the Hugging Face Trainer: data-parallel only (DDP, FSDP or DeepSpeed ZeRO)."""
 ENGINES = ("megatron", "deepspeed", "torchtitan", "accelerate", *HF_TRAINER_ENGINES)
 _1F1B, _INTER = SCHEDULE_CODES[Schedule.one_f_one_b], SCHEDULE_CODES[Schedule.interleaved]
