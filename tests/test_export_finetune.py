@@ -6,6 +6,9 @@ check each key against the name the tool documents (the exporter modules cite wh
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import yaml
 
@@ -152,3 +155,15 @@ def test_trl_offload_is_zero_offload_in_the_deepspeed_dict():
     cfg = resolve_config(dense(32), 8, zero=2, optimizer_offload=True, method="lora", gbs=8)
     args, _ = load("trl", cfg)
     assert args["sft_config"]["deepspeed"]["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+
+
+@pytest.mark.parametrize("engine", ["megatron", "torchtitan"])
+def test_engines_without_adapters_refuse_lora_instead_of_training_every_weight(engine):
+    from trainplan.tools.search import search
+
+    result = subprocess.run([sys.executable, "-m", "trainplan.cli", "export", "--engine", engine, "--model",
+                             "llama3-8b", "--gpu", "h100", "--gpus", "8", "--method", "lora", "--seq", "2048"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.startswith("error: method lora/qlora"), result.stderr
+    found = search(model="llama3-8b", gpu="h100", gpus=8, method="lora", seq=2048, engine=engine)
+    assert not found["candidates"] and found["rejected"].get("the engine cannot run it", 0) > 0

@@ -34,6 +34,7 @@ from .contract import check_job_numbers, default_gbs, default_seq
 from .errors import InputError
 from .estimate import evaluate
 from .export.support import ENGINES, runs
+from .finetune import is_lora
 from .contract import Layout
 from .layout import resolve_config
 from .plan_defaults import DEFAULT_HEADROOM
@@ -341,7 +342,8 @@ def _engine_filter(job: SearchJob):
 
     def runs_rows(rows: dict[str, np.ndarray]) -> np.ndarray:
         knobs = SimpleNamespace(**{k: rows[k] for k in ("tp", "pp", "cp", "ep", "zero", "schedule")},
-                                precision=PRECISION_CODES[job.precision], optimizer_offload=int(job.optimizer_offload))
+                                precision=PRECISION_CODES[job.precision], optimizer_offload=int(job.optimizer_offload),
+                                adapter=int(is_lora(job.method)))
         return runs(job.engine, job.model, knobs)
     return runs_rows
 

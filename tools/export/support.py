@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..codes import PRECISION_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
+from ..finetune import is_lora
 from ..specs import ModelSpec, ParallelConfig, Precision, Schedule
 from .common import ExportError
 
@@ -55,7 +56,16 @@ def _hf_trainer_refusals(engine: str) -> tuple[Refusal, ...]:
     )
 
 
+def _adapter_refusal(engine: str, instead: str) -> Refusal:
+    """Engines whose launch settings have no LoRA/QLoRA adapters: their export would train the full model."""
+    return Refusal(engine, lambda m, k: k.adapter != 0,
+                   lambda m, k: (f"method lora/qlora: {engine}'s launch settings have no adapters, so they would train "
+                                 f"every weight: use --engine {instead}, or --method full"))
+
+
 REFUSALS: tuple[Refusal, ...] = (
+    _adapter_refusal("megatron", "axolotl, llamafactory or trl"),
+    _adapter_refusal("torchtitan", "axolotl, llamafactory or trl"),
     Refusal("megatron", lambda m, k: (k.pp > 1) & (k.schedule != _1F1B) & (k.schedule != _INTER),
             lambda m, k: (f"schedule={_schedule(k)} is not a Megatron-LM schedule (it has 1f1b and interleaved):"
                           " use --schedule 1f1b, or --schedule interleaved with --vpp 2 or more")),
@@ -96,7 +106,7 @@ def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:
     """A resolved layout as the refusals read it."""
     return SimpleNamespace(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, zero=cfg.zero,
                            schedule=SCHEDULE_CODES[cfg.schedule], precision=PRECISION_CODES[cfg.precision],
-                           optimizer_offload=int(cfg.optimizer_offload))
+                           optimizer_offload=int(cfg.optimizer_offload), adapter=int(is_lora(cfg.method)))
 
 
 def _check_engine(engine: str) -> None:
@@ -115,7 +125,7 @@ def refuse(engine: str, model: ModelSpec, cfg: ParallelConfig) -> None:
 
 def runs(engine: str, model: ModelSpec, knobs) -> np.ndarray:
     """True where `engine` runs the layouts: knobs holds numpy columns tp, pp, cp, ep, zero, schedule,
-    precision and optimizer_offload (codes as in codes.py)."""
+    precision, optimizer_offload and adapter (1 for lora/qlora; codes as in codes.py)."""
     _check_engine(engine)
     ok = np.ones(np.broadcast(knobs.tp, knobs.pp, knobs.zero, knobs.schedule).shape, dtype=bool)
     for refusal in REFUSALS:
