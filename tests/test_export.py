@@ -411,3 +411,12 @@ def test_cli_bad_input_is_one_error_line(monkeypatch, capsys, tmp_path, argv, me
     code, out = run_main(monkeypatch, capsys, "export", *argv)
     assert code == 2 and out.err.startswith("error: ") and message in out.err
     assert out.err.count("\n") == 1 and "Traceback" not in out.err
+
+
+def test_the_engine_enum_and_the_refusal_table_name_the_same_engines():
+    """export.Engine (the CLI choice) and export.support.ENGINES (what search --engine checks) are one list."""
+    from trainplan.tools.export import EXPORTERS, Engine
+    from trainplan.tools.export.support import ENGINES
+
+    assert [e.value for e in Engine] == list(ENGINES)
+    assert set(EXPORTERS) | {Engine.accelerate} == set(Engine)

@@ -241,7 +241,7 @@ def check_job_numbers(values: dict[str, Any], capacity_gib: float) -> None:
     for name, value in values.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise InputError(f"{name}={value} is not a finite number: give a real value")
-        if isinstance(value, bool) and name in POSITIVE_JOB_NUMBERS + ("headroom_gib", "goodput", "gpus"):
+        if isinstance(value, bool) and name in POSITIVE_JOB_NUMBERS + ("headroom_gib", "goodput"):
             raise InputError(f"{name}={value} is a true/false value, not a number")
     for name in POSITIVE_JOB_NUMBERS:
         value = values.get(name)

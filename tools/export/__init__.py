@@ -41,6 +41,17 @@ class Engine(str, Enum):
     """Hugging Face TRL SFTConfig + PEFT LoraConfig (+ BitsAndBytesConfig) keyword arguments, YAML."""
 
 
+EXPORTERS = {
+    Engine.megatron: export_megatron,
+    Engine.deepspeed: export_deepspeed,
+    Engine.torchtitan: export_torchtitan,
+    Engine.axolotl: export_axolotl,
+    Engine.llamafactory: export_llamafactory,
+    Engine.trl: export_trl,
+}
+"""Engine -> exporter taking (model, cfg, model_ref=); accelerate, which also takes gpus_per_node, is called apart."""
+
+
 def export(engine: Engine | str, model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
            gpus_per_node: int = 8) -> ExportResult:
     """The engine's launch settings for a resolved layout; ExportError when the engine cannot express it."""
@@ -49,19 +60,9 @@ def export(engine: Engine | str, model: ModelSpec, cfg: ParallelConfig, *, model
     except ValueError:
         known = ", ".join(e.value for e in Engine)
         raise ExportError(f"engine='{engine}' is not one of: {known}") from None
-    if engine is Engine.megatron:
-        return export_megatron(model, cfg, model_ref=model_ref)
-    if engine is Engine.deepspeed:
-        return export_deepspeed(model, cfg, model_ref=model_ref)
-    if engine is Engine.torchtitan:
-        return export_torchtitan(model, cfg, model_ref=model_ref)
-    if engine is Engine.axolotl:
-        return export_axolotl(model, cfg, model_ref=model_ref)
-    if engine is Engine.llamafactory:
-        return export_llamafactory(model, cfg, model_ref=model_ref)
-    if engine is Engine.trl:
-        return export_trl(model, cfg, model_ref=model_ref)
-    return export_accelerate(model, cfg, model_ref=model_ref, gpus_per_node=gpus_per_node)
+    if engine is Engine.accelerate:   # the only exporter that needs the node size (machines per job)
+        return export_accelerate(model, cfg, model_ref=model_ref, gpus_per_node=gpus_per_node)
+    return EXPORTERS[engine](model, cfg, model_ref=model_ref)
 
 
 __all__ = ["Batch", "Engine", "ExportError", "ExportResult", "batch_of", "export", "parse_args_text"]
