@@ -17,7 +17,8 @@ import math
 import yaml
 
 from ..specs import ModelSpec, ParallelConfig, Precision, Recompute
-from .common import ExportResult, batch_of, comment_block, fusion_note, header, hf_attention_note, slug
+from .common import (ExportResult, batch_of, comment_block, fusion_note, header, hf_attention_note,
+                     selective_recompute_note, slug)
 from .support import refuse
 
 
@@ -66,8 +67,7 @@ def export_accelerate(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
         config["fp8_config"] = {"backend": "AO"}
         notes.append("fp8 uses torchao float8 (fp8_config backend AO), which works with FSDP2")
     if cfg.recompute is Recompute.selective:
-        notes.append("selective recompute (the attention core) has no accelerate setting; FlashAttention"
-                     " recomputes it in the backward pass anyway")
+        notes.append(selective_recompute_note("accelerate"))
     notes.append(hf_attention_note(cfg))
     if (note := fusion_note(cfg, fused_by_default=False)):
         notes.append(note)

@@ -20,7 +20,7 @@ import yaml
 
 from ..specs import Attention, ModelSpec, ParallelConfig, Recompute
 from .common import (ExportResult, adapter_notes, adapter_of, base_model_note, batch_of, comment_block,
-                     data_parallel_note, header, slug)
+                     data_parallel_note, header, selective_recompute_note, slug)
 from .support import refuse
 
 # ZeRO stage -> the DeepSpeed file Axolotl ships (deepspeed_configs/ in the Axolotl repository).
@@ -67,8 +67,7 @@ def export_axolotl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> 
         notes.append(f"deepspeed: {config['deepspeed']} is relative to the Axolotl repository; its batch fields"
                      " are 'auto' and follow micro_batch_size and gradient_accumulation_steps")
     if cfg.recompute is Recompute.selective:
-        notes.append("selective recompute (the attention core) has no Axolotl setting; FlashAttention"
-                     " recomputes it in the backward pass anyway")
+        notes.append(selective_recompute_note("Axolotl"))
     notes += adapter_notes(adapter, model)
     notes.append(base_model_note("base_model", model_ref))
     notes.append(data_parallel_note("axolotl", cfg))

@@ -151,3 +151,9 @@ def data_parallel_note(engine: str, cfg: ParallelConfig) -> str:
 def base_model_note(key: str, model_ref: str) -> str:
     return (f"{key}: {model_ref} is the model as trainplan named it: put the Hugging Face repository id or a local"
             " path there if it differs")
+
+
+def selective_recompute_note(where: str) -> str:
+    """The note for selective recompute in an engine with no such setting (`where`: the engine's config name)."""
+    return (f"selective recompute (the attention core) has no {where} setting; FlashAttention"
+            " recomputes it in the backward pass anyway")

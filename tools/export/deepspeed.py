@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 from ..specs import ModelSpec, ParallelConfig, Recompute
-from .common import ExportResult, batch_of, fusion_note, hf_attention_note, slug
+from .common import ExportResult, batch_of, fusion_note, hf_attention_note, selective_recompute_note, slug
 from .support import refuse
 
 
@@ -52,8 +52,7 @@ def export_deepspeed(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -
         notes.append("full recompute takes effect where the model calls deepspeed.checkpointing.checkpoint"
                      " on each block (HF models: model.gradient_checkpointing_enable())")
     elif cfg.recompute is Recompute.selective:
-        notes.append("selective recompute (the attention core) has no ds_config setting; FlashAttention"
-                     " recomputes it in the backward pass anyway")
+        notes.append(selective_recompute_note("ds_config"))
 
     notes.append(hf_attention_note(cfg))
     if (note := fusion_note(cfg, fused_by_default=False)):

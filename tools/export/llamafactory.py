@@ -22,7 +22,7 @@ import yaml
 
 from ..specs import Attention, ModelSpec, ParallelConfig, Recompute
 from .common import (ExportResult, adapter_notes, adapter_of, base_model_note, batch_of, comment_block,
-                     data_parallel_note, header, slug)
+                     data_parallel_note, header, selective_recompute_note, slug)
 from .support import refuse
 
 # ZeRO stage -> the DeepSpeed file LLaMA-Factory ships (examples/deepspeed/ in its repository); ZeRO-1 has none,
@@ -68,8 +68,7 @@ def export_llamafactory(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str
         notes.append(f"deepspeed: {config['deepspeed']} is relative to the LLaMA-Factory repository; its batch"
                      " fields are 'auto' and follow the values here")
     if cfg.recompute is Recompute.selective:
-        notes.append("selective recompute (the attention core) has no LLaMA-Factory setting; FlashAttention"
-                     " recomputes it in the backward pass anyway")
+        notes.append(selective_recompute_note("LLaMA-Factory"))
     notes.append("stage sft (supervised fine-tuning); use stage pt for continued pre-training on raw text")
     notes += adapter_notes(adapter, model)
     notes.append(base_model_note("model_name_or_path", model_ref))

@@ -24,7 +24,7 @@ import yaml
 
 from ..specs import Attention, ModelSpec, ParallelConfig, Recompute
 from .common import (ExportResult, adapter_notes, adapter_of, base_model_note, batch_of, comment_block,
-                     data_parallel_note, header, slug)
+                     data_parallel_note, header, selective_recompute_note, slug)
 from .support import refuse
 
 
@@ -67,8 +67,7 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
             notes.append("qlora: load the model with quantization_config=BitsAndBytesConfig(**bnb_config) and pass"
                          " it to SFTTrainer (model_init_kwargs cannot hold the config object in YAML)")
     if cfg.recompute is Recompute.selective:
-        notes.append("selective recompute (the attention core) has no TrainingArguments setting; FlashAttention"
-                     " recomputes it in the backward pass anyway")
+        notes.append(selective_recompute_note("TrainingArguments"))
     notes.append('model_init_kwargs.dtype is the transformers >= 4.56 name; older versions spell it torch_dtype')
     notes += adapter_notes(adapter, model)
     notes.append(base_model_note("model", model_ref))
