@@ -7,8 +7,8 @@
   schedule that Megatron-LM does not ship, ZeRO-2/3 together with pipeline parallelism). It says so,
   with the difference.
 - Structural alternatives: the best layout of each family below that the recommendation is not
-  in (Megatron-style TP x PP, FSDP/ZeRO-3 only, with context parallelism, without pipeline
-  parallelism, and for MoE expert parallelism without TP), each with why it lost in numbers, or
+  in (Megatron-style TP x PP, FSDP/ZeRO-3 only, context-parallel, TP without
+  pipeline parallelism, and for MoE expert parallelism without TP), each with why it lost in numbers, or
   why no layout of the family is feasible.
 """
 
@@ -31,8 +31,8 @@ FAMILIES = (
      lambda c: (c.tp > 1) & (c.pp > 1) & (c.cp == 1) & (c.zero <= 1)),
     ("FSDP / ZeRO-3", "data parallel only, fully sharded",
      lambda c: (c.tp == 1) & (c.pp == 1) & (c.cp == 1) & (c.zero == 3)),
-    ("with context parallelism", "cp > 1", lambda c: c.cp > 1),
-    ("without pipeline parallelism", "pp = 1, tp > 1", lambda c: (c.pp == 1) & (c.tp > 1)),
+    ("context-parallel", "cp > 1", lambda c: c.cp > 1),
+    ("TP without PP", "pp = 1, tp > 1", lambda c: (c.pp == 1) & (c.tp > 1)),
     ("expert parallel without TP", "MoE: ep > 1, tp = 1", lambda c: (c.ep > 1) & (c.tp == 1)),
 )
 """(name, what it means, predicate over numpy columns or one config)."""
@@ -133,7 +133,7 @@ def alternatives(best: dict, ranked: list[dict], space: dict[str, np.ndarray], r
             worse = (result_objective(objective, found, price, tokens)
                      / result_objective(objective, best, price, tokens) - 1)
             out.append({"family": name, "meaning": meaning, "candidate": found, "worse_by": worse,
-                        "why": f"best {name}: {why}"})
+                        "why": f"best {name} layout: {why}"})
             continue
         in_family = np.asarray(member(space_cols), dtype=bool)
         if not in_family.any():
@@ -142,6 +142,6 @@ def alternatives(best: dict, ranked: list[dict], space: dict[str, np.ndarray], r
         top = max(zip(counts, codes))
         what = "feasible but not re-scored" if top[1] < 0 else reason_names[top[1]]
         out.append({"family": name, "meaning": meaning, "candidate": None, "worse_by": None,
-                    "why": f"no {name} layout is feasible: {top[0]:,} of its {int(in_family.sum()):,} layouts "
+                    "why": f"no {name} layout ({meaning}) is feasible: {top[0]:,} of its {int(in_family.sum()):,} layouts "
                            f"rejected ({what})"})
     return out
