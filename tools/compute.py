@@ -74,21 +74,29 @@ def efficiency_ceiling(gpu: GPUSpec) -> float:
     return max(gpu.gemm_efficiency, gpu.attention_efficiency)
 
 
-def wave_efficiency(m: float, n: float, gpu: GPUSpec) -> float:
+def wave_efficiency(m: float, n: float, gpu: GPUSpec, batch: int = 1) -> float:
     """Share of the last wave that does useful work: tiles / (waves * SMs)."""
-    tiles = math.ceil(m / GEMM_TILE_M) * math.ceil(n / GEMM_TILE_N)
+    tiles = batch * math.ceil(m / GEMM_TILE_M) * math.ceil(n / GEMM_TILE_N)
     waves = math.ceil(tiles / gpu.sm_count)
     return tiles / (waves * gpu.sm_count)
 
 
-def gemm_time_s(m: float, n: float, k: float, gpu: GPUSpec, precision: Precision, count: int = 1) -> float:
-    """Seconds for `count` GEMMs of (m x k) @ (k x n) on one GPU: the roofline with wave quantization."""
+def gemm_time_s(m: float, n: float, k: float, gpu: GPUSpec, precision: Precision, count: int = 1,
+                batch: int = 1) -> float:
+    """Seconds for `count` kernels, each running `batch` GEMMs of (m x k) @ (k x n), on one GPU: the
+    roofline with wave quantization.
+
+    `count` kernels are launched one after another (per-expert GEMMs issued by the host); the tiles of
+    the `batch` GEMMs of one kernel (a strided-batched GEMM such as torch.bmm / baddbmm, which
+    Megatron's and Hugging Face's unfused attention call once for all sequences and heads) share the
+    SMs' waves and pay one launch.
+    """
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
-    flops = 2.0 * m * n * k
+    flops = 2.0 * m * n * k * batch
     bytes_per_element = 1 if precision is Precision.fp8 else 2
-    bytes_moved = bytes_per_element * (m * k + k * n) + 2 * m * n
-    peak = gpu.peak_tflops(precision) * 1e12 * gpu.gemm_efficiency * wave_efficiency(m, n, gpu)
+    bytes_moved = batch * (bytes_per_element * (m * k + k * n) + 2 * m * n)
+    peak = gpu.peak_tflops(precision) * 1e12 * gpu.gemm_efficiency * wave_efficiency(m, n, gpu, batch)
     compute_s = flops / peak
     memory_s = bytes_moved / (gpu.hbm_bandwidth_gb_s * 1e9 * MEMORY_BOUND_EFFICIENCY)
     return count * (max(compute_s, memory_s) + KERNEL_LAUNCH_S)
@@ -129,12 +137,14 @@ def eager_attention_time_s(batch: float, tokens_q: float, tokens_kv: float, head
     """Forward and backward seconds of unfused attention: batched GEMMs plus memory-bound softmax/dropout.
 
     The full s x s score matrix is computed and masked (no causal saving), one GEMM per head and
-    sequence: scores (Tq x d) @ (d x Tkv) and values (Tq x Tkv) @ (Tkv x dv). Backward runs two
+    sequence: scores (Tq x d) @ (d x Tkv) and values (Tq x Tkv) @ (Tkv x dv), each a single batched
+    kernel over batch x heads (Megatron CoreAttention: torch.baddbmm for the scores, torch.bmm for the
+    context; Hugging Face eager_attention_forward: torch.matmul on 4-D tensors). Backward runs two
     GEMMs per forward GEMM.
     """
     count = max(1, round(batch * heads))
-    scores = gemm_time_s(tokens_q, tokens_kv, qk_dim, gpu, Precision.bf16, count)
-    values = gemm_time_s(tokens_q, v_dim, tokens_kv, gpu, Precision.bf16, count)
+    scores = gemm_time_s(tokens_q, tokens_kv, qk_dim, gpu, Precision.bf16, batch=count)
+    values = gemm_time_s(tokens_q, v_dim, tokens_kv, gpu, Precision.bf16, batch=count)
     elements = batch * heads * tokens_q * tokens_kv
     extra = EAGER_DROPOUT_BYTES if dropout else 0
     forward = scores + values + memory_bound_time_s((EAGER_SOFTMAX_BYTES_FORWARD + extra) * elements, gpu, kernels=2)
