@@ -103,3 +103,45 @@ def test_tp_comm_overlap_hides_most_tensor_parallel_communication():
     assert overlapped["time"]["step_s"] < exposed["step_s"]
     # No TP, nothing to overlap: the flag resolves to false.
     assert not trainplan.estimate(**{**job, "tp": 1, "pp": 8, "vpp": 1}, tp_comm_overlap=True)["config"]["tp_comm_overlap"]
+
+
+def test_zero3_gathers_unit_by_unit_and_pays_each_collectives_latency():
+    """FSDP issues one all-gather (and one reduce-scatter) per wrapped block: the same bytes split over
+    more units pay more ring latency, and over more ranks each collective's ring is longer."""
+    from trainplan.tools.collectives import Group
+    from trainplan.tools.step import zero3_exchange_s
+
+    cluster = ClusterSpec.build(load_gpu("h100-sxm-80gb"), 512)
+    group = Group(size=512, ranks_per_node=8)
+    params = 8.6e8 * 80    # a 70B rank's parameters at TP1 PP1
+    one = zero3_exchange_s(params, group, cluster, 0.0, 0.0, 4, 1.0)
+    per_block = zero3_exchange_s(params, group, cluster, 0.0, 0.0, 4, 81.0)
+    assert per_block > one   # with no compute to hide behind, only the latencies differ
+    small = zero3_exchange_s(params, Group(size=64, ranks_per_node=8), cluster, 0.0, 0.0, 4, 81.0)
+    assert per_block > small
+
+
+def test_zero3_forward_gathers_cannot_hide_behind_the_backward():
+    """The forward's all-gathers run during the forward only: a long backward cannot absorb them."""
+    from trainplan.tools.collectives import Group
+    from trainplan.tools.step import COMM_COMPUTE_CONTENTION, zero3_exchange_s
+
+    cluster = ClusterSpec.build(load_gpu("h100-sxm-80gb"), 512)
+    group = Group(size=512, ranks_per_node=8)
+    params, units = 7e10, 81.0
+    balanced = zero3_exchange_s(params, group, cluster, 1.0, 100.0, 4, units)
+    starved = zero3_exchange_s(params, group, cluster, 1e-3, 101.0 - 1e-3, 4, units)
+    assert starved > 2 * balanced
+    # With room to hide, what shows is the first gather, the last reduce-scatter and the contention
+    # share of the rest: far less than the collectives' own time.
+    exposed_in_full = zero3_exchange_s(params, group, cluster, 0.0, 0.0, 4, units)
+    assert balanced < 2 * COMM_COMPUTE_CONTENTION * exposed_in_full
+
+
+def test_zero3_over_thousands_of_ranks_is_slower_than_the_same_work_on_hundreds():
+    """A 70B ZeRO-3 layout: the per-rank work is the same, but its per-block collectives span 4x the ranks."""
+    job = dict(model="llama3-70b", gpu="h100-sxm-80gb", seq=8192, tp=1, pp=1, cp=4, zero=3, mbs=1,
+               recompute="none")
+    small = trainplan.estimate(**job, gpus=512, gbs=512)["time"]
+    large = trainplan.estimate(**job, gpus=2048, gbs=2048)["time"]
+    assert large["breakdown"]["comm/dp"] > small["breakdown"]["comm/dp"]

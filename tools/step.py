@@ -248,12 +248,50 @@ def zero2_reduce_scatters(schedule_code, num_microbatches, pp, vpp):
     return np.where(grouped, np.ceil(m / pp), m)
 
 
+def fsdp_units(stages: list[list[int]]):
+    """Parameter groups ZeRO-3 gathers one at a time on each pipeline stage (numpy array, one per stage).
+
+    PyTorch FSDP wraps each transformer block in its own unit and the rest (embedding, final norm,
+    LM head) in the root unit (torchtitan's apply_fsdp: fully_shard per TransformerBlock, then the
+    model); Megatron-FSDP and DeepSpeed ZeRO-3 likewise fetch parameters module by module. Each unit is
+    one all-gather (and in backward one reduce-scatter) of its own, so a stage issues this many
+    collectives per pass. The root unit counts on the stages holding the embedding or the head.
+    """
+    last = len(stages) - 1
+    return np.array([max(1, len(ids)) + (1 if s in (0, last) else 0) for s, ids in enumerate(stages)], dtype=float)
+
+
+def zero3_exchange_s(params, group, cluster: ClusterSpec, forward_s, backward_s, grad_bytes_per_param, units):
+    """Exposed seconds of ZeRO-3 / FSDP for one micro-batch on one rank (numpy-friendly).
+
+    Each of the `units` parameter groups (fsdp_units) is all-gathered before its forward, all-gathered
+    again before its backward (parameters are resharded after forward, FSDP's default
+    reshard_after_forward=True; ZeRO-3 likewise releases them) and its gradient reduce-scattered after
+    its backward (Rajbhandari et al. 2020, ZeRO §7.2: 1.5x the volume of an all-reduce; Zhao et al.
+    2023, PyTorch FSDP, VLDB). Each collective pays its own ring latency, so a pass issues `units`
+    collectives, not one.
+    Overlap follows FSDP's prefetching (Zhao et al. 2023; torch.distributed.fsdp BackwardPrefetch and
+    forward_prefetch: the next unit's all-gather is issued while the current unit computes):
+    - forward: the first unit's all-gather has nothing to hide behind; the others hide behind the
+      forward compute only (gathers issued for the forward cannot run during the backward);
+    - backward: the gathers and the reduce-scatters share the backward compute as their window, and
+      the last reduce-scatter (the first unit's gradient) comes after the last backward compute.
+    """
+    weights = 2 * params / units
+    grads = grad_bytes_per_param * params / units
+    gather = collective_time_s("all_gather", weights, group, cluster)
+    scatter = collective_time_s("reduce_scatter", grads, group, cluster) * (grad_bytes_per_param > 0)
+    forward = gather + overlapped_s((units - 1) * gather, forward_s)
+    backward = scatter + overlapped_s(units * gather + (units - 1) * scatter, backward_s)
+    return forward + backward
+
+
 def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward_s, num_microbatches,
-                  grad_bytes_per_param: int = 4, reduce_scatters=None):
+                  grad_bytes_per_param: int = 4, reduce_scatters=None, units=1):
     """Exposed data-parallel seconds per step for `params` parameters per rank reduced over `group`.
 
-    numpy-friendly in zero, params, forward_s, backward_s and num_microbatches (the search passes
-    arrays). forward_s/backward_s are one micro-batch's forward and backward on the stage.
+    numpy-friendly in zero, params, forward_s, backward_s, num_microbatches and units (the search
+    passes arrays). forward_s/backward_s are one micro-batch's forward and backward on the stage.
     - ZeRO-0 all-reduces the accumulated gradients once, behind the last backward.
     - ZeRO-1 (Megatron distributed optimizer) reduce-scatters them once, behind the last backward,
       and all-gathers the updated bf16 weights behind the first forward.
@@ -261,7 +299,7 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
       (zero2_reduce_scatters; default: after every micro-batch's backward, DeepSpeed ZeRO-2), plus
       the one weight all-gather.
     - ZeRO-3 all-gathers weights for every forward and backward and reduce-scatters gradients every
-      micro-batch, prefetched behind that micro-batch's compute.
+      micro-batch, unit by unit (`units` per stage, fsdp_units): zero3_exchange_s.
     """
     if group.size == 1:
         return np.zeros_like(np.asarray(forward_s, dtype=float)) * 0.0
@@ -275,19 +313,20 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
     zero1 = overlapped_s(reduce_scatter, backward_s) + gather_once
     runs = num_microbatches if reduce_scatters is None else reduce_scatters
     zero2 = runs * overlapped_s(reduce_scatter, backward_s) + gather_once
-    zero3 = num_microbatches * overlapped_s(2 * all_gather + reduce_scatter, forward_s + backward_s)
+    zero3 = num_microbatches * zero3_exchange_s(params, group, cluster, forward_s, backward_s, grad_bytes_per_param,
+                                                np.asarray(units, dtype=float))
     exposed = np.select([zero == 0, zero == 1, zero == 2], [zero0, zero1, zero2], zero3)
     return exposed * (np.asarray(params) > 0)
 
 
 def data_parallel_s(zero, dense_params, expert_params, groups: dict, cluster: ClusterSpec, forward_s, backward_s,
-                    num_microbatches, bf16_grads: bool = False, reduce_scatters=None):
+                    num_microbatches, bf16_grads: bool = False, reduce_scatters=None, units=1):
     """Exposed data-parallel seconds of one rank: its dense parameters over dp*cp, its expert
     parameters over the expert-data-parallel group (dp_exchange_s each). numpy-friendly in every
     argument but the groups, cluster and bf16_grads: the scalar step and the search share it."""
     grad_bytes = 2 if bf16_grads else 4
     return sum(dp_exchange_s(zero, params, group, cluster, forward_s, backward_s, num_microbatches, grad_bytes,
-                             reduce_scatters)
+                             reduce_scatters, units)
                for params, group in ((dense_params, groups["dp_cp"]), (expert_params, groups["edp"])))
 
 
@@ -376,12 +415,14 @@ def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster
     lora = finetune.is_lora(cfg.method)
     train_dense, train_expert = ((np.array(p) for p in zip(*finetune.trainable_stage_params(model, cfg, stages)))
                                  if lora else (dense, expert))
+    units = fsdp_units(stages)
     exposed = data_parallel_s(zero, train_dense, train_expert, groups, cluster, forward_s, backward_s,
                               num_microbatches, cfg.bf16_grads,
-                              zero2_reduce_scatters(schedule_code, num_microbatches, cfg.pp, vpp))
+                              zero2_reduce_scatters(schedule_code, num_microbatches, cfg.pp, vpp), units)
     if lora:   # the frozen base, sharded under ZeRO-3: all-gathered (bf16, or NF4) with no gradient to reduce
         scale = finetune.frozen_bytes_per_param(cfg) / 2
-        frozen = sum(dp_exchange_s(3, params * scale, group, cluster, forward_s, backward_s, num_microbatches, 0)
+        frozen = sum(dp_exchange_s(3, params * scale, group, cluster, forward_s, backward_s, num_microbatches, 0,
+                                   units=units)
                      for params, group in ((dense, groups["dp_cp"]), (expert, groups["edp"])))
         exposed = exposed + np.where(np.asarray(zero) >= 3, frozen, 0.0)
     zero_shards = np.where(np.asarray(zero) >= 1, cfg.dp * cfg.cp, 1)
