@@ -33,7 +33,8 @@ LEAN_TOOLS = ("list_catalog", "describe_model", "search_configs", "estimate_step
 LEAN_DROPPED_KNOBS = ("gpus_per_node", "intra_node_bw", "inter_node_bw", "optimizer_offload", "bf16_grads",
                       "tp_comm_overlap", "headroom_gib", "allow_cross_node_tp", "max_gpus", "goodput", "lora_rank",
                       "lora_targets", "method", "etp", "dispatcher", "capacity_factor", "force_balance", "grouped_gemm",
-                      "deallocate_pipeline_outputs", "fused_kernels", "sequence_parallel", "bf16_moments")
+                      "deallocate_pipeline_outputs", "save_mlp_act_output", "fused_kernels", "sequence_parallel",
+                      "bf16_moments")
 """Knobs left out when the context is small: null (the default) is what a plan mostly passes. The
 fine-tuning knobs go too: a small-context model plans full training (the offline planner reads
 "with QLoRA" from the request itself); so do the MoE engine knobs (null: expert TP = tp, alltoall,

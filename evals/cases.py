@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trainplan
+from trainplan.tools.contract import Layout
 
 from .dataset import Case, Dataset
 
@@ -209,10 +210,8 @@ def normalise_plan(raw: Any) -> tuple[dict, float | None]:
     return best, share
 
 
-LAYOUT_KEYS = ("gpus", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute", "schedule",
-               "precision", "attention", "sequence_parallel", "optimizer_offload", "bf16_grads", "gpus_per_node",
-               "intra_node_bw", "inter_node_bw", "etp", "dispatcher", "capacity_factor", "force_balance",
-               "grouped_gemm")
+LAYOUT_KEYS = ("gpus", "gpus_per_node", "intra_node_bw", "inter_node_bw", *Layout.model_fields)
+"""What a plan's config carries back to trainplan.estimate: the cluster and every Layout knob."""
 
 
 def estimate_config(config: dict, request: dict) -> dict:

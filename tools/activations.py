@@ -199,6 +199,7 @@ def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
                   optimizer_offload=cfg.optimizer_offload, bf16_grads=cfg.bf16_grads,
                   bf16_moments=cfg.bf16_moments, fp8_activations=cfg.fp8_activations,
                   deallocate_pipeline_outputs=cfg.deallocate_pipeline_outputs,
+                  save_mlp_act_output=cfg.save_mlp_act_output,
                   offload_modules=offload_rules.config_mask(cfg),
                   method=finetune.METHOD_CODES[cfg.method], lora_rank=cfg.lora_rank or 0,
                   lora_targets=finetune.TARGET_CODES[cfg.lora_targets] if cfg.lora_targets else 0)
@@ -211,7 +212,13 @@ def seq_divisor(k: dict):
 
 
 def activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]:
-    """(stored tensors, no-recompute tensors) of one block for knob arrays k."""
+    """(stored tensors, no-recompute tensors) of one block for knob arrays k.
+
+    save_mlp_act_output = 0 (contract.Layout): the dense MLP's fc2 input, silu(gate) * up, is not
+    stored; the fused SwiGLU backward recomputes it from the saved gate and up outputs
+    (xformers.ops.swiglu: _SwiGLUFusedFunc saves x, x1, x2 and silu_bw_fused returns x4 for the
+    down-projection's weight gradient). It stays among the no-recompute tensors, so the recompute
+    working set (memory.py) holds one layer's recomputed product during the backward."""
     t, r = k["tp"], seq_divisor(k)
     s = k["seq"] / k["cp"]
     full = _layer_tensors(model, moe, s, k["seq"], k["mbs"], t, r, k["precision"] == PRECISION_CODES[Precision.fp8],
@@ -220,7 +227,10 @@ def activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]:
         full = finetune.saved_tensor_changes(model, moe, full, s * k["mbs"], k["method"], k["lora_rank"],
                                              k["lora_targets"])
     layer_input = 2 * s * k["mbs"] * model.hidden_size / r
-    return _stored(full, k["recompute"], k["recompute_modules"], layer_input), full
+    stored = _stored(full, k["recompute"], k["recompute_modules"], layer_input)
+    if "mlp/fc2_input" in stored:   # a fused SwiGLU that recomputes its product keeps no down-proj input
+        stored["mlp/fc2_input"] = np.where(k["save_mlp_act_output"] > 0, stored["mlp/fc2_input"], 0.0)
+    return stored, full
 
 
 def activation_bytes_per_layer(model: ModelSpec, cfg: ParallelConfig, layer_index: int) -> dict[str, float]:

@@ -353,6 +353,13 @@ class Layout(BaseModel):
         default=True, description="once a pipeline stage has sent its output to the next, keep only its autograd node, "
                                   "not its data (Megatron's deallocate_pipeline_outputs, which Megatron training always "
                                   "sets); false: every in-flight chunk keeps its 2sbh/t output until its backward")
+    save_mlp_act_output: Annotated[bool, Cli("--save-mlp-act-output/--recompute-mlp-act-output")] = Field(
+        default=True, description="the dense MLP's activation output (SwiGLU's silu(gate)*up, the down-projection "
+                                  "input) is saved for the backward, as Megatron's fused bias_swiglu before Transformer "
+                                  "Engine's Linear does; false: a fused SwiGLU kernel saves only the gate and up "
+                                  "outputs and its backward recomputes the product, as flash attention recomputes its "
+                                  "softmax (xformers.ops.swiglu, Meta's kernel library): 2sbf/t fewer bytes per layer "
+                                  "and micro-batch, no recomputed GEMM")
     method: Method = Field(default=Method.full, description="what is trained: full (every weight), lora (low-rank "
                            "adapters beside a frozen bf16 base) or qlora (adapters beside a frozen 4-bit NF4 base)")
     lora_rank: int | None = Field(default=None, ge=1, description="adapter rank r with method lora or qlora; null: "

@@ -135,6 +135,9 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     precision = _choice(Precision, "precision", precision)
     attention = _choice(Attention, "attention", values["attention"])
     offload_modules = resolve_offload_modules(model, values["offload_modules"])
+    if not values["save_mlp_act_output"] and not module_applies(model, RecomputeModule.mlp):
+        raise InputError(f"{model.name} has no dense MLP layer: save_mlp_act_output=false applies to dense MLPs; "
+                         "use --save-mlp-act-output, or recompute_modules=moe_act for the experts")
     if values["fp8_activations"] and precision is not Precision.fp8:
         raise InputError("fp8_activations needs precision=fp8 (FP8 GEMMs): use --precision fp8 or drop it")
     if precision is Precision.fp8 and not fp8_supported:

@@ -446,9 +446,10 @@ def memory_breakdown(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, headro
 VECTOR_KEYS = ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbatches", "seq",
                "recompute", "schedule", "precision")
 """Required keys of memory_totals_vectorised; optional: sequence_parallel (default 1),
-optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp8_activations (0), deallocate_pipeline_outputs (1), offload_modules (an integer mask of offload.OFFLOAD_BITS; 0), attention (0: flash; 1: eager), recompute_modules (an integer
-mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where recompute is selective), etp (expert TP;
-default: tp),
+optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp8_activations (0), deallocate_pipeline_outputs (1),
+save_mlp_act_output (1), offload_modules (an integer mask of offload.OFFLOAD_BITS; 0), attention (0: flash;
+1: eager), recompute_modules (an integer mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where
+recompute is selective), etp (expert TP; default: tp),
 method (0 full, 1 lora, 2 qlora), lora_rank (0), lora_targets (0 attention, 1 all-linear).
 Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
@@ -463,7 +464,8 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
     worst_stage arrays; ``gpu`` is accepted for symmetry (capacity is gpu.memory_gib).
     """
     defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0, "bf16_moments": 0,
-                "fp8_activations": 0, "deallocate_pipeline_outputs": 1, "offload_modules": 0,
+                "fp8_activations": 0, "deallocate_pipeline_outputs": 1, "save_mlp_act_output": 1,
+                "offload_modules": 0,
                 "attention": ATTENTION_CODES[Attention.flash], "method": 0, "lora_rank": 0, "lora_targets": 1}
     given = {key: arrays.get(key, defaults.get(key)) for key in (*VECTOR_KEYS, *defaults)}
     if given["recompute"] is not None:

@@ -28,6 +28,12 @@ mla_up_proj and moe_act in this vocabulary.
 The recomputed work is timed (recomputed_forward_s) and counted in hardware FLOPs
 (recomputed_flops_per_token) with the same module list, so HFU and the step time agree with the
 memory saved.
+
+Not a mode: a kernel that recomputes inside its own backward, as flash attention does the softmax.
+save_mlp_act_output=false (contract.Layout) is the fused SwiGLU of xformers.ops.swiglu (Meta):
+_SwiGLUFusedFunc saves its input and the gate and up outputs, and silu_bw_fused returns the
+product again for the down-projection's weight gradient. activations.py stops storing the fc2
+input, and recomputed_forward_s times the extra write; it adds no matmul FLOPs.
 """
 
 from __future__ import annotations
@@ -123,22 +129,33 @@ def _moe_act_forward_s(model: ModelSpec, cfg: ParallelConfig, gpu, tokens: float
     return compute.memory_bound_time_s(2 * (reads + 1) * rows * width, gpu)
 
 
+def _mlp_act_output_s(model: ModelSpec, cfg: ParallelConfig, gpu, tokens: float) -> float:
+    """save_mlp_act_output=false: the fused SwiGLU backward, which reads the gate and up outputs
+    anyway, also writes the recomputed product for the down-projection's weight gradient: 2 B per
+    element of f/t, inside the same kernel (no extra launch)."""
+    return compute.memory_bound_time_s(2 * tokens * model.intermediate_size / cfg.tp, gpu, kernels=0)
+
+
 def recomputed_forward_s(model: ModelSpec, cfg: ParallelConfig, gpu, times: compute.OpTimes,
                          layer_ids: list[int]) -> float:
     """Seconds of forward work the backward repeats on one stage for one micro-batch.
 
     ``times`` are the stage's compute.OpTimes over ``layer_ids`` (its blocks, and the embedding and
     head on the end stages); full reruns every block's forward, selective the modules' own work.
+    With save_mlp_act_output=false each dense MLP the recompute mode does not rerun adds the
+    product its fused SwiGLU backward rewrites (_mlp_act_output_s), whatever the mode.
     """
-    if cfg.recompute is Recompute.none:
-        return 0.0
     forward = times.forward_s
+    tokens = cfg.mbs * cfg.seq / cfg.cp
+    n_dense = sum(1 for i in layer_ids if not is_moe_layer(model, i))
+    modules = modules_of(config_mask(cfg))
+    reruns_mlp = cfg.recompute is Recompute.full or RecomputeModule.mlp in modules
+    seconds = 0.0 if cfg.save_mlp_act_output or reruns_mlp else n_dense * _mlp_act_output_s(model, cfg, gpu, tokens)
+    if cfg.recompute is Recompute.none:
+        return seconds
     if cfg.recompute is Recompute.full:
         return sum(v for k, v in forward.items() if k not in ("embedding", "lm_head", "loss"))
-    modules = modules_of(config_mask(cfg))
-    tokens = cfg.mbs * cfg.seq / cfg.cp
-    n_moe = sum(1 for i in layer_ids if is_moe_layer(model, i))
-    seconds = 0.0
+    n_moe = len(layer_ids) - n_dense
     for module in modules:
         if module is RecomputeModule.core_attn:
             seconds += forward.get("attention/core", 0.0)
