@@ -81,15 +81,22 @@ def slug(text: str) -> str:
 
 
 def fusion_note(cfg: ParallelConfig, fused_by_default: bool) -> str | None:
-    """What the layout's fused_kernels asks of an engine that does (Megatron) or does not (plain PyTorch
-    models) fuse norms, rotary and SwiGLU by itself; None when nothing needs doing."""
-    if cfg.fused_kernels == fused_by_default:
-        return None
-    if cfg.fused_kernels:
-        return ("fused_kernels=true: compile the model (torch.compile) or use fused kernels for RMSNorm, rotary and"
-                " SwiGLU; as loaded, these run as separate PyTorch ops and the step is slower than estimated")
-    return ("fused_kernels=false has no setting here: this engine fuses norms, rotary and SwiGLU, so the step"
-            " will be shorter than estimated")
+    """What the layout's kernel knobs ask of an engine that does (Megatron) or does not (plain PyTorch
+    models) fuse norms, rotary and SwiGLU by itself: fused_kernels, and save_mlp_act_output=false (a
+    fused SwiGLU that recomputes its product, which no exported engine has a setting for); None when
+    nothing needs doing."""
+    notes = []
+    if cfg.fused_kernels != fused_by_default and cfg.fused_kernels:
+        notes.append("fused_kernels=true: compile the model (torch.compile) or use fused kernels for RMSNorm, rotary"
+                     " and SwiGLU; as loaded, these run as separate PyTorch ops and the step is slower than estimated")
+    elif cfg.fused_kernels != fused_by_default:
+        notes.append("fused_kernels=false has no setting here: this engine fuses norms, rotary and SwiGLU, so the"
+                     " step will be shorter than estimated")
+    if not cfg.save_mlp_act_output:
+        notes.append("save_mlp_act_output=false (a fused SwiGLU that recomputes its product in its backward, as"
+                     " xformers.ops.swiglu) has no setting here: this engine keeps the product, 2sbf/t bytes per"
+                     " layer and micro-batch more than planned; re-plan with --save-mlp-act-output to check it fits")
+    return "; ".join(notes) or None
 
 
 def hf_attention_note(cfg: ParallelConfig) -> str:
