@@ -1,8 +1,9 @@
 """Refit the calibration table's constants on the cases it names as `fitted_on`, and print the
-held-out errors. Run: python benchmarks/fit_calibration.py [--family ampere|hopper]
+held-out errors. Run: python benchmarks/fit_calibration.py [--family ampere|hopper|moe-host]
 
 The fit is a grid search minimising the mean absolute log error (the eval's MAPE) of the fitted-on cases' published
-throughput figures (hardware TFLOP/s for SC21; causal TFLOP/s for Llama 3), every other constant as
+throughput figures (hardware TFLOP/s for SC21; causal TFLOP/s for Llama 3; step time for the MoE host constant,
+MOE_HOST_S_PER_EXPERT_GEMM, which moe.py reads as HOST_S_PER_EXPERT_GEMM), every other constant as
 in tools/calibration.py. Copy the printed values into tools/calibration.py by hand; this script
 never edits the table."""
 
@@ -15,7 +16,7 @@ import math
 
 from trainplan.evals.cases import evaluate_prediction
 from trainplan.evals.dataset import load_dataset
-from trainplan.tools import calibration, catalog, compute
+from trainplan.tools import calibration, catalog, compute, moe
 
 # family -> (constant names in calibration.FAMILY_EFFICIENCY[family] or "MEMORY_BOUND_EFFICIENCY", grids)
 GRIDS = {
@@ -24,6 +25,10 @@ GRIDS = {
                "attention_efficiency": [x / 100 for x in range(30, 76, 2)]},
 }
 QUANTITIES = ("hardware_tflops_per_gpu", "tflops_per_gpu_causal")
+# The MoE host constant: microseconds per host-issued expert GEMM, inside the tens of microseconds a
+# PyTorch/Transformer Engine op call costs on the host (calibration.MOE_HOST_S_PER_EXPERT_GEMM.method).
+MOE_HOST_GRID_S = [us * 1e-6 for us in range(40, 121)]
+MOE_QUANTITIES = ("step_s",)
 
 
 def _apply(family: str, values: dict[str, float]) -> None:
@@ -37,19 +42,47 @@ def _apply(family: str, values: dict[str, float]) -> None:
     calibration.FAMILY_EFFICIENCY[family] = row
 
 
-def _errors(cases, dataset) -> list[float]:
+def _errors(cases, dataset, quantities=QUANTITIES) -> list[float]:
     out = []
     for case in cases:
         result = evaluate_prediction(case, dataset)
-        out += [math.log1p(e) for q, e in result.error.items() if q in QUANTITIES]
+        out += [math.log1p(e) for q, e in result.error.items() if q in quantities]
     return out
+
+
+def _report(fitted, held, dataset) -> None:
+    for label, cases in (("fitted-on", fitted), ("held-out", held)):
+        for case in cases:
+            result = evaluate_prediction(case, dataset)
+            errs = ", ".join(f"{q} {e:+.1%}" for q, e in result.error.items() if q in QUANTITIES or q == "step_s")
+            print(f"  {label:<9} {case.id:<38} {errs}")
+
+
+def fit_moe_host(dataset) -> None:
+    """Grid-search MOE_HOST_S_PER_EXPERT_GEMM on its fitted-on cases' step times."""
+    fit = calibration.MOE_HOST_S_PER_EXPERT_GEMM
+    fitted = [c for c in dataset.cases if c.id in fit.fitted_on]
+    held = [c for c in dataset.cases if c.id in fit.held_out and c.kind == "prediction"]
+    best = None
+    for value in MOE_HOST_GRID_S:
+        moe.HOST_S_PER_EXPERT_GEMM = value
+        loss = sum(abs(e) for e in _errors(fitted, dataset, MOE_QUANTITIES))
+        if best is None or loss < best[0]:
+            best = (loss, value)
+    moe.HOST_S_PER_EXPERT_GEMM = best[1]
+    print(f"MOE_HOST_S_PER_EXPERT_GEMM: fitted on {', '.join(fit.fitted_on)}")
+    print(f"best: {best[1] * 1e6:g} us")
+    _report(fitted, held, dataset)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--family", choices=sorted(GRIDS), default="ampere")
+    parser.add_argument("--family", choices=sorted(GRIDS) + ["moe-host"], default="ampere")
     args = parser.parse_args()
     dataset = load_dataset()
+    if args.family == "moe-host":
+        fit_moe_host(dataset)
+        return
     row = calibration.FAMILY_EFFICIENCY[args.family]
     fitted_ids = set().union(*(fit.fitted_on for fit in row.values()))
     if "MEMORY_BOUND_EFFICIENCY" in GRIDS[args.family]:
@@ -67,11 +100,7 @@ def main() -> None:
     _apply(args.family, best[1])
     print(f"{args.family}: fitted on {', '.join(sorted(fitted_ids))}")
     print("best:", ", ".join(f"{k} = {v:g}" for k, v in best[1].items()))
-    for label, cases in (("fitted-on", fitted), ("held-out", held)):
-        for case in cases:
-            result = evaluate_prediction(case, dataset)
-            errs = ", ".join(f"{q} {e:+.1%}" for q, e in result.error.items() if q in QUANTITIES or q == "step_s")
-            print(f"  {label:<9} {case.id:<34} {errs}")
+    _report(fitted, held, dataset)
 
 
 if __name__ == "__main__":

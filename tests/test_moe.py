@@ -91,6 +91,31 @@ def test_host_issued_expert_gemms_show_only_beyond_gpu_time():
     assert _moe_ms(many, "moe/host") == pytest.approx(max(0.0, host_ms - gpu_ms), rel=0.05)
 
 
+def test_host_paced_layer_amortises_with_micro_batch_size():
+    """Host-issued expert GEMMs cost the same host time at any micro-batch size, so a host-paced MoE
+    layer (Qwen3-30B-A3B, EP8: 16 local experts, on B200) takes about as long at MBS 2 as at MBS 1 and its
+    time per token falls towards the GPU's rate as MBS grows; a fused grouped GEMM is GPU-paced from the
+    start, its time per token nearly flat. (The signature that rules a host cost out for the H100 rows in
+    evals: their time per token is the same at MBS 1 and 2.)"""
+    b200 = load_gpu("b200")
+
+    def layer(mbs, grouped_gemm):
+        cfg = resolve_config(QWEN3, 8, seq=4096, ep=8, mbs=mbs, force_balance=True, precision="fp8",
+                             grouped_gemm=grouped_gemm)
+        times = compute.layer_times(QWEN3, cfg, b200, QWEN3.moe_layers[0])
+        parts = (times.forward_s, times.backward_input_s, times.backward_weight_s)
+        total = times.forward + times.backward_input + times.backward_weight
+        return total, sum(part.get("moe/host", 0.0) for part in parts) / total
+
+    (host_1, share_1), (host_2, _), (host_4, share_4) = (layer(m, "per_expert") for m in (1, 2, 4))
+    (fused_1, _), (fused_4, _) = (layer(m, "fused") for m in (1, 4))
+    assert share_1 > 0.5 > share_4                        # the host sets the pace at MBS 1, not at MBS 4
+    assert host_2 < 1.5 * host_1                          # twice the tokens, far less than twice the time
+    assert host_4 / 4 < 0.5 * host_1                      # per token: amortised
+    assert fused_4 / 4 > 0.6 * fused_1                    # GPU-paced: per token nearly flat
+    assert fused_1 < host_1 and fused_4 <= host_4         # the host term only ever adds time
+
+
 def test_allgather_dispatch_moves_the_whole_group_tokens():
     """All-to-all sends k copies of one rank's T tokens, (n-1)/n of them off the rank; the allgather
     dispatcher gathers the n ranks' T tokens. On n = 4 ranks with top-8 routing allgather moves n/k = 1/2."""
