@@ -24,7 +24,10 @@ practitioner gives up for fewer moving parts."""
 CP_USUAL_MIN_SEQ = 32768
 """Context parallelism is used from about 32K tokens (Llama 3 used CP16 only for its 128K stage,
 §3.3.2; Megatron-Core's long-context recipes enable CP at 32K and up). Below it a CP layout counts
-as one more moving part in the simplicity preference."""
+as one more moving part in the simplicity preference. It is a preference, not a rule of physics:
+NVIDIA NeMo's default Llama 3 pre-training recipes run CP2 at 8,192 tokens (recipes/llama3_8b.py
+TP1 CP2; recipes/llama3_70b.py TP4 PP4 VP5 CP2), because with grouped-query attention a CP rank
+exchanges only its K and V, far less than the activations TP all-gathers."""
 
 # Tokens per optimizer step that published runs used, by total parameters. log-log interpolation
 # between these points, flat beyond the ends.
