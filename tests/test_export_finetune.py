@@ -1,8 +1,9 @@
 """Fine-tuning tool exports (Axolotl, LLaMA-Factory, TRL/PEFT): the method, rank and targets reach each
 tool's own keys, the batch identity closes in the tool's terms, and model-parallel layouts are refused.
 
-The tools' own config parsers pull in torch and CUDA packages, so these checks read the YAML back and
-check each key against the name the tool documents (the exporter modules cite where)."""
+These checks read the YAML back and check each key against the name the tool documents (the exporter
+modules cite where); test_export_finetune_tools.py runs the same layouts through the tools' own parsers
+where they are installed."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ which support.REFUSALS enforces with one line (tp, pp, cp, ep > 1; fp8; offload 
 Key names are those of Axolotl's config reference (docs/config-reference.qmd) and its examples
 (examples/llama-3/qlora.yml, lora-8b.yml): adapter, load_in_4bit, lora_r, lora_alpha, lora_dropout,
 lora_target_linear / lora_target_modules, sequence_len, micro_batch_size, gradient_accumulation_steps,
-bf16, gradient_checkpointing, flash_attention, optimizer, deepspeed. ZeRO is written as one of the
+bf16, gradient_checkpointing, attn_implementation (Axolotl 0.19 deprecates the boolean flash_attention: true
+in its favour and rejects the two together), optimizer, deepspeed. ZeRO is written as one of the
 DeepSpeed files Axolotl ships in deepspeed_configs/ (zero1.json, zero2.json, zero3_bf16.json,
 zero3_bf16_cpuoffload_all.json).
 
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 import yaml
 
-from ..specs import Attention, ModelSpec, ParallelConfig, Recompute
-from .common import (ExportResult, adapter_notes, adapter_of, base_model_note, batch_of, comment_block,
+from ..specs import ModelSpec, ParallelConfig, Recompute
+from .common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_notes, adapter_of, base_model_note, batch_of, comment_block,
                      data_parallel_note, header, selective_recompute_note, slug)
 from .support import refuse
 
@@ -51,7 +52,7 @@ def export_axolotl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> 
         "gradient_accumulation_steps": batch.accumulation,
         "bf16": True,
         "gradient_checkpointing": cfg.recompute is Recompute.full,
-        "flash_attention": cfg.attention is Attention.flash,
+        "attn_implementation": HF_ATTN_IMPLEMENTATION[cfg.attention],
     })
     if adapter is not None and adapter.method == "qlora":
         config["optimizer"] = "paged_adamw_32bit"
@@ -66,6 +67,8 @@ def export_axolotl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> 
             config["deepspeed"] = DEEPSPEED_FILES[cfg.zero]
         notes.append(f"deepspeed: {config['deepspeed']} is relative to the Axolotl repository; its batch fields"
                      " are 'auto' and follow micro_batch_size and gradient_accumulation_steps")
+    notes.append(f"attn_implementation: {config['attn_implementation']} is the key Axolotl 0.19 reads; older releases"
+                 " without it spell flash attention as flash_attention: true")
     if cfg.recompute is Recompute.selective:
         notes.append(selective_recompute_note("Axolotl"))
     notes += adapter_notes(adapter, model)

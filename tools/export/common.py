@@ -99,11 +99,17 @@ def fusion_note(cfg: ParallelConfig, fused_by_default: bool) -> str | None:
     return "; ".join(notes) or None
 
 
+HF_ATTN_IMPLEMENTATION = {Attention.flash: "flash_attention_2", Attention.eager: "eager"}
+"""The layout's attention kernel as Hugging Face models name it (from_pretrained's attn_implementation; Axolotl's
+attn_implementation key takes the same names)."""
+
+
 def hf_attention_note(cfg: ParallelConfig) -> str:
     """How a Hugging Face model picks the layout's attention kernel (from_pretrained's attn_implementation)."""
+    name = HF_ATTN_IMPLEMENTATION[cfg.attention]
     if cfg.attention is Attention.eager:
-        return 'attention=eager: load the model with attn_implementation="eager" (unfused s x s attention)'
-    return ('attention=flash: load the model with attn_implementation="flash_attention_2" (or "sdpa", whose flash'
+        return f'attention=eager: load the model with attn_implementation="{name}" (unfused s x s attention)'
+    return (f'attention=flash: load the model with attn_implementation="{name}" (or "sdpa", whose flash'
             ' backend runs the same kernel)')
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import yaml
 
-from ..specs import Attention, ModelSpec, ParallelConfig, Recompute
-from .common import (ExportResult, adapter_notes, adapter_of, base_model_note, batch_of, comment_block,
+from ..specs import ModelSpec, ParallelConfig, Recompute
+from .common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_notes, adapter_of, base_model_note, batch_of, comment_block,
                      data_parallel_note, header, selective_recompute_note, slug)
 from .support import refuse
 
@@ -48,8 +48,7 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
         "max_length": cfg.seq,
         "bf16": True,
         "gradient_checkpointing": cfg.recompute is Recompute.full,
-        "model_init_kwargs": {"attn_implementation": "flash_attention_2" if cfg.attention is Attention.flash
-                              else "eager", "dtype": "bfloat16"},
+        "model_init_kwargs": {"attn_implementation": HF_ATTN_IMPLEMENTATION[cfg.attention], "dtype": "bfloat16"},
     }
     if cfg.recompute is Recompute.full:
         sft["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
@@ -69,6 +68,9 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
     if cfg.recompute is Recompute.selective:
         notes.append(selective_recompute_note("TrainingArguments"))
     notes.append('model_init_kwargs.dtype is the transformers >= 4.56 name; older versions spell it torch_dtype')
+    if cfg.recompute is Recompute.full:
+        notes.append("gradient_checkpointing is the name every transformers release reads; recent 5.x releases call it"
+                     " activation_checkpointing and keep the old name as an alias until v6")
     notes += adapter_notes(adapter, model)
     notes.append(base_model_note("model", model_ref))
     notes.append(data_parallel_note("trl", cfg))
