@@ -1,10 +1,12 @@
 """Time of the work one GPU does for one layer and one micro-batch: GEMMs, attention, memory-bound ops.
 
 Everything is a roofline, time = max(FLOPs / (peak * efficiency), bytes / (HBM bandwidth * efficiency)),
-with the efficiencies named below. GEMM efficiency depends on the shape through wave quantization:
-a GEMM of M x N output is cut into tiles; the SMs run them in waves, and the last, partly filled wave
-costs as much as a full one (NVIDIA, "Matrix Multiplication Background User's Guide", section
-"Wave Quantization"). Small inner dimensions fall to the memory roofline by themselves.
+plus a launch cost per kernel, with the efficiencies named below. GEMM efficiency depends on the
+shape (gemm_time_s, gemm_efficiency): a GEMM of M x N output is cut into tiles; the SMs run them in
+waves, and the last, partly filled wave costs as much as a full one (NVIDIA, "Matrix Multiplication
+Background User's Guide", section "Wave Quantization"); small inner dimensions fall to the memory
+roofline, and kernels of a few microseconds to the launch floor, by themselves.
+benchmarks/bench_gemm.py prints the resulting efficiency over shapes.
 
 Conventions: FLOPs are 2 per multiply-add. Forward GEMMs cost F; backward costs 2F (input
 gradient B = F, weight gradient W = F). The layout's `attention` knob picks the kernel, never the
@@ -27,12 +29,23 @@ from dataclasses import dataclass, field
 from . import calibration
 from .specs import Attention, GPUSpec, ModelSpec, ParallelConfig, Precision
 
-# Output tile of the GEMM kernels (cuBLAS/CUTLASS default class for large bf16 GEMMs).
+# Output tile of one thread block of the GEMM kernels, rows x columns. NVIDIA's "Matrix Multiplication
+# Background User's Guide" (DU-09799-001, §2.3 "Typical Tile Dimensions in cuBLAS and Performance")
+# lists the tiles cuBLAS chooses from, 256x128 down to 64x64, larger tiles reusing more data; 128x128
+# is the middle of that list, the one class every family (Ampere, Hopper, Blackwell) has. A single
+# tile for every family: 256x128 (Ampere, Blackwell) and 128x256 (Hopper) tiles were tried and made
+# held-out errors worse (dense step-time MAPE 5.8% -> 6.0%, the IBM FSDP 7B H100 row +16.7% -> +20.3%
+# after refitting eta_max), and so did counting the padding of partial tiles (5.8% -> 5.8%, no gain).
 GEMM_TILE_M = 128
 GEMM_TILE_N = 128
 # Fraction of HBM bandwidth that streaming kernels (norms, activations, softmax, Adam) reach.
 MEMORY_BOUND_EFFICIENCY = calibration.MEMORY_BOUND_EFFICIENCY.value
-# Fixed cost of one kernel launch (host launch + tail), seconds. CUDA graphs hide some of it.
+# Fixed cost of one kernel launch, seconds, counted once per kernel launched (every GEMM, attention
+# kernel and memory-bound kernel of every layer): the host's launch call and the gap between
+# back-to-back kernels on a stream. NVIDIA's "Getting Started with CUDA Graphs" (Technical Blog,
+# A. Gray 2019) measures a 2.9 us kernel at 3.8 us per launch when kernels are issued back to back
+# (9.6 us with a synchronisation after each); the CUDA Programming Guide §4.2 (CUDA Graphs) names
+# this per-kernel launch overhead. It is what sets the time of tiny kernels (bench_gemm.py).
 KERNEL_LAUNCH_S = 4e-6
 
 
@@ -75,7 +88,12 @@ def efficiency_ceiling(gpu: GPUSpec) -> float:
 
 
 def wave_efficiency(m: float, n: float, gpu: GPUSpec, batch: int = 1) -> float:
-    """Share of the last wave that does useful work: tiles / (waves * SMs)."""
+    """Useful share of the SMs' waves for `batch` GEMMs of an m x n output, run as one kernel.
+
+    The output is cut into ceil(m/128) x ceil(n/128) tiles per GEMM; the SMs run them in waves of
+    sm_count tiles, and the last, partly filled wave costs as much as a full one (NVIDIA, "Matrix
+    Multiplication Background User's Guide", §3.2 "Wave Quantization"): tiles / (waves x SMs).
+    """
     tiles = batch * math.ceil(m / GEMM_TILE_M) * math.ceil(n / GEMM_TILE_N)
     waves = math.ceil(tiles / gpu.sm_count)
     return tiles / (waves * gpu.sm_count)
@@ -83,13 +101,15 @@ def wave_efficiency(m: float, n: float, gpu: GPUSpec, batch: int = 1) -> float:
 
 def gemm_time_s(m: float, n: float, k: float, gpu: GPUSpec, precision: Precision, count: int = 1,
                 batch: int = 1) -> float:
-    """Seconds for `count` kernels, each running `batch` GEMMs of (m x k) @ (k x n), on one GPU: the
-    roofline with wave quantization.
+    """Seconds for `count` kernels, each running `batch` GEMMs of (m x k) @ (k x n), on one GPU.
 
-    `count` kernels are launched one after another (per-expert GEMMs issued by the host); the tiles of
-    the `batch` GEMMs of one kernel (a strided-batched GEMM such as torch.bmm / baddbmm, which
-    Megatron's and Hugging Face's unfused attention call once for all sequences and heads) share the
-    SMs' waves and pay one launch.
+    t = max(F / (peak x eta_max x wave_efficiency), bytes / (HBM bandwidth x MEMORY_BOUND_EFFICIENCY))
+        + KERNEL_LAUNCH_S
+    with F = 2 m n k x batch, eta_max the family's gemm_efficiency (calibration table) and bytes the
+    operands read and the bf16 output written once. The `count` kernels are launched one after
+    another (per-expert GEMMs issued by the host); the tiles of the `batch` GEMMs of one kernel (a
+    strided-batched or grouped GEMM: torch.bmm / baddbmm, which Megatron's and Hugging Face's unfused
+    attention call once for all sequences and heads) share the SMs' waves and pay one launch.
     """
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
@@ -100,6 +120,14 @@ def gemm_time_s(m: float, n: float, k: float, gpu: GPUSpec, precision: Precision
     compute_s = flops / peak
     memory_s = bytes_moved / (gpu.hbm_bandwidth_gb_s * 1e9 * MEMORY_BOUND_EFFICIENCY)
     return count * (max(compute_s, memory_s) + KERNEL_LAUNCH_S)
+
+
+def gemm_efficiency(m: float, n: float, k: float, gpu: GPUSpec, precision: Precision, batch: int = 1) -> float:
+    """Share of the dense peak one GEMM kernel reaches, from gemm_time_s: 2 m n k batch / (t x peak).
+    At most the family's gemm_efficiency (eta_max); lower for partial waves, memory-bound shapes and
+    kernels short enough for the launch to count."""
+    return 2.0 * m * n * k * batch / (gemm_time_s(m, n, k, gpu, precision, batch=batch)
+                                      * gpu.peak_tflops(precision) * 1e12)
 
 
 def memory_bound_time_s(bytes_moved: float, gpu: GPUSpec, kernels: int = 1) -> float:
@@ -161,14 +189,17 @@ FP8_CAST_BYTES_PER_ELEMENT = 5
 
 
 def linear(times: OpTimes, key: str, tokens: float, k_in: float, n_out: float, gpu: GPUSpec,
-           precision: Precision, count: int = 1) -> None:
-    """A Linear layer: forward (T x k) @ (k x n); backward input grad and weight grad of the same size."""
-    forward = gemm_time_s(tokens, n_out, k_in, gpu, precision, count)
-    backward_input = gemm_time_s(tokens, k_in, n_out, gpu, precision, count)
-    backward_weight = gemm_time_s(k_in, n_out, tokens, gpu, precision, count)
+           precision: Precision, count: int = 1, batch: int = 1) -> None:
+    """A Linear layer: forward (T x k) @ (k x n); backward input grad and weight grad of the same size.
+    `count` and `batch` as in gemm_time_s: `count` separately launched copies (per-expert GEMMs), or
+    `batch` copies in one grouped kernel (a device-side grouped GEMM over the local experts)."""
+    forward = gemm_time_s(tokens, n_out, k_in, gpu, precision, count, batch)
+    backward_input = gemm_time_s(tokens, k_in, n_out, gpu, precision, count, batch)
+    backward_weight = gemm_time_s(k_in, n_out, tokens, gpu, precision, count, batch)
     if precision is Precision.fp8:
-        forward += memory_bound_time_s(FP8_CAST_BYTES_PER_ELEMENT * count * tokens * k_in, gpu)
-        backward_input += memory_bound_time_s(FP8_CAST_BYTES_PER_ELEMENT * count * tokens * n_out, gpu)
+        copies = count * batch
+        forward += memory_bound_time_s(FP8_CAST_BYTES_PER_ELEMENT * copies * tokens * k_in, gpu)
+        backward_input += memory_bound_time_s(FP8_CAST_BYTES_PER_ELEMENT * copies * tokens * n_out, gpu)
     times.add(key, forward, backward_input, backward_weight)
 
 
