@@ -86,3 +86,24 @@ def test_exports_say_the_engine_keeps_the_product(engine):
     plain = export(engine, model, resolve_config(model, **kw), model_ref="llama3-8b")
     assert any("save_mlp_act_output=false" in note for note in fused.notes)
     assert not any("save_mlp_act_output" in note for note in plain.notes)
+
+
+def test_eager_ops_keep_the_fp32_norm_input_and_silu_output():
+    """fused_kernels=false (PyTorch eager, as Hugging Face's LlamaRMSNorm and LlamaMLP): each RMSNorm
+    keeps its fp32 copy (pow and the rsqrt multiply) beside the bf16 normalized tensor, 4 B per
+    element more than the fused kernel's bf16 input, and silu(gate) stays for the multiply, 2 s f / t.
+    LayerNorm (one ATen kernel even in eager mode) and a GeLU MLP keep what the fused kernels keep."""
+    s, t = 4096, 2
+    llama = load_model("llama3-8b")
+    kw = dict(gpus=8, tp=t, seq=s, gbs=8, recompute="none")
+    fused = activation_bytes_per_layer(llama, resolve_config(llama, **kw), 0)
+    eager = activation_bytes_per_layer(llama, resolve_config(llama, fused_kernels=False, **kw), 0)
+    assert eager.pop("norm/eager_fp32") == 4 * 2 * s * llama.hidden_size / t   # two norms, sequence parallel
+    assert eager.pop("mlp/eager_silu_output") == 2 * s * llama.intermediate_size / t
+    assert eager == fused
+    gpt = load_model("gpt3-175b")
+    assert activation_bytes_per_layer(gpt, resolve_config(gpt, fused_kernels=False, **kw), 0) == \
+        activation_bytes_per_layer(gpt, resolve_config(gpt, **kw), 0)
+    mlp_recompute = resolve_config(llama, fused_kernels=False, **{**kw, "recompute": "selective"},
+                                   recompute_modules="mlp")
+    assert "mlp/eager_silu_output" not in activation_bytes_per_layer(llama, mlp_recompute, 0)

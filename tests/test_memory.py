@@ -468,6 +468,7 @@ def _random_layouts(model, rng, count):
             schedule=str(rng.choice(["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"])),
             sequence_parallel=bool(rng.random() < 0.8), optimizer_offload=bool(rng.random() < 0.2),
             bf16_grads=bool(rng.random() < 0.2), save_mlp_act_output=bool(rng.random() < 0.7),
+            fused_kernels=bool(rng.random() < 0.7),
         )
         dp = int(rng.choice([1, 2, 4, 8, 16]))
         kw["vpp"] = int(rng.choice([2, 3])) if kw["schedule"] == "interleaved" else 1
@@ -489,7 +490,7 @@ def test_vectorised_equals_scalar(name):
     arrays = {
         key: np.array([getattr(c, key) for c in cfgs]) for key in
         ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbatches", "seq",
-         "sequence_parallel", "optimizer_offload", "bf16_grads", "save_mlp_act_output")
+         "sequence_parallel", "optimizer_offload", "bf16_grads", "save_mlp_act_output", "fused_kernels")
     }
     arrays["recompute"] = np.array([RECOMPUTE_CODES[c.recompute] for c in cfgs])
     arrays["schedule"] = np.array([SCHEDULE_CODES[c.schedule] for c in cfgs])

@@ -93,7 +93,7 @@ def has_dropout(model: ModelSpec) -> bool:
 
 
 def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=False,
-                   fp8_activations=False) -> dict[str, np.ndarray]:
+                   fp8_activations=False, unfused=False) -> dict[str, np.ndarray]:
     """Bytes one block saves for backward per micro-batch with no recompute, per tensor group.
 
     s: local tokens per sequence (seq / cp); seq: full length (keys of eager attention).
@@ -125,6 +125,13 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
     and shared experts are cached in FP8 (1 B, so 2sbf_e for gate and up), and the attention output
     O, read by the attention backward and the output projection, is one 16-bit copy (DeepSeek's
     E5M6, taken at 2 B: the report does not say it is packed) instead of bf16 O plus an FP8 cache.
+    unfused (fused_kernels=false: PyTorch eager ops, as Hugging Face's LlamaRMSNorm and LlamaMLP run
+    them; what each op saves is PyTorch's tools/autograd/derivatives.yaml): RMSNorm casts its input
+    to fp32, which pow and the rsqrt multiply save (4 B), and the weight multiply saves the bf16
+    normalized tensor (2 B), instead of the fused kernel's bf16 input (2 B): + 4 B per element per
+    norm. LayerNorm is one ATen kernel (native_layer_norm) even in eager mode: unchanged. SwiGLU as
+    silu then mul keeps silu(gate) as well, 2 s b f / t more (routed and shared experts alike).
+    Rotary multiplies by the cos/sin tables, which do not require grad: nothing per token.
     """
     h, a = model.hidden_size, model.num_attention_heads
     tok = s * b
@@ -151,10 +158,14 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
     x["attention/context"] = np.where(eager, gemm_in, context_bytes) * tok * v_width / t
     if dropout:
         x["attention/dropout_mask"] = tok * h / r
+    eager_glu = np.where(unfused, 2.0, 0.0) * model.gated_mlp   # silu(gate), which the mul saves
+    if model.norm_type == "rmsnorm":
+        x["norm/eager_fp32"] = np.where(unfused, 4.0, 0.0) * model.norms_per_layer * tok * h / r
     if not moe:
         shares_input = model.parallel_attention_mlp and model.norms_per_layer == 1
         x["mlp/fc1_input"] = 0 * tok if shares_input else gemm_in * tok * h / r
         x["mlp/act_input"] = act * tok * model.intermediate_size / t
+        x["mlp/eager_silu_output"] = eager_glu * tok * model.intermediate_size / t
         x["mlp/fc2_input"] = gemm_in * tok * model.intermediate_size / t
     else:
         act = act * np.where(fp8_activations, 0.5, 1.0)   # SwiGLU inputs cached in FP8
@@ -168,6 +179,7 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
         x["moe/expert_act_input"] = act * rows * fe / t
         x["moe/expert_fc2_input"] = gemm_in * rows * fe / t
         x["moe/shared_experts"] = (act + gemm_in) * tok * fs / t
+        x["moe/eager_silu_output"] = eager_glu * (rows * fe + tok * fs) / t
     if dropout:
         x["mlp/dropout_mask" if not moe else "moe/dropout_mask"] = tok * h / r
     return x
@@ -199,7 +211,7 @@ def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
                   optimizer_offload=cfg.optimizer_offload, bf16_grads=cfg.bf16_grads,
                   bf16_moments=cfg.bf16_moments, fp8_activations=cfg.fp8_activations,
                   deallocate_pipeline_outputs=cfg.deallocate_pipeline_outputs,
-                  save_mlp_act_output=cfg.save_mlp_act_output,
+                  save_mlp_act_output=cfg.save_mlp_act_output, fused_kernels=cfg.fused_kernels,
                   offload_modules=offload_rules.config_mask(cfg),
                   method=finetune.METHOD_CODES[cfg.method], lora_rank=cfg.lora_rank or 0,
                   lora_targets=finetune.TARGET_CODES[cfg.lora_targets] if cfg.lora_targets else 0)
@@ -222,7 +234,8 @@ def activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]:
     t, r = k["tp"], seq_divisor(k)
     s = k["seq"] / k["cp"]
     full = _layer_tensors(model, moe, s, k["seq"], k["mbs"], t, r, k["precision"] == PRECISION_CODES[Precision.fp8],
-                          k["attention"] == ATTENTION_CODES[Attention.eager], k["fp8_activations"] > 0)
+                          k["attention"] == ATTENTION_CODES[Attention.eager], k["fp8_activations"] > 0,
+                          k["fused_kernels"] < 1)
     if np.any(k.get("method", 0) > 0):   # LoRA/QLoRA: frozen linears save no input; the x A products
         full = finetune.saved_tensor_changes(model, moe, full, s * k["mbs"], k["method"], k["lora_rank"],
                                              k["lora_targets"])

@@ -54,10 +54,10 @@ DROPS: dict[RecomputeModule, tuple[str, ...]] = {
     RecomputeModule.core_attn: ("attention/core",),
     RecomputeModule.layernorm: ("attention/qkv_input", "mlp/fc1_input", "moe/input"),
     RecomputeModule.mla_up_proj: ("attention/latent_norm_out", "attention/qkv"),
-    RecomputeModule.moe_act: ("moe/expert_fc2_input",),
-    RecomputeModule.mlp: ("mlp/act_input", "mlp/fc2_input"),
+    RecomputeModule.moe_act: ("moe/expert_fc2_input", "moe/eager_silu_output"),
+    RecomputeModule.mlp: ("mlp/act_input", "mlp/eager_silu_output", "mlp/fc2_input"),
     RecomputeModule.moe: ("moe/router_scores", "moe/dispatched", "moe/probs", "moe/expert_act_input",
-                          "moe/expert_fc2_input", "moe/shared_experts"),
+                          "moe/expert_fc2_input", "moe/shared_experts", "moe/eager_silu_output"),
 }
 """Tensor groups (memory._layer_tensors keys) a module's recompute stops saving."""
 CHECKPOINT_INPUT = {RecomputeModule.mlp: "mlp/fc1_input"}
