@@ -145,3 +145,27 @@ def test_zero3_over_thousands_of_ranks_is_slower_than_the_same_work_on_hundreds(
     small = trainplan.estimate(**job, gpus=512, gbs=512)["time"]
     large = trainplan.estimate(**job, gpus=2048, gbs=2048)["time"]
     assert large["breakdown"]["comm/dp"] > small["breakdown"]["comm/dp"]
+
+
+def test_sequence_parallel_backward_hides_the_column_parallel_collectives():
+    """Megatron's backward re-gathers a column-parallel GEMM's input while computing its input gradient
+    and reduce-scatters that gradient while computing the weight gradient; only the row-parallel
+    output-gradient all-gather is on the critical path."""
+    from trainplan.tools.collectives import collective_time_s, group_layout
+    from trainplan.tools.specs import ParallelConfig
+    from trainplan.tools.step import COMM_COMPUTE_CONTENTION, tp_comm_s
+
+    cluster = ClusterSpec.build(load_gpu("h100-sxm-80gb"), 64)
+    cfg = ParallelConfig(tp=8, pp=1, cp=1, dp=8, mbs=1, seq=8192, sequence_parallel=True)
+    groups = group_layout(cfg, cluster.gpus_per_node)
+    activation_bytes = 2 * 8192 * 8192
+    gather = collective_time_s("all_gather", activation_bytes, groups["tp"], cluster)
+    scatter = collective_time_s("reduce_scatter", activation_bytes, groups["tp"], cluster)
+    no_window = tp_comm_s(cfg, cluster, groups, activation_bytes, 2, (0.0, 0.0), 0.0)
+    assert no_window == pytest.approx(2 * (gather + scatter) + 2 * (2 * gather + scatter))
+    hidden = tp_comm_s(cfg, cluster, groups, activation_bytes, 2, (1.0, 1.0), 0.0)
+    assert hidden == pytest.approx(2 * (gather + scatter) + 2 * gather + COMM_COMPUTE_CONTENTION * 2 * (gather + scatter))
+    # Without sequence parallelism (2021 Megatron-LM): one all-reduce per block each way, exposed.
+    plain = ParallelConfig(tp=8, pp=1, cp=1, dp=8, mbs=1, seq=8192, sequence_parallel=False)
+    all_reduce = collective_time_s("all_reduce", activation_bytes, groups["tp"], cluster)
+    assert tp_comm_s(plain, cluster, groups, activation_bytes, 2, (1.0, 1.0), 0.0) == pytest.approx(4 * all_reduce)

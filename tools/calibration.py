@@ -95,14 +95,15 @@ FAMILY_EFFICIENCY: dict[str, dict[str, Fitted]] = {
     },
     "hopper": {
         "gemm_efficiency": Fitted(
-            value=0.58,
+            value=0.56,
             meaning="share of the dense peak that large GEMMs sustain in training (before wave quantization)",
             fitted_on=("llama3-405b-8k-8192gpu",),
             held_out=_HOPPER_HELD,
             method="fitted jointly with the Hopper attention efficiency on Llama 3 405B Table 4, 8,192-GPU 8K row "
                    "(causal attention FLOPs, V=8 interleaving assumed); below the 80.1% that the best-shaped bf16 matmul reaches on H100 SXM "
                    "(ml-engineering MAMF table, 792.1 of 989 TFLOP/s). One row: refit when more Hopper runs "
-                   "with published layouts are added",
+                   "with published layouts are added (last refit, 0.58 -> 0.56: the step model now hides the "
+                   "column-parallel collectives of Megatron's sequence-parallel backward, step.tp_comm_s)",
         ),
         "attention_efficiency": Fitted(
             value=0.46,

@@ -111,14 +111,62 @@ def stage_layers(model: ModelSpec, pp: int) -> list[list[int]]:
     return stages
 
 
+def column_parallel_backward_s(layer: compute.OpTimes, model: ModelSpec, is_moe: bool) -> tuple[float, float]:
+    """(input-gradient, weight-gradient) seconds of the layer's column-parallel GEMMs (QKV, and fc1 of a
+    dense MLP): the windows Megatron's backward hides tensor-parallel collectives behind. fc1's share
+    of the MLP's GEMM time is its share of the MLP's FLOPs: 2 of 3 matrices when the MLP is gated."""
+    dgrad = layer.backward_input_s.get("attention/qkv", 0.0)
+    wgrad = layer.backward_weight_s.get("attention/qkv", 0.0)
+    if not is_moe:
+        fc1_share = (2 if model.gated_mlp else 1) / (3 if model.gated_mlp else 2)
+        dgrad += fc1_share * layer.backward_input_s.get("mlp", 0.0)
+        wgrad += fc1_share * layer.backward_weight_s.get("mlp", 0.0)
+    return dgrad, wgrad
+
+
+def tp_comm_s(cfg: ParallelConfig, cluster: ClusterSpec, groups: dict, activation_bytes: float, blocks: int,
+               column_backward: tuple[float, float], gemm_s: float) -> float:
+    """Exposed tensor-parallel seconds of one layer, forward + backward, for one micro-batch.
+
+    With sequence parallelism (Korthikanti et al. 2022; Megatron-Core tensor_parallel/layers.py,
+    LinearWithGradAccumulationAndAsyncCommunication), per attention or MLP block:
+    - forward: all-gather before the column-parallel GEMM, reduce-scatter after the row-parallel one,
+      each on the critical path;
+    - backward: the row-parallel GEMM's output gradient is all-gathered before anything can run
+      (exposed); the column-parallel GEMM re-gathers its sequence-sharded input for the weight
+      gradient while its input gradient is computed, and reduce-scatters that input gradient while
+      its weight gradient is computed (async collectives, CUDA_DEVICE_MAX_CONNECTIONS=1 orders them
+      first), so those two hide behind the column-parallel GEMMs (overlapped_s).
+    Without sequence parallelism: one all-reduce per block each way, exposed (the 2021 Megatron-LM
+    the SC21 and GPT-3 runs used had no asynchronous backward all-reduce).
+    With tp_comm_overlap, Transformer Engine's userbuffers split each GEMM and pipeline its
+    collectives under the chunks: all of them hide behind the layer's GEMMs."""
+    group = groups["tp"]
+    if cfg.sequence_parallel:
+        gather = collective_time_s("all_gather", activation_bytes, group, cluster)
+        scatter = collective_time_s("reduce_scatter", activation_bytes, group, cluster)
+        forward = blocks * (gather + scatter)
+        if cfg.tp_comm_overlap:
+            return float(overlapped_s(forward + blocks * (2 * gather + scatter), gemm_s))
+        dgrad_s, wgrad_s = column_backward
+        backward = (blocks * gather + overlapped_s(blocks * gather, dgrad_s)
+                    + overlapped_s(blocks * scatter, wgrad_s))
+        return float(forward + backward)
+    per_pass = blocks * collective_time_s("all_reduce", activation_bytes, group, cluster)
+    if cfg.tp_comm_overlap:
+        return float(overlapped_s(2 * per_pass, gemm_s))
+    return float(2 * per_pass)
+
+
 def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
                   layer_index: int, attention_s: tuple[float, float], compute_per_layer_s: float,
-                  gemm_s: float = 0.0) -> dict[str, float]:
+                  gemm_s: float = 0.0, column_backward: tuple[float, float] = (0.0, 0.0)) -> dict[str, float]:
     """Exposed communication of one layer, forward + backward, for one micro-batch.
 
     attention_s: (forward, backward) seconds of the attention core, the window that hides the
     context-parallel ring; compute_per_layer_s: the layer's whole compute, which DualPipe overlaps
-    with the expert all-to-all.
+    with the expert all-to-all; gemm_s: the layer's GEMMs (TE's userbuffers window);
+    column_backward: column_parallel_backward_s, the window of Megatron's asynchronous backward.
     """
     tokens = cfg.mbs * cfg.seq / cfg.cp
     h = model.hidden_size
@@ -126,19 +174,8 @@ def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, g
     is_moe = layer_index in model.moe_layers
     comm = {"tp": 0.0, "cp": 0.0, "ep": 0.0}
     if cfg.tp > 1:
-        # Megatron TP with SP: forward AG before QKV and fc1, RS after out-proj and fc2; backward mirrors it.
         # An MoE block's MLP-side collectives are the dispatcher's (moe.dispatch_comm_s).
-        blocks = 1 if is_moe else 2
-        if cfg.sequence_parallel:
-            per_pass = blocks * (collective_time_s("all_gather", activation_bytes, groups["tp"], cluster)
-                                 + collective_time_s("reduce_scatter", activation_bytes, groups["tp"], cluster))
-        else:
-            per_pass = blocks * 2 * collective_time_s("all_reduce", activation_bytes, groups["tp"], cluster) / 2
-        comm["tp"] = 2 * per_pass
-        if cfg.tp_comm_overlap:
-            # Transformer Engine's userbuffers split each GEMM and pipeline its all-gather or
-            # reduce-scatter under the chunks; the layer's GEMMs are the window.
-            comm["tp"] = float(overlapped_s(comm["tp"], gemm_s))
+        comm["tp"] = tp_comm_s(cfg, cluster, groups, activation_bytes, 1 if is_moe else 2, column_backward, gemm_s)
     if cfg.cp > 1:
         # Ring attention: cp-1 exchanges of this rank's K and V (backward: K, V and their gradients),
         # each hidden behind the attention block of the previous chunk.
@@ -177,7 +214,8 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
             total = layer.forward + layer.backward_input + layer.backward_weight
             gemm = total - sum(part[k] for part in (layer.forward_s, layer.backward_input_s, layer.backward_weight_s)
                                for k in ("attention/core", "elementwise", "moe/permute", "moe/host") if k in part)
-            cache[key] = (layer, _layer_comm_s(model, cfg, cluster, groups, index, attention, total, gemm))
+            cache[key] = (layer, _layer_comm_s(model, cfg, cluster, groups, index, attention, total, gemm,
+                                               column_parallel_backward_s(layer, model, key)))
         return cache[key]
 
     def add(layer: compute.OpTimes, layer_comm: dict[str, float]) -> None:
