@@ -9,11 +9,12 @@ reaches submit_plan with no edit.
 
 Lean schemas (`agent_tools`): ``anyOf: [X, null]`` is written ``type: [X, "null"]`` (the same JSON
 Schema; OpenAI strict mode and llama.cpp's grammar both read it), and submit_plan's nested layout
-keeps its types but not its descriptions, which the model already has from estimate_step_time.
+keeps its types but not its descriptions (nor pydantic's titles), which the model already has from
+estimate_step_time.
 
 For a small context (`lean_agent_tools`, what the loop falls back to when the server says the
 first request exceeds its context): LEAN_TOOLS only, without LEAN_DROPPED_KNOBS or the arguments'
-descriptions. That prompt, with a first search result, fits the 8K context of a small local
+descriptions and titles. That prompt, with a first search result, fits the 8K context of a small local
 server (tests/test_llm_plan.py checks the budget).
 """
 
@@ -31,14 +32,15 @@ LEAN_TOOLS = ("list_catalog", "describe_model", "search_configs", "estimate_step
 """The tools kept when the context is small: estimate_step_time also reports memory and fits
 (calculate_memory's answer), and the search and the step time already simulate the pipeline."""
 LEAN_DROPPED_KNOBS = ("gpus_per_node", "intra_node_bw", "inter_node_bw", "optimizer_offload", "bf16_grads",
-                      "tp_comm_overlap", "headroom_gib", "allow_cross_node_tp", "max_gpus", "goodput", "lora_rank",
-                      "lora_targets", "method", "etp", "dispatcher", "capacity_factor", "force_balance", "grouped_gemm",
-                      "deallocate_pipeline_outputs", "save_mlp_act_output", "fused_kernels", "sequence_parallel",
-                      "bf16_moments")
-"""Knobs left out when the context is small: null (the default) is what a plan mostly passes. The
-fine-tuning knobs go too: a small-context model plans full training (the offline planner reads
-"with QLoRA" from the request itself); so do the MoE engine knobs (null: expert TP = tp, alltoall,
-dropless, learned routing, per-expert GEMMs)."""
+                      "tp_comm_overlap", "headroom_gib", "allow_cross_node_tp", "max_gpus", "goodput", "etp",
+                      "dispatcher", "capacity_factor", "force_balance", "grouped_gemm", "deallocate_pipeline_outputs",
+                      "save_mlp_act_output", "fused_kernels", "sequence_parallel", "bf16_moments",
+                      "fp8_activations", "offload_modules")
+"""Knobs left out when the context is small: null (the default) is what a plan mostly passes; so do the
+MoE engine knobs (null: expert TP = tp, alltoall, dropless, learned routing, per-expert GEMMs) and
+DeepSeek-V3's FP8 activation storage and fine-grained activation offloading. The fine-tuning knobs
+(contract.FINE_TUNING_KNOBS: method, lora_rank, lora_targets) stay, so that a small-context model can
+plan "QLoRA on two RTX 4090s" as QLoRA."""
 LEAN_DROPPED_RESULTS = ("candidate", "per_stage", "mfu_denominator", "convention", "units", "shares")
 """Result keys the model does not get when the context is small: each alternative's full estimate
 (its `why` says why it lost), per-stage memory, and the texts that restate conventions."""
@@ -66,12 +68,17 @@ def _nullable(node: Any) -> Any:
     return node
 
 
-def _strip_descriptions(node: Any) -> Any:
+ANNOTATIONS = ("description", "title")
+"""JSON Schema keywords that only explain: pydantic's titles restate the field names."""
+
+
+def _strip_annotations(node: Any) -> Any:
+    """The schema without its ANNOTATIONS keywords (string-valued, so a property of that name stays)."""
     if isinstance(node, list):
-        return [_strip_descriptions(item) for item in node]
+        return [_strip_annotations(item) for item in node]
     if not isinstance(node, dict):
         return node
-    return {k: _strip_descriptions(v) for k, v in node.items() if k != "description"}
+    return {k: _strip_annotations(v) for k, v in node.items() if not (k in ANNOTATIONS and isinstance(v, str))}
 
 
 def agent_tools(strict: bool = True) -> list[dict]:
@@ -82,7 +89,7 @@ def agent_tools(strict: bool = True) -> list[dict]:
         parameters = _nullable(schema["function"]["parameters"])
         if tool.name == SUBMIT_PLAN:
             layout = parameters["properties"]["layout"]
-            parameters["properties"]["layout"] = {**_strip_descriptions(layout), "description": layout["description"]}
+            parameters["properties"]["layout"] = {**_strip_annotations(layout), "description": layout["description"]}
         schema["function"]["parameters"] = parameters
         out.append(schema)
     return out
@@ -93,7 +100,7 @@ def _lean_parameters(schema: dict) -> dict:
     for name, prop in schema.get("properties", {}).items():
         if name in LEAN_DROPPED_KNOBS:
             continue
-        properties[name] = _lean_parameters(prop) if prop.get("type") == "object" else _strip_descriptions(prop)
+        properties[name] = _lean_parameters(prop) if prop.get("type") == "object" else _strip_annotations(prop)
     out = {**schema, "properties": properties}
     if "required" in schema:
         out["required"] = [name for name in schema["required"] if name in properties]
@@ -102,7 +109,7 @@ def _lean_parameters(schema: dict) -> dict:
 
 def lean_agent_tools(strict: bool = True) -> list[dict]:
     """The tools for a small context (module docstring): LEAN_TOOLS, without LEAN_DROPPED_KNOBS and without
-    the arguments' descriptions (each tool keeps its own description)."""
+    the arguments' descriptions and titles (each tool keeps its own description)."""
     out = []
     for schema in agent_tools(strict=strict):
         function = schema["function"]

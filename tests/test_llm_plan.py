@@ -193,3 +193,37 @@ def test_a_first_request_over_the_context_is_retried_with_the_lean_tools(openai_
     accepted = json.loads(openai_server.requests[-1]["messages"][-1]["content"])
     full = dispatch("submit_plan", {"layout": {**JOB, "tp": 1}})
     assert accepted == json.loads(_tool_content(lean_result(full)))  # the lean view from then on
+
+
+def test_the_lean_tools_keep_the_fine_tuning_knobs_the_contract_defines():
+    from trainplan.agent.toolset import LEAN_DROPPED_KNOBS, lean_agent_tools
+    from trainplan.tools.contract import FINE_TUNING_KNOBS, Layout
+    from trainplan.tools.finetune import LoraTargets, Method
+
+    assert set(FINE_TUNING_KNOBS) <= set(Layout.model_fields) and not set(FINE_TUNING_KNOBS) & set(LEAN_DROPPED_KNOBS)
+    tools = {t["function"]["name"]: t["function"]["parameters"] for t in lean_agent_tools()}
+    for parameters in (tools["estimate_step_time"], tools["search_configs"], tools["submit_plan"]["properties"]["layout"]):
+        knobs = parameters["properties"]
+        assert set(FINE_TUNING_KNOBS) <= set(knobs) <= set(parameters["required"])
+        assert knobs["method"]["enum"] == [*(m.value for m in Method), None]
+        assert knobs["lora_targets"]["enum"] == [*(t.value for t in LoraTargets), None]
+        assert knobs["lora_rank"]["type"] == ["integer", "null"]
+        assert not any("title" in knob or "description" in knob for knob in knobs.values())
+
+
+def test_a_small_context_model_plans_qlora_through_the_lean_tools(openai_server):
+    from trainplan.agent.toolset import agent_tools, lean_agent_tools
+
+    openai_server.context_tokens = len(json.dumps(agent_tools())) // 4  # the full tools alone overflow
+    lean = {t["function"]["name"]: t["function"]["parameters"] for t in lean_agent_tools()}
+    layout_schema = lean["submit_plan"]["properties"]["layout"]
+    layout = {name: None for name in layout_schema["properties"]}
+    layout.update(model="llama3-70b", gpu="rtx-4090", gpus=2, zero=3, recompute="full", seq=512, gbs=16,
+                  method="qlora", lora_rank=64, lora_targets="attention")
+    openai_server.script(tool_calls(("submit_plan", {"layout": layout, "tokens": None, "price": None})),
+                         reply("QLoRA, rank 64, on the attention projections."))
+    report = llm_plan(openai_server, "fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s")
+    assert openai_server.requests[-1]["tools"] == lean_agent_tools() and report.llm_status == "submitted"
+    config = report.recommended["config"]
+    assert (config["method"], config["lora_rank"], config["lora_targets"]) == ("qlora", 64, "attention")
+    assert report.recommended["fits"] is True

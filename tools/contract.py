@@ -418,6 +418,10 @@ class ParallelConfig(Layout):
         return {name: getattr(self, name) for name in Layout.model_fields}
 
 
+FINE_TUNING_KNOBS = ("method", "lora_rank", "lora_targets")
+"""The Layout knobs that choose what is trained (full weights, or LoRA/QLoRA adapters of a rank on some
+targets): a plan that leaves them out plans full training."""
+
 SEARCHED_KNOBS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule")
 """The Layout knobs a search varies unless pinned (tools/search.py Pins holds one slot per name)."""
 SEARCH_FIXED_KNOBS = tuple(name for name in Layout.model_fields if name not in SEARCHED_KNOBS)
