@@ -5,6 +5,8 @@ Every check names all of its factors, e.g. "tp*pp*cp=24 does not divide gpus=64"
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any
 
 from .codes import SCHEDULE_CODES
@@ -58,6 +60,13 @@ def layers_per_stage(num_layers: int, pp: int, last_stage_extra: float = 0.0) ->
 
 
 def model_layers_per_stage(model: ModelSpec, pp: int) -> list[int]:
+    """layers_per_stage for a model (a fresh list; _model_layers_per_stage is cached per model and pp,
+    as the search asks for the same split many times)."""
+    return list(_model_layers_per_stage(model, pp))
+
+
+@functools.lru_cache(maxsize=1024)
+def _model_layers_per_stage(model: ModelSpec, pp: int) -> tuple[int, ...]:
     """layers_per_stage for a model. Megatron's even split by default (so a plan runs with its
     default flags and its theoretical memory formula applies); a model with MTP modules, which run
     on the last stage beside the LM head, gets that stage balanced against them.
@@ -66,13 +75,13 @@ def model_layers_per_stage(model: ModelSpec, pp: int) -> list[int]:
     the LM head is h*V of them, and an MTP module is one block plus another pass of the head.
     """
     if not model.num_mtp_layers:
-        return layers_per_stage(model.num_layers, pp)
+        return tuple(layers_per_stage(model.num_layers, pp))
     from .counting import count_params
 
     counts = count_params(model)
     per_layer = sum(layer.active for layer in counts.layers) / model.num_layers
     head = model.hidden_size * model.vocab_size / per_layer
-    return layers_per_stage(model.num_layers, pp, head + model.num_mtp_layers * (1 + head))
+    return tuple(layers_per_stage(model.num_layers, pp, head + model.num_mtp_layers * (1 + head)))
 
 
 def resolve_recompute_modules(model: ModelSpec, recompute: Recompute,

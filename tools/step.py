@@ -198,12 +198,15 @@ def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, g
 
 
 def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
-               stage: int, layer_ids: list[int]) -> StageWork:
-    """Forward/backward seconds of one stage for one micro-batch, with exposed per-layer comm."""
+               stage: int, layer_ids: list[int], block_cache: dict | None = None) -> StageWork:
+    """Forward/backward seconds of one stage for one micro-batch, with exposed per-layer comm.
+
+    block_cache: the dense and MoE blocks' times and comm, which no recompute knob changes, shared
+    by calls whose configs differ at most in recompute and recompute_modules (the search's)."""
     gpu = cluster.gpu
     times = compute.OpTimes()
     comm = {"tp": 0.0, "cp": 0.0, "ep": 0.0}
-    cache: dict[bool, tuple[compute.OpTimes, dict[str, float]]] = {}
+    cache: dict[bool, tuple[compute.OpTimes, dict[str, float]]] = {} if block_cache is None else block_cache
 
     def block(index: int) -> tuple[compute.OpTimes, dict[str, float]]:
         """Compute and exposed comm of one block; dense and MoE blocks are each timed once."""
