@@ -211,7 +211,8 @@ def test_stage_pieces_and_dp_terms_match_step(model, gpu, gpus, gbs, seq, precis
                              recompute=_RECOMPUTE_BY_CODE[row["recompute"]],
                              schedule=_SCHEDULE_BY_CODE[row["schedule"]])
         dual = cfg.schedule is Schedule.dualpipe and cfg.pp > 1 and cfg.ep > 1 and job.model.is_moe
-        pieces = _work_pieces(job.model, cluster, job, (cfg.tp, cfg.cp, cfg.ep, cfg.mbs, row["recompute"], dual))
+        pieces = _work_pieces(job.model, cluster, job, (cfg.tp, cfg.cp, cfg.ep, cfg.mbs, row["recompute"], row["modules"],
+                                                        dual))
         stages = np.einsum("kc,kj->jc", _stage_counts(job.model, cfg.pp), pieces)
         groups = group_layout(cfg, cluster.gpus_per_node)
         work = [step.stage_work(job.model, cfg, cluster, groups, s, ids)

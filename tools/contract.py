@@ -427,6 +427,20 @@ SEARCHED_KNOBS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "sc
 SEARCH_FIXED_KNOBS = tuple(name for name in Layout.model_fields if name not in SEARCHED_KNOBS)
 """The Layout knobs a search takes as given, every one it does not vary (null: the shared default
 rule); tools/search_space.FIXED_DEFAULTS resolves them."""
+SEARCH_CHOSEN_KNOBS = ("recompute_modules", "bf16_moments", "fp8_activations")
+"""Fixed knobs a search chooses per layout when the request leaves them null (tools/search_recipes.py)."""
+SEARCH_CHOSEN_RULE = ("the search chooses per layout: the fewest recompute modules that fit (cheapest per GiB "
+                      "first), and with precision fp8 DeepSeek-V3's low-precision storage (bf16_moments with "
+                      "fp8_activations) only where a layout needs it to fit")
+"""What null means for SEARCH_CHOSEN_KNOBS in a search (CLI help and tool schema)."""
+
+
+def search_chosen_description(name: str) -> str:
+    """A SEARCH_CHOSEN_KNOBS field's description for a search: its meaning, then SEARCH_CHOSEN_RULE."""
+    meaning = (Layout.model_fields[name].description or "").split("; null:")[0]
+    return f"{meaning}; null: {SEARCH_CHOSEN_RULE}"
+
+
 SEARCH_JOB_EXCLUDED = ("ramp_start_gbs", "ramp_tokens")
 """Job fields a search does not take (a batch ramp is priced by estimate)."""
 

@@ -36,7 +36,7 @@ from .errors import InputError
 from .estimate import estimate
 from .memory import memory_breakdown
 from .pipeline import render_ascii, simulate
-from .contract import (SEARCHED_KNOBS, Job, Layout,  # noqa: F401
+from .contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Job, Layout, search_chosen_description,  # noqa: F401
                        ParallelConfig, Schedule, fields_of, optional_model, search_fields)
 from .plan_defaults import DEFAULT_GBS_RULE, default_gbs, default_gbs_reason
 
@@ -210,7 +210,8 @@ class CostArgs(ToolArgs):
 SearchArgs = optional_model(
     "SearchArgs", {k: v for k, v in search_fields().items() if k != "pareto"}, base=ToolArgs,
     required=("model", "gpu", "gpus"),
-    descriptions={n: f"pin the {Layout.model_fields[n].description}; null: search it" for n in SEARCHED_KNOBS})
+    descriptions={**{n: f"pin the {Layout.model_fields[n].description}; null: search it" for n in SEARCHED_KNOBS},
+                  **{n: search_chosen_description(n) for n in SEARCH_CHOSEN_KNOBS}})
 SearchArgs.__doc__ = "A search: the Job, the searched Layout knobs as pins, and the SearchOptions."
 
 

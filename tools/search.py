@@ -9,7 +9,9 @@ The work is split by job, each in its own module:
     it breaks.
  2. search_score: memory (memory.memory_totals_vectorised, the scalar path's core), step time from
     step.py's own terms and the pipeline in closed form, days and cost; layouts over the memory
-    (capacity - headroom), the deadline or the budget are rejected by reason.
+    (capacity - headroom), the deadline or the budget are rejected by reason. What the request leaves
+    open among the recompute modules and (with FP8) the low-precision storage is chosen per layout
+    as search_recipes says: the cheapest choice that fits.
  3. search_rank: rank by the objective, re-score the best max(3 top_k, RESCORE_MIN) layouts with the
     exact scalar path (resolve_config + estimate.evaluate, which runs the event-driven pipeline
     simulator) and rank by the exact figures; ZeRO twins collapsed; the Pareto front.
@@ -22,6 +24,7 @@ reference the tests compare against (same feasible set, same winner on small job
 from __future__ import annotations
 
 import time as _time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -30,22 +33,24 @@ from .catalog import load_gpu, load_model
 from .codes import PRECISION_CODES, RECOMPUTE_BY_CODE, RECOMPUTE_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
 from .cost import DEFAULT_GOODPUT, parse_tokens
 from .counting import count_params
-from .contract import check_job_numbers, default_gbs, default_seq
+from .contract import SEARCH_CHOSEN_KNOBS, check_job_numbers, default_gbs, default_seq
 from .errors import InputError
 from .estimate import evaluate
 from .export.support import ENGINES, runs
 from .finetune import is_lora
 from .contract import Layout
 from .layout import resolve_config
+from .recompute import modules_of
 from .plan_defaults import DEFAULT_HEADROOM
 from .search_choice import alternatives, prefer_simpler, rows_to_rescore
 from .search_explain import explain_runner_up, label, no_feasible_hint
 from .search_rank import (
     Objective, best_rows, collapse_twins, objective_of, pareto_front, result_key,
 )
+from .search_recipes import chosen_note, recompute_choices, storage_variants
 from .search_score import evaluate_count, fixed_knobs
 from .search_space import (
-    FIXED_KNOBS, KNOBS, R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, Pins, SearchJob, enumerate_space, gpu_counts,
+    FIXED_KNOBS, KNOBS, STORAGE_KNOBS, R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, Pins, SearchJob, enumerate_space, gpu_counts,
     min_gpus, row,
     validity,
 )
@@ -153,6 +158,10 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
                gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, pins=pins,
                engine=getattr(engine, "value", engine),
                fixed=_fixed(model_spec, seq, precision_enum, gpu_spec, fixed))
+    given = {k: v for k, v in fixed.items() if v is not None}
+    ladder, options = recompute_choices(job, job.recompute_modules if "recompute_modules" in given else None)
+    job = replace(job, storage_variants=storage_variants(job, given), recompute_ladder=ladder,
+                  recompute_options=options, chosen=tuple(k for k in SEARCH_CHOSEN_KNOBS if k not in given))
     return job, objective_enum, gpu_counts(int(gpus), max_gpus, job.node, min_gpus(model_spec, gpu_spec))
 
 
@@ -180,7 +189,12 @@ def _job_dict(job: SearchJob, gpus: int, max_gpus: int | None, counts: list[int]
             "deadline_days": job.deadline_days, "budget_usd": job.budget_usd, "headroom_gib": job.headroom_gib,
             "allow_cross_node_tp": job.allow_cross_node_tp, "gpus_per_node": job.node, "engine": job.engine,
             "fixed": {k: getattr(v, "value", v) if not isinstance(v, tuple) else [getattr(m, "value", m) for m in v]
-                      for k, v in job.fixed.items()}}
+                      for k, v in job.fixed.items() if k not in job.chosen},
+            "chosen_per_layout": {
+                "knobs": list(job.chosen),
+                "recompute_ladder": [[RECOMPUTE_BY_CODE[code].value, [m.value for m in modules_of(mask)]]
+                                     for code, mask in job.recompute_ladder],
+                "storage_variants": [dict(variant) for variant in job.storage_variants]}}
 
 
 def _exact_failure(job: SearchJob, result: dict) -> str | None:
@@ -205,6 +219,8 @@ def _finish(job: SearchJob, objective: Objective, out: dict, scored: list[dict],
     out["candidates"] = candidates
     out["rejected"] = dict(sorted(out["rejected"].items(), key=lambda kv: -kv[1]))
     notes = [preferred] if preferred else []
+    if candidates and chosen_note(job, candidates[0]["config"]):
+        notes.append(chosen_note(job, candidates[0]["config"]))
     out["alternatives"] = []
     if candidates and space_reasons is not None:
         out["alternatives"] = alternatives(candidates[0], ranked, *space_reasons, REASONS, objective, job.price,
@@ -310,7 +326,8 @@ def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> dict:
     rejected: dict[str, int] = {}
     evaluated, scored = 0, []
     for n in counts:
-        space = enumerate_space(job.model, n, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.pins)
+        space = enumerate_space(job.model, n, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.pins,
+                                job.recompute_options)
         for i in range(space["tp"].size):
             evaluated += 1
             layout = row(space, i)
@@ -320,8 +337,7 @@ def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> dict:
                 reason = R_ENGINE
             if reason is None:
                 try:
-                    result = exact(job, layout)
-                    reason = _exact_failure(job, result)
+                    result, reason = _first_fitting(job, layout)
                 except InputError:
                     reason = R_SCALAR_INVALID
             if reason:
@@ -333,6 +349,21 @@ def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> dict:
     out = {"job": _job_dict(job, gpus, kwargs.get("max_gpus"), counts, top_k), "objective": objective_enum.value,
            "candidates": [], "evaluated": evaluated, "feasible": len(scored), "rejected": rejected}
     return _finish(job, objective_enum, out, scored, top_k, pareto, start)
+
+
+def _first_fitting(job: SearchJob, layout: dict) -> tuple[dict, str | None]:
+    """The exact result of a layout at the first recompute step (job.recompute_ladder, when the
+    layout is its first step) and storage variant (job.storage_variants) that fits, the last when
+    none does, and why it is out (None: it is in): search_score.fit_recipes's choice, layout by layout."""
+    steps = job.recompute_ladder if job.recompute_ladder[:1] == ((layout["recompute"], layout["modules"]),) \
+        else ((layout["recompute"], layout["modules"]),)
+    stored = {k: int(getattr(job, k)) for k in STORAGE_KNOBS}
+    for code, mask in steps:
+        for variant in job.storage_variants:
+            result = exact(job, {**layout, "recompute": code, "modules": mask, **stored, **dict(variant)})
+            if result["fits"]:
+                return result, _exact_failure(job, result)
+    return result, _exact_failure(job, result)
 
 
 def _engine_filter(job: SearchJob):
@@ -358,11 +389,12 @@ def scalar_policy_reason(job: SearchJob, layout: dict) -> str | None:
 def exact(job: SearchJob, layout: dict) -> dict:
     """The scalar path for one layout: resolve_config (raises InputError if invalid) + evaluate."""
     recompute = RECOMPUTE_BY_CODE[layout["recompute"]]
+    storage = {k: layout[k] for k in STORAGE_KNOBS if k in layout}
     cfg = resolve_config(job.model, layout["gpus"], tp=layout["tp"], pp=layout["pp"], cp=layout["cp"],
                          ep=layout["ep"], vpp=layout["vpp"], zero=layout["zero"], mbs=layout["mbs"], gbs=job.gbs,
                          seq=job.seq, recompute=recompute, schedule=SCHEDULE_BY_CODE[layout["schedule"]],
                          precision=job.precision, fp8_supported=job.gpu.fp8_tflops is not None,
-                         **fixed_knobs(job, layout["tp"], recompute))
+                         **fixed_knobs(job, layout["tp"], recompute, layout.get("modules"), storage))
     return evaluate(job.model, job.cluster(layout["gpus"]), cfg, tokens=job.tokens, price=job.price,
                     goodput=job.goodput, headroom_gib=job.headroom_gib).model_dump(mode="json")
 

@@ -48,7 +48,8 @@ def significant(x: np.ndarray, digits: int = 12) -> np.ndarray:
 
 
 _TWIN_KNOBS = ("gpus", "tp", "pp", "cp", "ep", "vpp", "mbs", "recompute", "schedule")
-"""A layout's knobs but the ZeRO stage: ZeRO twins with the same time are collapsed to the lowest stage."""
+"""A layout's knobs but the ZeRO stage: ZeRO twins with the same time are collapsed to the lowest stage
+(with the recompute module set: the `modules` column of a table, recompute_modules of a config)."""
 
 
 def best_rows(rows: dict[str, np.ndarray], limit: int) -> list[int]:
@@ -60,7 +61,7 @@ def best_rows(rows: dict[str, np.ndarray], limit: int) -> list[int]:
     order = np.lexsort((rows["memory_gib"], rows["zero"], score))
     chosen, seen = [], set()
     for i in order:
-        key = (*(int(rows[k][i]) for k in _TWIN_KNOBS), float(score[i]))
+        key = (*(int(rows[k][i]) for k in (*_TWIN_KNOBS, "modules") if k in rows), float(score[i]))
         if key not in seen:
             seen.add(key)
             chosen.append(int(i))
@@ -74,7 +75,7 @@ def collapse_twins(ranked: list[dict], objective: Objective, price: float, token
     seen, out = set(), []
     for result in ranked:
         config = result["config"]
-        key = (*(config[k] for k in _TWIN_KNOBS),
+        key = (*(config[k] for k in _TWIN_KNOBS), tuple(config.get("recompute_modules") or ()),
                result_key(objective, result, price, tokens)[0])
         if key not in seen:
             seen.add(key)

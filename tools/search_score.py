@@ -2,11 +2,12 @@
 at once, from the scalar model's own terms.
 
 - Memory: memory.memory_totals_vectorised, the same core (memory._core) as memory_breakdown, on
-  the most loaded rank; a layout fits when its total is at most capacity - headroom.
+  the most loaded rank; a layout fits when its total is at most capacity - headroom. fit_recipes
+  gives each layout the cheapest recompute step and storage variant that fits (search_recipes).
 - Stage work: a stage's per-micro-batch forward, backward and weight-gradient seconds are linear in
-  its layers, so step.stage_work runs once per unique (tp, cp, ep, mbs, recompute, dualpipe) on one
-  dense layer, one MoE layer, the embedding and the head, and is broadcast over every stage of
-  every layout with numpy.
+  its layers, so step.stage_work runs once per unique (tp, cp, ep, mbs, recompute, modules,
+  dualpipe) on one dense layer, one MoE layer, the embedding and the head (the blocks' times shared
+  across recompute choices), and is broadcast over every stage of every layout with numpy.
 - Pipeline: pipeline_closed_form.makespan_closed_form (the simulator in closed form).
 - Data parallelism, optimizer and p2p: step.data_parallel_s, step.optimizer_s, step.p2p_s and
   step.rank_params, the very functions step.step_time calls.
@@ -30,8 +31,10 @@ from .cost import SECONDS_PER_DAY
 from .layout import model_layers_per_stage
 from .memory import memory_totals_vectorised
 from .pipeline_closed_form import makespan_closed_form
+from .recompute import DEFAULT_MASK, mask_of, modules_of
 from .search_space import (
-    FIXED_KNOBS, R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, SearchJob, enumerate_space, validity,
+    FIXED_KNOBS, R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, STORAGE_KNOBS, SearchJob, enumerate_space,
+    validity,
 )
 from .specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, Schedule
 
@@ -44,14 +47,17 @@ def _stage_piece(work) -> list[float]:
             work.comm_s["tp"], work.comm_s["cp"], work.comm_s["ep"]]
 
 
-def work_pieces(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key: tuple) -> np.ndarray:
+def work_pieces(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key: tuple,
+                block_cache: dict | None = None) -> np.ndarray:
     """(4, len(_PIECES)): one dense layer, one MoE layer, the embedding and the head, each as
-    step.stage_work sees it for one micro-batch. A stage is the sum of its pieces."""
-    tp, cp, ep, mbs, rec, dual = key
+    step.stage_work sees it for one micro-batch. A stage is the sum of its pieces.
+    key: (tp, cp, ep, mbs, recompute code, module mask, dualpipe); block_cache: step.stage_work's,
+    shared by the keys that differ only in recompute code and mask."""
+    tp, cp, ep, mbs, rec, modules, dual = key
     recompute = RECOMPUTE_BY_CODE[rec]
     cfg = ParallelConfig(tp=tp, pp=3, cp=cp, ep=ep, dp=ep, mbs=mbs, seq=job.seq, recompute=recompute,
                          precision=job.precision, schedule=Schedule.dualpipe if dual else Schedule.one_f_one_b,
-                         **fixed_knobs(job, tp, recompute))
+                         **fixed_knobs(job, tp, recompute, modules))
     groups = group_layout(cfg, cluster.gpus_per_node)
     moe = set(model.moe_layers) if model.is_moe else set()
     dense_id = next((i for i in range(model.num_layers) if i not in moe), None)
@@ -61,7 +67,7 @@ def work_pieces(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key: tup
         if ids and ids[0] is None:
             rows.append([0.0] * len(_PIECES))
         else:
-            rows.append(_stage_piece(step.stage_work(model, cfg, cluster, groups, stage, ids)))
+            rows.append(_stage_piece(step.stage_work(model, cfg, cluster, groups, stage, ids, block_cache)))
     return np.array(rows)
 
 
@@ -104,10 +110,12 @@ def vector_times(model: ModelSpec, job: SearchJob, rows: dict[str, np.ndarray]) 
         return out
     cluster = job.cluster(int(rows["gpus"][0]))
     dual = (rows["schedule"] == _DUAL) & (rows["pp"] > 1) & (rows["ep"] > 1) & model.is_moe
-    work_keys = np.stack([rows["tp"], rows["cp"], rows["ep"], rows["mbs"], rows["recompute"], dual]).T
+    work_keys = np.stack([rows["tp"], rows["cp"], rows["ep"], rows["mbs"], rows["recompute"], rows["modules"], dual]).T
     unique_work, work_index = np.unique(work_keys, axis=0, return_inverse=True)
     work_index = work_index.reshape(-1)
-    pieces = np.stack([work_pieces(model, cluster, job, tuple(int(x) for x in key)) for key in unique_work])
+    caches: dict[tuple, dict] = {}   # per (tp, cp, ep, mbs, dualpipe): the blocks recompute does not change
+    pieces = np.stack([work_pieces(model, cluster, job, key, caches.setdefault((*key[:4], key[6]), {}))
+                       for key in (tuple(int(x) for x in k) for k in unique_work)])
     for pp in np.unique(rows["pp"]):
         pp = int(pp)
         idx = np.nonzero(rows["pp"] == pp)[0]
@@ -144,26 +152,88 @@ def vector_memory(job: SearchJob, rows: dict[str, np.ndarray]) -> dict[str, np.n
     probe = ParallelConfig(seq=job.seq, precision=job.precision, recompute=Recompute.selective,
                            **{k: getattr(job, k) for k in FIXED_KNOBS})
     arrays = {k: np.full(n, float(v.reshape(()))) for k, v in knob_arrays(probe).items()}
-    arrays.update({k: rows[k] for k in ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "recompute", "schedule")})
+    arrays.update({k: rows[k] for k in ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "recompute", "schedule",
+                                        *STORAGE_KNOBS) if k in rows})
     arrays["num_microbatches"] = rows["m"]
     arrays["sequence_parallel"] = ((rows["tp"] > 1) & job.sequence_parallel).astype(float)
     arrays["etp"] = np.full(n, float(job.etp)) if job.etp else rows["tp"]   # null: expert TP = tp
-    arrays["recompute_modules"] = np.where(rows["recompute"] == RECOMPUTE_CODES[Recompute.selective],
-                                           arrays["recompute_modules"], 0)
+    arrays["recompute_modules"] = np.where(rows["recompute"] == RECOMPUTE_CODES[Recompute.selective], rows["modules"], 0)
     return memory_totals_vectorised(job.model, job.gpu, arrays)
 
 
-def fixed_knobs(job: SearchJob, tp: int, recompute: Recompute) -> dict:
+def fit_recipes(job: SearchJob, rows: dict[str, np.ndarray]) -> np.ndarray:
+    """Memory (GiB) of each row at the first recompute step and storage variant, in that order, that
+    fits in capacity - headroom (the most saving one when none does); the row's recompute, modules and
+    STORAGE_KNOBS columns are set to that choice, in place. A row enumerated as job.recompute_ladder's
+    first step climbs the ladder; every row tries job.storage_variants at each step (search_recipes)."""
+    n = rows["tp"].size
+    limit = job.gpu.memory_gib - job.headroom_gib
+    total = np.full(n, np.inf)
+    for k in STORAGE_KNOBS:
+        rows[k] = np.full(n, int(getattr(job, k)), dtype=np.int64)
+    ladder = job.recompute_ladder or ((-1, -1),)
+    climbs = (rows["recompute"] == ladder[0][0]) & (rows["modules"] == ladder[0][1])
+    variants = job.storage_variants
+    own = (rows["recompute"].copy(), rows["modules"].copy())
+
+    def attempt(candidates: np.ndarray, step: int, variant: int) -> np.ndarray:
+        """Score the candidate rows at (ladder step, storage variant), a row that does not climb at
+        its own recompute; record the choice and the memory; return the rows that fit."""
+        code, mask = ladder[step]
+        climbing = climbs[candidates]
+        rows["recompute"][candidates] = np.where(climbing, code, own[0][candidates])
+        rows["modules"][candidates] = np.where(climbing, mask, own[1][candidates])
+        for k in STORAGE_KNOBS:
+            rows[k][candidates] = int(getattr(job, k))
+        for k, v in variants[variant]:
+            rows[k][candidates] = int(v)
+        total[candidates] = vector_memory(job, {k: v[candidates] for k, v in rows.items()})["total"]
+        return candidates[total[candidates] <= limit]
+
+    # The cheapest choice first; then the most saving one, which a row that fits at all fits (memory
+    # only falls along the ladder and the variants); then, for those, every choice in order.
+    fits = np.zeros(n, dtype=bool)
+    fits[attempt(np.arange(n), 0, 0)] = True
+    last_step, last_variant = len(ladder) - 1, len(variants) - 1
+    rest = np.nonzero(~fits)[0]
+    if rest.size and (last_step or last_variant):
+        rest = np.concatenate([attempt(rest[climbs[rest]], last_step, last_variant),
+                               attempt(rest[~climbs[rest]], 0, last_variant)])
+        for step in range(len(ladder)):
+            for variant in range(len(variants)):
+                candidates = rest[~fits[rest] & (climbs[rest] | (step == 0))] if (step, variant) != (0, 0) else rest[:0]
+                if candidates.size:
+                    fits[attempt(candidates, step, variant)] = True
+    return total
+
+
+def fixed_knobs(job: SearchJob, tp: int, recompute: Recompute, modules: int | None = None,
+                storage: dict | None = None) -> dict:
     """The job's fixed knobs as ParallelConfig/resolve_config take them for one layout: sequence
     parallelism and TP overlap only with tp > 1, expert TP only when it differs from tp, recompute
-    modules only with selective recompute."""
+    modules only with selective recompute (the row's mask; None: the job's), the row's storage
+    knobs (STORAGE_KNOBS) over the job's."""
     knobs = {k: getattr(job, k) for k in FIXED_KNOBS}
     knobs["sequence_parallel"] = bool(job.sequence_parallel and tp > 1)
     knobs["tp_comm_overlap"] = bool(job.tp_comm_overlap and tp > 1)
     knobs["etp"] = job.etp if job.etp and job.etp != tp else None   # null: expert TP = tp
     if recompute is not Recompute.selective:
         knobs["recompute_modules"] = None
+    elif modules is not None:
+        knobs["recompute_modules"] = modules_knob(job, modules)
+    knobs.update({k: bool(v) for k, v in (storage or {}).items() if k in STORAGE_KNOBS})
     return knobs
+
+
+def modules_knob(job: SearchJob, mask: int):
+    """recompute_modules for a selective row's mask: the request's own tuple when it is that set,
+    None for Megatron's default set, else the modules in their declaration order."""
+    given = job.recompute_modules
+    if given is not None and mask_of(given) == mask:
+        return given
+    if given is None and mask == DEFAULT_MASK:
+        return None
+    return modules_of(mask)
 
 
 def training_days_cost(job: SearchJob, gpus: int, step_s: np.ndarray):
@@ -182,7 +252,8 @@ def evaluate_count(job: SearchJob, gpus: int, score_of, engine_ok=None) -> dict:
 
     engine_ok(rows) -> bool array: the layouts the requested engine runs (None: any)."""
     model = job.model
-    space = enumerate_space(model, gpus, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.pins)
+    space = enumerate_space(model, gpus, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.pins,
+                            job.recompute_options)
     reason, dp, m = validity(model, space, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.sequence_parallel,
                              job.etp)
     reason = np.asarray(reason).reshape(-1)
@@ -199,9 +270,9 @@ def evaluate_count(job: SearchJob, gpus: int, score_of, engine_ok=None) -> dict:
 
     if engine_ok is not None and live.size:
         drop(~engine_ok(rows), R_ENGINE)
-    memory = vector_memory(job, rows)
-    drop(memory["total"] > job.gpu.memory_gib - job.headroom_gib, R_MEMORY)
-    rows["memory_gib"] = memory["total"][memory["total"] <= job.gpu.memory_gib - job.headroom_gib]
+    total = fit_recipes(job, rows)
+    rows["memory_gib"] = total
+    drop(total > job.gpu.memory_gib - job.headroom_gib, R_MEMORY)
     times = vector_times(model, job, rows)
     days, cost = training_days_cost(job, gpus, times["step_s"])
     rows["step_s"] = times["step_s"]

@@ -9,7 +9,12 @@ the pinned value(s):
     cp    divisors of gpus that leave each CP rank at least CP_MIN_TOKENS tokens
     ep    MoE: divisors of the routed experts that divide gpus; dense: 1
     mbs   divisors of gbs up to MAX_MBS
-    zero  0-3;  recompute  none, selective, full
+    zero  0-3
+    recompute  SearchJob.recompute_options, (recompute code, module mask) pairs: the least recompute
+          that fits (the ladder search_recipes.recompute_choices builds: none, then selective with
+          ever more modules; the row is resolved when memory is scored), selective with Megatron's
+          default set (core_attn), and full. The mask is the `modules` column (recompute.MODULE_BITS;
+          0 unless selective).
     (schedule, vpp)  pp = 1: 1f1b; pp > 1: 1f1b, zb-h1, dualpipe, and interleaved with every
           vpp > 1 that divides the layers per stage. gpipe is tried only when pinned: in this model
           it takes 1f1b's time with m in-flight micro-batches instead of p.
@@ -27,13 +32,18 @@ from .codes import RECOMPUTE_CODES, SCHEDULE_CODES
 from .contract import SEARCH_FIXED_KNOBS, Layout
 from .counting import count_params
 from .specs import ClusterSpec, GPUSpec, ModelSpec, Precision, Recompute, Schedule
+from .recompute import DEFAULT_MASK
 from .validity import CP_MIN_TOKENS, REASONS as RULE_REASONS, Knobs, Policies, first_broken
 
 MAX_MBS = 8
 """Largest micro-batch tried: GEMMs reach their efficiency by T = mbs*seq of a few thousand tokens."""
 
-KNOBS = ("gpus", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule")
-"""Columns of a layout table (recompute and schedule as codes.py's integer codes)."""
+KNOBS = ("gpus", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "modules", "schedule")
+"""Columns of a layout table (recompute and schedule as codes.py's integer codes, modules as a
+recompute.MODULE_BITS mask, 0 unless recompute is selective)."""
+STORAGE_KNOBS = ("bf16_moments", "fp8_activations")
+"""Memory-only Layout knobs the search may set per layout (search_recipes.storage_variants): columns
+a scored table carries beside KNOBS."""
 
 _R = {mode: RECOMPUTE_CODES[mode] for mode in Recompute}
 _S = {sched: SCHEDULE_CODES[sched] for sched in Schedule}
@@ -92,6 +102,17 @@ class SearchJob:
     """keep only layouts this engine runs (export.support), None: any"""
     fixed: dict = field(default_factory=dict)
     """the Layout knobs the search takes as given (FIXED_KNOBS), resolved; absent: the Layout default"""
+    chosen: tuple[str, ...] = ()
+    """the contract's SEARCH_CHOSEN_KNOBS the request left null: the search chooses them per layout"""
+    recompute_options: tuple[tuple[int, int], ...] | None = None
+    """(recompute code, module mask) of each layout the space enumerates; None: each pinned (or
+    every) recompute mode, selective with Megatron's default set"""
+    recompute_ladder: tuple[tuple[int, int], ...] = ()
+    """(recompute code, module mask) a row enumerated as the ladder's first step climbs until it fits
+    (search_recipes.recompute_choices); () or one step: no climbing"""
+    storage_variants: tuple[tuple[tuple[str, bool], ...], ...] = ((),)
+    """the STORAGE_KNOBS settings tried in order, the first that fits kept (search_recipes.storage_variants);
+    ((),): the fixed values only"""
 
     def __getattr__(self, name: str):
         """A fixed knob by name (job.attention, job.bf16_grads, ...)."""
@@ -171,8 +192,10 @@ def _schedule_options(pp: int, num_layers: int, pins: Pins) -> list[tuple[int, i
 
 
 def enumerate_space(model: ModelSpec, gpus: int, gbs: int, seq: int, gpus_per_node: int,
-                    allow_cross_node_tp: bool = False, pins: Pins = Pins()) -> dict[str, np.ndarray]:
-    """Every candidate layout on `gpus` GPUs as int arrays keyed by KNOBS (see the module doc)."""
+                    allow_cross_node_tp: bool = False, pins: Pins = Pins(),
+                    recompute_options: tuple[tuple[int, int], ...] | None = None) -> dict[str, np.ndarray]:
+    """Every candidate layout on `gpus` GPUs as int arrays keyed by KNOBS (see the module doc);
+    recompute_options: the (recompute code, module mask) pairs (SearchJob.recompute_options)."""
     heads, layers = model.num_attention_heads, model.num_layers
     divs = divisors(gpus)
     tp_cap = heads if allow_cross_node_tp else min(heads, gpus_per_node)
@@ -184,6 +207,9 @@ def enumerate_space(model: ModelSpec, gpus: int, gbs: int, seq: int, gpus_per_no
         "mbs": pins.mbs or [d for d in divisors(gbs) if d <= MAX_MBS],
         "recompute": pins.recompute or [_R[Recompute.none], _R[Recompute.selective], _R[Recompute.full]],
     }
+    recomputes = np.array(recompute_options if recompute_options is not None else
+                          [(code, DEFAULT_MASK if code == _R[Recompute.selective] else 0) for code in lists["recompute"]],
+                          dtype=np.int64).reshape(-1, 2)
     blocks = []
     for pp in pins.pp or [d for d in divs if d <= layers]:
         options = np.array(_schedule_options(pp, layers, pins), dtype=np.int64).reshape(-1, 2)
@@ -191,10 +217,12 @@ def enumerate_space(model: ModelSpec, gpus: int, gbs: int, seq: int, gpus_per_no
                           dtype=np.int64).reshape(-1, 2)
         if not len(options) or not len(splits):
             continue
-        axes = [np.asarray(lists[k], dtype=np.int64) for k in ("ep", "zero", "mbs", "recompute")]
-        grid = np.meshgrid(np.arange(len(splits)), *axes, np.arange(len(options)), indexing="ij")
+        axes = [np.asarray(lists[k], dtype=np.int64) for k in ("ep", "zero", "mbs")]
+        grid = np.meshgrid(np.arange(len(splits)), *axes, np.arange(len(recomputes)), np.arange(len(options)),
+                           indexing="ij")
         flat = [g.ravel() for g in grid]
-        block = dict(zip(("ep", "zero", "mbs", "recompute"), flat[1:5]))
+        block = dict(zip(("ep", "zero", "mbs"), flat[1:4]))
+        block["recompute"], block["modules"] = recomputes[flat[4], 0], recomputes[flat[4], 1]
         block["tp"], block["cp"] = splits[flat[0], 0], splits[flat[0], 1]
         block["schedule"], block["vpp"] = options[flat[5], 0], options[flat[5], 1]
         block["pp"] = np.full(flat[0].size, pp, dtype=np.int64)
@@ -218,5 +246,5 @@ def validity(model: ModelSpec, space: dict[str, np.ndarray], gbs: int, seq: int,
 
 
 def row(table: dict[str, np.ndarray], i: int) -> dict:
-    """Layout i of a table, as plain ints keyed by KNOBS."""
-    return {k: int(v[i]) for k, v in table.items() if k in KNOBS}
+    """Layout i of a table, as plain ints keyed by KNOBS (and STORAGE_KNOBS where the table has them)."""
+    return {k: int(v[i]) for k, v in table.items() if k in KNOBS or k in STORAGE_KNOBS}

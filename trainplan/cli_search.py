@@ -107,9 +107,11 @@ def register(app: typer.Typer) -> None:
         if not result["candidates"]:
             raise typer.Exit(code=1)
 
-    from trainplan.tools.contract import SEARCHED_KNOBS, Layout, search_fields
+    from trainplan.tools.contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Layout, search_chosen_description,
+                                          search_fields)
 
     pins = {name: f"pin the {Layout.model_fields[name].description} (default: searched)" for name in SEARCHED_KNOBS}
-    parameters = opt.options(search_fields(), none=SEARCHED_KNOBS, helps=pins)
+    pins.update({name: search_chosen_description(name) for name in SEARCH_CHOSEN_KNOBS})
+    parameters = opt.options(search_fields(), none=(*SEARCHED_KNOBS, *SEARCH_CHOSEN_KNOBS), helps=pins)
     json_option = inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=opt.Json, default=False)
     app.command("search")(opt.command(search_command, [*parameters, json_option]))

@@ -1,0 +1,128 @@
+"""What the search chooses when a request leaves it open (tools/search_recipes.py): the fewest
+recompute modules that fit, cheapest seconds per GiB first, and with FP8 DeepSeek-V3's low-precision
+storage only where a layout needs it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import trainplan
+from trainplan.tools.codes import RECOMPUTE_CODES
+from trainplan.tools.recompute import DEFAULT_MASK, mask_of, modules_of
+from trainplan.tools.search import exact, prepare, search, search_scalar
+from trainplan.tools.search_recipes import recompute_choices, recompute_costs
+from trainplan.tools.search_score import fit_recipes
+from trainplan.tools.search_space import R_MEMORY, enumerate_space, validity
+from trainplan.tools.specs import Recompute, RecomputeModule
+
+_NONE, _SELECTIVE, _FULL = (RECOMPUTE_CODES[m] for m in (Recompute.none, Recompute.selective, Recompute.full))
+DSV3 = dict(model="deepseek-v3", gpu="h800", gpus=2048, seq=4096, gbs=15360, precision="fp8")
+
+
+def _rate(costs, key):
+    seconds, freed = costs[key]
+    return seconds / freed
+
+
+def test_the_ladder_climbs_by_price_and_stops_where_full_recompute_is_cheaper():
+    job, _, _ = prepare(**DSV3)
+    costs = recompute_costs(job)
+    ladder = job.recompute_ladder
+    assert ladder[0] == (_NONE, 0)
+    steps = [set(modules_of(mask)) for code, mask in ladder[1:]]
+    assert all(code == _SELECTIVE for code, _ in ladder[1:])
+    assert all(a < b for a, b in zip(steps, steps[1:]))                   # each step adds modules
+    added = [next(iter(b - a)) for a, b in zip([set()] + steps, steps)]
+    rates = [_rate(costs, m) for m in added]
+    assert rates == sorted(rates)                                          # cheapest seconds per GiB first
+    full = _rate(costs, Recompute.full)
+    assert all(rate < full for rate in rates)
+    left_out = set(costs) - set(added) - {Recompute.full}
+    assert all(costs[m][1] <= 0 or _rate(costs, m) >= full for m in left_out)
+    # Memory-bound recomputes come first, and DeepSeek's own choice (report §3.2.3, §3.3.3) is a step.
+    assert added[0] is RecomputeModule.layernorm
+    assert {RecomputeModule.layernorm, RecomputeModule.mla_up_proj, RecomputeModule.moe_act} in steps
+    # Megatron's default set and full recompute are enumerated beside the ladder's first step.
+    assert job.recompute_options == ((_NONE, 0), (_SELECTIVE, DEFAULT_MASK), (_FULL, 0))
+
+
+def test_named_modules_and_pinned_modes_bound_the_choice():
+    job, _, _ = prepare(**DSV3, recompute_modules="layernorm,moe_act")
+    given = mask_of([RecomputeModule.layernorm, RecomputeModule.moe_act])
+    assert job.recompute_ladder == ((_NONE, 0), (_SELECTIVE, given))
+    assert (_SELECTIVE, DEFAULT_MASK) not in job.recompute_options
+    job, _, _ = prepare(**DSV3, recompute="full")
+    assert recompute_choices(job, None) == ((), ((_FULL, 0),))
+    job, _, _ = prepare(**DSV3, recompute="none")
+    assert job.recompute_ladder == ((_NONE, 0),)
+
+
+def test_low_precision_storage_is_tried_only_with_fp8_and_only_when_open():
+    fp8, _, _ = prepare(**DSV3)
+    assert fp8.storage_variants == ((), (("bf16_moments", True), ("fp8_activations", True)))
+    bf16, _, _ = prepare(**{**DSV3, "precision": "bf16"})
+    assert bf16.storage_variants == ((),)
+    pinned, _, _ = prepare(**DSV3, bf16_moments=False)
+    assert pinned.storage_variants == ((), (("fp8_activations", True),))
+    assert "bf16_moments" not in pinned.chosen
+
+
+def test_each_layout_keeps_the_cheapest_choice_that_fits():
+    """fit_recipes: a row that fits as enumerated keeps it; one that does not climbs to the first
+    (step, storage) that fits, and every earlier choice does not fit."""
+    job, _, _ = prepare("deepseek-v2-lite", "h800", 16, gbs=64, seq=4096, precision="fp8", headroom_gib=40.0)
+    space = enumerate_space(job.model, 16, job.gbs, job.seq, job.node, False, job.pins, job.recompute_options)
+    reason, dp, m = validity(job.model, space, job.gbs, job.seq, job.node)
+    live = np.nonzero(reason < 0)[0]
+    rows = {k: v[live].copy() for k, v in space.items()}
+    rows["dp"], rows["m"] = dp.reshape(-1)[live], m.reshape(-1)[live]
+    enumerated = (rows["recompute"].copy(), rows["modules"].copy())
+    total = fit_recipes(job, rows)
+    limit = job.gpu.memory_gib - job.headroom_gib
+    climbed = rows["recompute"] != enumerated[0]
+    stored = rows["bf16_moments"] > 0
+    assert climbed.any() and stored.any() and (~climbed & ~stored & (total <= limit)).any()
+    plain = {"bf16_moments": 0, "fp8_activations": 0}
+    for i in [*np.nonzero(climbed)[0][:6], *np.nonzero(stored & ~climbed)[0][:6]]:
+        layout = {k: int(v[i]) for k, v in rows.items() if k not in ("dp", "m")}
+        chosen = exact(job, layout)
+        assert chosen["memory_gib"]["total"] == pytest.approx(total[i], rel=1e-9)
+        as_enumerated = exact(job, {**layout, **plain, "recompute": int(enumerated[0][i]),
+                                    "modules": int(enumerated[1][i])})
+        if total[i] <= limit:
+            assert chosen["fits"] and not as_enumerated["fits"]
+        if climbed[i] and total[i] <= limit:   # the step below, with the recipe too, did not fit
+            ladder = job.recompute_ladder
+            below = ladder[ladder.index((layout["recompute"], layout["modules"])) - 1]
+            stored_below = exact(job, {**layout, "recompute": below[0], "modules": below[1],
+                                       "bf16_moments": 1, "fp8_activations": 1})
+            assert not stored_below["fits"]
+
+
+@pytest.mark.parametrize("headroom", [20.0, 30.0])
+def test_vectorised_and_brute_force_choose_alike_with_fp8_storage(headroom):
+    """search and search_scalar (the exact path, layout by layout, same ladder and storage order) keep
+    the same layouts and the same winner when the recipe decides what fits."""
+    kw = dict(gbs=32, seq=4096, precision="fp8", headroom_gib=headroom, tp=[1, 2], pp=[1, 2], zero=[1, 3], top_k=3)
+    fast = search("deepseek-v2-lite", "h800", 8, **kw)
+    slow = search_scalar("deepseek-v2-lite", "h800", 8, **kw)
+    assert fast["evaluated"] == slow["evaluated"]
+    assert fast["feasible"] == slow["feasible"]
+    assert fast["rejected"].get(R_MEMORY, 0) == slow["rejected"].get(R_MEMORY, 0)
+    if slow["candidates"]:
+        best, mine = slow["candidates"][0], fast["candidates"][0]
+        assert mine["config"] == best["config"] or mine["time"]["step_s"] <= 1.01 * best["time"]["step_s"]
+
+
+def test_deepseek_v3_fp8_search_reaches_the_published_layout_without_being_told_its_recipe():
+    """Told only the job and FP8, with the plan's 10% memory headroom, the search finds a layout at
+    least 0.95x the tokens/s of DeepSeek's own (TP1 PP16 EP64 DualPipe, partial recompute, FP8
+    storage): the planning eval's bar."""
+    from trainplan.evals.dataset import load_dataset
+
+    published = next(c for c in load_dataset().cases if c.id == "deepseek-v3-pretrain").kwargs()
+    theirs = trainplan.estimate(**published)["time"]["tokens_per_s"]
+    best = search(**DSV3, top_k=1)["candidates"][0]
+    assert best["fits"] and best["config"]["precision"] == "fp8"
+    assert best["time"]["tokens_per_s"] >= 0.95 * theirs
