@@ -51,7 +51,7 @@ MEMORY_BOUND_EFFICIENCY = Fitted(
 )
 
 MOE_HOST_S_PER_EXPERT_GEMM = Fitted(
-    value=72e-6,
+    value=71e-6,
     meaning="host seconds to issue one expert GEMM (with its quantisation) when the grouped GEMM is a host-issued "
             "loop of per-expert GEMMs; a layer's expert part takes max(GPU time, host time) (moe.py)",
     fitted_on=("mbridge-b200-qwen3-30b-a3b-fp8", "mbridge-2602-b200-qwen3-30b-a3b-fp8"),
@@ -60,16 +60,16 @@ MOE_HOST_S_PER_EXPERT_GEMM = Fitted(
               "mbridge-b200-deepseek-v3-fp8", "mbridge-2602-b200-deepseek-v3-fp8",
               "mbridge-h100-qwen3-235b-a22b-fp8", "mbridge-2602-h100-qwen3-235b-a22b-fp8",
               "mbridge-b200-qwen3-235b-a22b-fp8", "mbridge-2602-b200-qwen3-235b-a22b-fp8"),
-    method="grid search on the step time of the two rows where host-issued expert GEMMs set the pace: Megatron-Bridge "
-           "DGX-B200 Qwen3-30B-A3B, 25.11 and 26.02 (the same layout: EP8, 16 local experts, MBS 1, forced-balanced "
-           "dropless routing; benchmarks/fit_calibration.py --family moe-host). On the other MoE rows the host term is "
-           "partly or wholly hidden behind GPU time, so they cannot pin it and are held out; the DGX-GB200 rows (the "
-           "same layout at MBS 4) test how it amortises with micro-batch size. Mechanism: dropless "
-           "dispatch syncs tokens-per-expert to the host each MoE layer, after which Transformer Engine's GroupedLinear "
-           "issues one quantise + GEMM per local expert and the GPU waits on the host (Megatron-Core moe/README on "
-           "--moe-grouped-gemm and on CUDA graphs: dynamic shapes make dropless MoE layers uncapturable; Megatron-Core "
-           "MoE report arXiv:2603.07685, the host-overhead wall). Range: tens of microseconds per PyTorch/TE op call "
-           "on the host; 72 us for a quantise + GEMM pair sits at the high end",
+    method="grid search (least squares on the log errors) of the step time of the two rows where host-issued expert "
+           "GEMMs set the pace: Megatron-Bridge DGX-B200 Qwen3-30B-A3B, 25.11 and 26.02 (the same layout: EP8, 16 "
+           "local experts, MBS 1, forced-balanced dropless routing; benchmarks/fit_calibration.py --family "
+           "moe-host). On the other MoE rows the host term is partly or wholly hidden behind GPU time, so they "
+           "cannot pin it and are held out; the DGX-GB200 rows (the same layout at MBS 4) test how it amortises with "
+           "micro-batch size. Mechanism: dropless dispatch syncs tokens-per-expert to the host each MoE layer, after "
+           "which Transformer Engine's GroupedLinear issues one quantise + GEMM per local expert and the GPU waits "
+           "on the host (Megatron-Core moe/README on --moe-grouped-gemm and on CUDA graphs: dynamic shapes make "
+           "dropless MoE layers uncapturable; Megatron-Core MoE report arXiv:2603.07685, the host-overhead wall). "
+           "Range: tens of microseconds per",
 )
 
 # GPU family (GPUSpec.architecture) -> {"gemm_efficiency": ..., "attention_efficiency": ...}
