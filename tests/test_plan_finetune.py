@@ -108,3 +108,22 @@ def test_adapter_plans_launch_with_a_peft_trainer(qlora_70b, lora_8b):
         assert report.launch.engine == "axolotl" and report.launch.error is None
         assert f"adapter: {method}" in report.launch.content
         assert report.recommended["config"]["tp"] == report.recommended["config"]["pp"] == 1
+
+
+def test_the_recommended_layout_says_what_is_trained(qlora_70b, lora_8b):
+    for report in (qlora_70b, lora_8b):
+        config = report.recommended["config"]
+        layout = report.to_markdown().split("## Recommended layout", 1)[1].split("## Memory per GPU", 1)[0]
+        name = {"qlora": "QLoRA", "lora": "LoRA"}[config["method"]]
+        assert f"- {name}: rank-{config['lora_rank']} adapters on every linear layer" in layout
+        assert ("4-bit NF4" in layout) is (config["method"] == "qlora")
+    full = plan("Llama 3 8B on 8 H100s for 10B tokens", backend="offline")
+    assert "adapters" not in full.to_markdown().split("## Memory per GPU", 1)[0]
+
+
+def test_the_estimates_notes_reach_the_plan(qlora_70b):
+    assumptions = qlora_70b.to_markdown().split("## Assumptions", 1)[1]
+    assert qlora_70b.recommended["notes"]
+    for note in qlora_70b.recommended["notes"]:  # QLoRA's paged optimizer, the RTX 4090's assumed efficiencies
+        assert f"- {note}" in assumptions
+    assert "paged" in assumptions and "rtx-4090: GEMM and attention efficiencies are assumed" in assumptions
