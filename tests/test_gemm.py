@@ -1,5 +1,5 @@
-"""The GEMM time model (compute.gemm_time_s): wave quantisation, the eta_max ceiling, the memory
-roofline and the launch floor, on the catalog's A100, H100 and B200."""
+"""Kernel times (compute.py): the GEMM model's wave quantisation, eta_max ceiling, memory
+roofline and launch floor, and the launches of flash attention, on the catalog's A100, H100 and B200."""
 
 import random
 
@@ -92,3 +92,13 @@ def test_non_positive_dimensions_cost_nothing():
     gpu = load_gpu("h100-sxm-80gb")
     assert compute.gemm_time_s(0, 4096, 4096, gpu, Precision.bf16) == 0.0
     assert compute.gemm_time_s(4096, 4096, 0, gpu, Precision.bf16, batch=8) == 0.0
+
+
+def test_flash_attention_pays_one_launch_forward_and_three_backward():
+    gpu = load_gpu("h100-sxm-80gb")
+    forward, backward = compute.attention_time_s(16, 16, 1, 64, 64, gpu)
+    assert forward == pytest.approx(compute.KERNEL_LAUNCH_S, rel=0.01)
+    assert backward == pytest.approx(compute.FLASH_BACKWARD_KERNELS * compute.KERNEL_LAUNCH_S, rel=0.01)
+    # A long sequence is compute-bound: backward / forward -> 2.5 (five matmuls against two).
+    forward, backward = compute.attention_time_s(65536, 65536, 8, 128, 128, gpu)
+    assert backward / forward == pytest.approx(2.5, rel=1e-3)

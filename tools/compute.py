@@ -135,11 +135,18 @@ def memory_bound_time_s(bytes_moved: float, gpu: GPUSpec, kernels: int = 1) -> f
     return bytes_moved / (gpu.hbm_bandwidth_gb_s * 1e9 * MEMORY_BOUND_EFFICIENCY) + kernels * KERNEL_LAUNCH_S
 
 
+# Kernels of one flash-attention backward: FlashAttention-2's run_flash_bwd_seqk_parallel launches
+# flash_bwd_dot_do_o_kernel (rowsum(dO * O)), flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel and
+# flash_bwd_convert_dq_kernel (fp32 dQ accumulator to bf16); csrc/flash_attn/src/flash_bwd_launch_template.h.
+FLASH_BACKWARD_KERNELS = 3
+
+
 def attention_time_s(tokens_q: float, tokens_kv: float, heads: float, qk_dim: int, v_dim: int,
                      gpu: GPUSpec, causal: bool = True) -> tuple[float, float]:
     """Forward and backward seconds of flash attention for one GPU's heads.
 
     Forward FLOPs = 2 * Tq * Tkv * heads * (qk_dim + v_dim), halved when causal; backward is 2.5x.
+    One kernel forward, FLASH_BACKWARD_KERNELS backward, each paying KERNEL_LAUNCH_S.
     Attention runs in bf16 even under FP8 recipes (DeepSeek-V3 report §3.3; Transformer Engine).
     """
     flops = 2.0 * tokens_q * tokens_kv * heads * (qk_dim + v_dim)
@@ -147,7 +154,8 @@ def attention_time_s(tokens_q: float, tokens_kv: float, heads: float, qk_dim: in
         flops /= 2
     peak = gpu.bf16_tflops * 1e12 * gpu.attention_efficiency
     forward = flops / peak + KERNEL_LAUNCH_S
-    return forward, 2.5 * forward
+    backward = 2.5 * flops / peak + FLASH_BACKWARD_KERNELS * KERNEL_LAUNCH_S
+    return forward, backward
 
 
 # Bytes per score element that eager attention streams through HBM. Fused scale-mask-softmax:
