@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .cases import QUANTITIES
+from .cases import EXPERT_TOP_K, QUANTITIES
 
 
 def num(value) -> str:
@@ -152,16 +152,20 @@ def render_markdown(report: dict, backend: str = "offline") -> str:
         for c in planning:
             p = c["predicted"]
             if c["status"] != "ok":
-                rows.append([c["id"], c["status"], c["message"] or "", "-", "-", "-", "-", "-", "-"])
+                rows.append([c["id"], c["status"], c["message"] or "", "-", "-", "-", "-", "-", "-", "-"])
                 continue
             structure = ", ".join(f"{k.split('.', 1)[1]} {mark(v)}" for k, v in c["checks"].items()
                                   if k.startswith("structure.")) or "-"
             hours = (f"{num(p['gpu_hours'])} vs {num(c['published']['gpu_hours'])} ({pct(c['error']['gpu_hours'])})"
                      if "gpu_hours" in c["published"] else "-")
+            expert = (f"{p['expert_vs_best']:.2f}x, rank {p['expert_rank']}"
+                      + ("" if p["expert_rank"] <= EXPERT_TOP_K else "+")
+                      + ("" if p.get("expert_fits", True) else " (does not fit)") if "expert_vs_best" in p else "-")
             rows.append([c["id"], "ok", layout(p["config"]), mark(p["fits"]),
-                         f"{p['throughput_ratio']:.2f}x" if "throughput_ratio" in p else "-", hours, structure,
+                         f"{p['throughput_ratio']:.2f}x" if "throughput_ratio" in p else "-", expert, hours, structure,
                          "-" if p.get("grounded_share") is None else f"{p['grounded_share']:.0%}", mark(c["pass"])])
-        out += _table(["case", "status", "plan", "fits", "tokens/s vs published layout", "GPU-hours vs published",
+        out += _table(["case", "status", "plan", "fits", "tokens/s vs published layout",
+                       "published layout vs search's best (same recipe)", "GPU-hours vs published",
                        "structure", "grounded", "pass"], rows)
         out.append("")
 

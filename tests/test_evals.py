@@ -308,3 +308,19 @@ def test_cli_exits_non_zero_only_on_a_crash(monkeypatch: pytest.MonkeyPatch) -> 
     report = json.loads(result.stdout)
     crashed_cases = [c for c in report["cases"] if c["status"] == "error"]
     assert crashed_cases and all(c["message"] == "RuntimeError: boom" for c in crashed_cases)
+
+
+def test_expert_layout_is_ranked_against_the_best_with_its_own_recipe(dataset: Dataset) -> None:
+    """Issue 11: the published layout against the search's best for the same job, with every knob the
+    run set but the parallel sizes and micro-batch pinned (Megatron-LM's GPT-3 175B: eager attention,
+    no sequence parallelism, ZeRO-0, full recompute, 1F1B)."""
+    from trainplan.evals.cases import expert_vs_best
+
+    reference = dataset.case("megatron-gpt3-175b").kwargs()
+    expert = expert_vs_best(reference)
+    best = expert["best"]
+    for knob in ("attention", "sequence_parallel", "zero", "recompute", "schedule", "precision"):
+        assert best[knob] == reference[knob], knob
+    assert expert["fits"]
+    assert 0.9 <= expert["ratio"] <= 1.0 + 1e-9     # the published layout is in the space the best comes from
+    assert (expert["rank"] == 1) == (expert["ratio"] >= 1 - 1e-9)
