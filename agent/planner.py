@@ -53,7 +53,10 @@ PLAN_HEADROOM = DEFAULT_HEADROOM
 of search and plan (tools.plan_defaults), also the report's headroom risk threshold."""
 DEFAULT_ENGINE = "megatron"
 """Whose launch settings a plan carries when the request names no engine (the search is then not
-restricted to one engine)."""
+restricted to one engine) and Megatron-LM runs the recommended layout."""
+LAUNCH_FALLBACK = ("torchtitan", "deepspeed", "accelerate")
+"""When DEFAULT_ENGINE cannot run the recommended layout (e.g. ZeRO-2 with pipeline parallelism), the
+first of these that can (tools/export/support.py) carries the launch settings instead."""
 ADAPTER_ENGINE = "axolotl"
 """The engine of a LoRA/QLoRA request that names none: the offline search keeps the layouts it runs
 (data parallel with ZeRO/FSDP, as practitioners fine-tune with PEFT) when one fits, and the plan carries
@@ -485,9 +488,23 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
                 on_event("fallback", {"error": str(exc)})
             report = offline_after_llm_failure(parsed, text, exc, llm_model or _settings_model(), engine)
     if report.recommended:
-        launcher = engine or (ADAPTER_ENGINE if adapters else DEFAULT_ENGINE)
+        launcher = engine or (ADAPTER_ENGINE if adapters else launch_engine(report.request["model"],
+                                                                           report.recommended["config"]))
         report.launch = launch_settings(report.request["model"], report.recommended["config"], launcher)
     return report
+
+
+def launch_engine(model: str, config: dict) -> str:
+    """The engine whose launch settings a plan that names none carries: DEFAULT_ENGINE when it runs the
+    layout, else the first of LAUNCH_FALLBACK that does, else DEFAULT_ENGINE (whose refusal the report
+    then states)."""
+    from trainplan.tools.contract import Layout
+    from trainplan.tools.export.support import knobs_of, runs
+    from trainplan.tools.layout import resolve_config
+
+    spec = catalog.load_model(model)
+    knobs = knobs_of(resolve_config(spec, config["gpus"], **{k: config.get(k) for k in Layout.model_fields}))
+    return next((e for e in (DEFAULT_ENGINE, *LAUNCH_FALLBACK) if bool(runs(e, spec, knobs))), DEFAULT_ENGINE)
 
 
 def _settings_model() -> str:

@@ -247,3 +247,15 @@ def test_launch_section_says_why_an_engine_cannot_run_the_layout():
     launch = launch_settings("llama3-8b", config, "megatron")
     assert launch.content is None and "dualpipe" in launch.error.lower()
     assert "\n" not in launch.error
+
+
+def test_a_plan_naming_no_engine_launches_with_an_engine_that_runs_its_layout():
+    """Megatron-LM first; a layout it refuses (ZeRO-2 with pipeline parallelism) goes to torchtitan."""
+    from trainplan.agent.planner import DEFAULT_ENGINE, launch_engine
+
+    job = dict(model="llama3-70b", gpu="h100-sxm-80gb", gpus=512, gbs=512, seq=8192, tp=2, pp=4, cp=2, vpp=20,
+               schedule="interleaved", mbs=1)
+    megatron_style = trainplan.estimate(**job, zero=1).model_dump(mode="json")["config"]
+    fsdp_with_pp = trainplan.estimate(**job, zero=2).model_dump(mode="json")["config"]
+    assert launch_engine("llama3-70b", megatron_style) == DEFAULT_ENGINE == "megatron"
+    assert launch_engine("llama3-70b", fsdp_with_pp) == "torchtitan"
