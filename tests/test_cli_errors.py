@@ -159,3 +159,17 @@ def test_absurd_counts_are_one_error_line(command, flags, fragment):
     result = run_cli(command, "--model", "llama3-8b", "--gpu", "h100", *flags)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error:") and fragment in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", ["estimate", "export", "search"])
+def test_help_never_shows_pydantic_internals(command):
+    """estimate and export take every option as an override of --from, so a required field (model, gpu,
+    gpus) has no default to show: its help once ended 'default: PydanticUndefined'."""
+    from typer.testing import CliRunner
+
+    from trainplan.cli import app
+
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    assert "--gpus" in result.output
+    assert "Undefined" not in result.output

@@ -67,7 +67,8 @@ def options(fields: dict[str, Any], *, mode: Literal["value", "override"] = "val
         if isinstance(default, Enum):
             default = default.value
         help_text = (helps or {}).get(name, info.description or "").replace("; null: ", "; default: ")
-        if optional and info.default is not None and "default:" not in help_text and name not in none:
+        if (optional and not info.is_required() and info.default is not None and "default:" not in help_text
+                and name not in none):
             help_text += f"; default: {shown_default(info.default)}"
         option = typer.Option(_flag(name, info, base, cli, both_ways=optional), help=help_text,
                               show_default=not optional and not required and default is not None)
