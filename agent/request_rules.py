@@ -278,6 +278,17 @@ def _set_gpus(t: RequestText, found: dict[str, Any], gpus: int, start: int, end:
 
 
 def read_counts(t: RequestText, found: dict[str, Any]) -> None:
+    """How many GPUs (_read_count), and the node size when it is stated apart from the count ('512
+    H100s, 8 GPUs per node', '4 GPUs/node')."""
+    _read_count(t, found)
+    if "gpus_per_node" in found:
+        return
+    per_node = t.take(rf"{_COUNT}\s*(?:{_GPU_WORD}\s*)?(?:per|/|a|each|in\s+each|on\s+each|every)\s*{_NODE}(?![a-z])", 1)
+    if per_node:
+        found["gpus_per_node"] = _count(t, per_node, "GPUs per node", 1, per_node.end())
+
+
+def _read_count(t: RequestText, found: dict[str, Any]) -> None:
     """How many GPUs: nodes x GPUs per node ('64 nodes of 8 H100s', '64台8卡H100', '8 H100s per node,
     64 nodes', '64 x 8 H100'), a count by the GPU ('512 H100s', '16k H100', '512张H100', 'H100 x 512'),
     'N GPUs', 'N nodes' (x the GPU's gpus_per_node), or 'one H100' / 'a single H100' (1). 'up to N' / 'at
@@ -365,7 +376,7 @@ def read_tokens(t: RequestText, found: dict[str, Any]) -> None:
         suffix = (batch.group(2) or "").lower()
         binary = {"k": 2**10, "m": 2**20}.get(suffix)
         found["batch_tokens"] = _amount(t, batch, "tokens per batch") * (binary / _scale(suffix) if binary else 1)
-    for match in t.matches(rf"({NUM})\s*({_ANY_MULT})?\s*(?:个\s*)?(?:training\s+)?tokens?(?![a-z])", 1):
+    for match in t.matches(rf"({NUM})\s*({_ANY_MULT})?\s*(?:个\s*)?(?:training\s+)?(?:tokens?(?![a-z])|トークン|토큰)", 1):
         if re.match(r"\s*(?:sequences?|context|seq)", t.text[match.end():match.end() + 12], re.IGNORECASE):
             continue
         tokens = _amount(t, match, "tokens")
@@ -403,13 +414,13 @@ def read_money(t: RequestText, found: dict[str, Any]) -> None:
     """price ('$2/GPU-hour', '$2.5 per GPU hour') and budget_usd ('budget $2M', '$500K budget',
     'under $2M', 'no more than 2 million dollars', '预算200万美元')."""
     price = (t.take(rf"(?:(?:at|under|below|for|of|price)\s*:?\s*)?\$\s*({NUM})\s*(?:/|per|an|a)\s*(?:gpu[\s-]*)?(?:h|hr|hour)(?![a-z])")
-             or t.take(rf"({NUM})\s*(?:usd|dollars?)\s*(?:/|per|an|a)\s*(?:gpu[\s-]*)?(?:h|hr|hour)(?![a-z])"))
+             or t.take(rf"({NUM})\s*(?:usd|dollars?|\$)\s*(?:/|per|an|a)\s*(?:gpu[\s-]*)?(?:h|hr|hour)(?![a-z])"))
     if price:
         found["price"] = _positive_price(t, price)
     dollars = rf"(?:\$\s*({NUM})\s*({_ANY_MULT})?(?![0-9])|({NUM})\s*({_ANY_MULT})?\s*(?:usd|dollars|美元|ドル)(?![a-z]))"
     budget = (t.take(rf"(?:budget|预算|予算)\s*(?:of|:|=|is)?\s*(?:under\s*|up\s*to\s*|at\s*most\s*)?{dollars}")
               or t.take(rf"{dollars}\s*(?:budget|or\s*less|max(?:imum)?|total|cap|以内)(?![a-z])")
-              or t.take(rf"(?:under|below|at\s*most|no\s*more\s*than|max(?:imum)?|within|up\s*to|spend|for|costs?)\s*"
+              or t.take(rf"(?:under|below|at\s*most|no\s*more\s*than|max(?:imum)?|within|up\s*to|spend|for|costs?|with)\s*"
                         rf"(?:of\s*)?{dollars}(?!\s*(?:/|per|an?\s)\s*(?:gpu|h))"))
     if budget:
         group = 1 if budget.group(1) else 3

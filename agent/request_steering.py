@@ -115,8 +115,11 @@ def read_pins(t: RequestText, found: dict[str, Any]) -> None:
 def read_method(t: RequestText, found: dict[str, Any]) -> None:
     """method: 'QLoRA' -> qlora, 'LoRA' -> lora, 'full fine-tuning' -> full; lora_rank: 'rank 64',
     'r=16'; fine_tuning: 'fine-tune', 'SFT', 'instruction tuning' (a fine-tune, whatever the method)."""
-    adapters = t.take(r"(?<![a-z])(q?lora)(?![a-z])", 1)
-    if adapters:
+    refused = t.take(rf"{_NEGATION}(?:q?lora|adapters?)(?![a-z])")
+    adapters = None if refused else t.take(r"(?<![a-z])(q?lora)(?![a-z])", 1)
+    if refused:
+        found["method"] = "full"  # 'without LoRA', 'not using QLoRA': every weight trains
+    elif adapters:
         found["method"] = adapters.group(1).lower()
     elif t.take(r"(?<![a-z])full[\s-]*(?:parameter[\s-]*)?(?:fine[\s-]*tun(?:e|ed|ing)|ft)(?![a-z])"):
         found["method"] = "full"
@@ -127,6 +130,7 @@ def read_method(t: RequestText, found: dict[str, Any]) -> None:
         if value < 1:
             raise InputError(f"'{t.text[rank.start():rank.end()].strip()}' is not a LoRA rank: it is at least 1, e.g. 16")
         found["lora_rank"] = value
-    if "method" in found or t.take(r"(?<![a-z])(?:fine[\s-]*tun(?:e|ed|ing)|finetun(?:e|ed|ing)|sft|"
-                                    r"instruction[\s-]*tun(?:e|ed|ing)|微调|ファインチューニング)(?![a-z])"):
+    said = t.take(r"(?<![a-z])(?:fine[\s-]*tun(?:e|ed|ing)|finetun(?:e|ed|ing)|sft|instruction[\s-]*tun(?:e|ed|ing)|"
+                  r"微调|ファインチューニング)(?![a-z])")
+    if said or found.get("method") in ("lora", "qlora"):  # 'without LoRA' alone is no fine-tune
         found["fine_tuning"] = True

@@ -58,7 +58,7 @@ what's would've i'll we'll
 CJK_STOPWORDS = ("帮我", "请", "用", "在", "上", "训练", "預訓練", "预训练", "规划", "計画", "模型", "使用", "使", "的",
                  "个", "張", "张", "块", "卡", "台", "和", "与", "一个", "需要", "多少", "我", "想", "要", "で", "を",
                  "に", "の", "は", "が", "と", "完成", "する", "して", "ください", "学習", "训", "练", "개", "장", "로", "을",
-                 "를", "에서", "학습")
+                 "를", "으로", "에서", "학습")
 
 
 def number(text: str) -> float:
@@ -76,7 +76,9 @@ class RequestText:
         if len(raw) > MAX_CHARS:
             raise InputError(f"the request has {len(raw):,} characters, more than {MAX_CHARS:,}: state the model, "
                              "the hardware and the tokens in a few sentences")
-        text = unicodedata.normalize("NFKC", raw)[:MAX_CHARS]
+        # A full-width comma separates phrases ('DeepSeek-V3，15万亿token'); NFKC would make it an ASCII comma
+        # that reads as a thousands separator ('3,15').
+        text = unicodedata.normalize("NFKC", raw.replace("\uff0c", ", "))[:MAX_CHARS]
         for written in re.finditer(r"[0-9]+(?:,[0-9]{3})*", text):
             digits = len(written.group(0)) - written.group(0).count(",")
             if digits > MAX_DIGITS:

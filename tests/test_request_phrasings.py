@@ -273,3 +273,25 @@ def test_the_readme_requests_are_complete():
     for line in filter(None, block.splitlines()):
         request = parse_request(line)
         assert request.unparsed is None, (line, request.unparsed)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # a refused adapter is full training, and no fine-tune by itself
+    ("Train Llama 3 70B for 15T tokens on 512 H100s, not using LoRA", {"method": "full", "fine_tuning": None}),
+    ("Fine-tune Llama 3 8B on 8 H100s for 1B tokens without LoRA", {"method": "full", "fine_tuning": True}),
+    ("SFT Llama 3 8B on 8 H100s, 1B tokens, no QLoRA", {"method": "full", "fine_tuning": True}),
+    # a full-width comma after a digit is no thousands separator
+    ("在1024块H100上训练DeepSeek-V3，15万亿token", {"model": "deepseek-v3", "gpus": 1024, "tokens": 15e12}),
+    ("在1024块H100上训练DeepSeek V3，14.8万亿token", {"tokens": 14.8e12}),
+    # tokens in Japanese and Korean
+    ("Llama 3 8B を 64 枚の H100 で 1T トークン学習", {"gpus": 64, "tokens": 1e12, "unparsed": None}),
+    ("Llama3 8B 64장 H100 으로 1T 토큰 학습", {"gpus": 64, "tokens": 1e12, "unparsed": None}),
+    # money as people write it
+    ("Train Llama 3 70B on H100s for 1T tokens with $500k", {"budget_usd": 5e5, "unparsed": None}),
+    ("Llama 3 70B for 15T tokens on 512 H100s at 1.99 $/GPU-hour", {"price": 1.99, "unparsed": None}),
+    # the node size stated apart from the count
+    ("Llama 3 70B for 15T tokens on 512 H100s, 8 GPUs per node", {"gpus": 512, "gpus_per_node": 8}),
+    ("Llama 3 70B for 15T tokens on 512 H100s, 4 GPUs/node", {"gpus": 512, "gpus_per_node": 4}),
+])
+def test_phrasings_once_misread(text, expected):
+    assert read(text, *expected) == expected
