@@ -34,8 +34,8 @@ from trainplan.tools.counting import count_params
 from trainplan.tools.errors import InputError
 from trainplan.tools.estimate import estimate
 from trainplan.tools.finetune import DEFAULT_LORA_RANK, LoraTargets, Method, is_lora
-from trainplan.tools.plan_defaults import (DEFAULT_HEADROOM, FINETUNE_SEQ, FINETUNE_SOURCE, GPUS_PER_SEQUENCE,
-                                           default_finetune_gbs, default_gbs, default_gbs_reason)
+from trainplan.tools.contract import default_seq
+from trainplan.tools.plan_defaults import DEFAULT_HEADROOM, FINETUNE_SOURCE, default_gbs, default_gbs_reason
 from trainplan.tools.registry import dispatch, estimate_kwargs
 
 from . import sizing
@@ -97,10 +97,10 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
     fine_tune = is_fine_tune(request)
     seq = request.seq
     if seq is None and fine_tune:
-        seq = min(spec.max_seq_len, FINETUNE_SEQ)
+        seq = default_seq(spec.max_seq_len, fine_tune=True)
         assumptions.append(f"seq not given: {seq} tokens, a fine-tuning default ({FINETUNE_SOURCE})")
     elif seq is None:
-        seq = min(spec.max_seq_len, DEFAULT_SEQ_CAP)
+        seq = default_seq(spec.max_seq_len)
         assumptions.append(f"seq not given: {seq} tokens, the model's default ({spec.max_seq_len}) capped at "
                            f"{DEFAULT_SEQ_CAP}")
     gbs, how = resolve_gbs(request, seq)
@@ -109,7 +109,7 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
         assumptions.append(f"global batch from the request: {how}")
     params = count_params(spec).total
     if gbs is None and request.gpus is not None:
-        gbs = default_finetune_gbs(request.gpus) if fine_tune else default_gbs(seq, request.gpus, params)
+        gbs = default_gbs(seq, request.gpus, params, fine_tune)
         assumptions.append(_default_gbs_note(seq, request.gpus, params, fine_tune))
     tokens = request.tokens
     if tokens is None and fine_tune:
@@ -163,11 +163,7 @@ def is_fine_tune(request: PlanRequest) -> bool:
 
 
 def _default_gbs_note(seq: int, gpus: int, params: float, fine_tune: bool = False) -> str:
-    if fine_tune:
-        gbs = default_finetune_gbs(gpus)
-        return (f"gbs not given: {gbs} sequences ({gbs * seq:,} tokens per step), a fine-tuning default "
-                f"({FINETUNE_SOURCE}), at least one sequence per {GPUS_PER_SEQUENCE} GPUs")
-    return f"gbs not given: {default_gbs_reason(seq, gpus, params)}"
+    return f"gbs not given: {default_gbs_reason(seq, gpus, params, fine_tune)}"
 
 
 def _default_objective(request: PlanRequest) -> str:

@@ -127,3 +127,24 @@ def test_the_estimates_notes_reach_the_plan(qlora_70b):
     for note in qlora_70b.recommended["notes"]:  # QLoRA's paged optimizer, the RTX 4090's assumed efficiencies
         assert f"- {note}" in assumptions
     assert "paged" in assumptions and "rtx-4090: GEMM and attention efficiencies are assumed" in assumptions
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_every_entry_point_gives_a_fine_tune_the_planners_defaults(method):
+    """estimate, search, the search tool and export fill a LoRA/QLoRA job's seq and gbs as the planner does
+    (plan_defaults.FINETUNE_*), and say so; full training keeps the pre-training defaults."""
+    from trainplan.tools.estimate import estimate
+    from trainplan.tools.registry import dispatch
+    from trainplan.tools.search import search
+
+    planned = plan(f"{method} fine-tune Llama 3 8B on 8 H100s", backend="offline").recommended["config"]
+    estimated = estimate("llama3-8b", "h100", 8, method=method).model_dump(mode="json")
+    found = search(model="llama3-8b", gpu="h100", gpus=8, method=method, top_k=1)
+    tool = dispatch("search_configs", {"model": "llama3-8b", "gpu": "h100", "gpus": 8, "method": method, "top_k": 1})
+    for seq, gbs in ((planned["seq"], planned["gbs"]), (estimated["config"]["seq"], estimated["config"]["gbs"]),
+                     (found["job"]["seq"], found["job"]["gbs"])):
+        assert (seq, gbs) == (FINETUNE_SEQ, FINETUNE_GBS)
+    for notes in (estimated["notes"], tool["notes"]):
+        assert any(note.startswith("gbs not given") and "a fine-tuning default" in note for note in notes)
+    full = estimate("llama3-8b", "h100", 8).model_dump(mode="json")
+    assert full["config"]["seq"] == 8192 and full["config"]["gbs"] > FINETUNE_GBS

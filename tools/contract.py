@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, model_seriali
 
 from .cost import DEFAULT_GOODPUT
 from .errors import InputError
-from .plan_defaults import DEFAULT_GBS_RULE, DEFAULT_HEADROOM, default_gbs
+from .plan_defaults import DEFAULT_GBS_RULE, DEFAULT_HEADROOM, FINETUNE_SEQ, default_gbs
 from .finetune import DEFAULT_LORA_RANK, LoraTargets, Method
 
 # --- choices -------------------------------------------------------------------------------------
@@ -195,11 +195,12 @@ def cli_of(info: Any) -> Cli:
 DEFAULT_SEQ_CAP = 8192
 """seq, when not given: the model's maximum sequence length, capped here (pretraining runs train at
 4K-8K tokens and extend the context afterwards; Llama 3 405B pretrained at 8K)."""
-DEFAULT_SEQ_RULE = f"the model's maximum sequence length, capped at {DEFAULT_SEQ_CAP}"
+DEFAULT_SEQ_RULE = (f"the model's maximum sequence length, capped at {DEFAULT_SEQ_CAP} ({FINETUNE_SEQ} with method "
+                    "lora or qlora, a fine-tuning default)")
 
-def default_seq(max_seq_len: int) -> int:
-    """The sequence length when none is given; see DEFAULT_SEQ_RULE."""
-    return min(max_seq_len, DEFAULT_SEQ_CAP)
+def default_seq(max_seq_len: int, fine_tune: bool = False) -> int:
+    """The sequence length when none is given; see DEFAULT_SEQ_RULE (plan_defaults.FINETUNE_SEQ for a fine-tune)."""
+    return min(max_seq_len, FINETUNE_SEQ if fine_tune else DEFAULT_SEQ_CAP)
 
 
 # --- the numbers of a job, checked once ----------------------------------------------------------

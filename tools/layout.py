@@ -18,7 +18,7 @@ from .recompute import module_applies
 from .contract import OffloadModule
 from .specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, RecomputeModule, Schedule
 from .validity import Knobs, check
-from .finetune import resolve_method
+from .finetune import is_lora, resolve_method
 
 
 def _positive(name: str, value: int | float | None) -> None:
@@ -138,7 +138,6 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
         _positive(name, value)
     if zero not in (0, 1, 2, 3):
         raise InputError(f"zero={zero} is not a ZeRO stage: use 0, 1, 2 or 3")
-    seq = seq or default_seq(model.max_seq_len)
     recompute = _choice(Recompute, "recompute", recompute)
     recompute_modules = resolve_recompute_modules(model, recompute, values["recompute_modules"])
     precision = _choice(Precision, "precision", precision)
@@ -153,6 +152,7 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
         raise InputError("precision=fp8 needs FP8 tensor cores (Hopper or newer): use --precision bf16")
     method, lora_rank, lora_targets = resolve_method(values["method"], values["lora_rank"], values["lora_targets"],
                                                      model, precision)
+    seq = seq or default_seq(model.max_seq_len, fine_tune=is_lora(method))
 
     if schedule is None:
         schedule = Schedule.interleaved if vpp > 1 else Schedule.one_f_one_b
@@ -175,8 +175,8 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
 
 def resolve_with_batch(model: ModelSpec, gpus: int, *, fp8_supported: bool = True,
                        **knobs: Any) -> tuple[ParallelConfig, str | None]:
-    """resolve_config, with a null gbs replaced by the shared default rule (contract.DEFAULT_GBS_RULE,
-    rounded up to a multiple of dp*mbs); also returns the note that says so (None when gbs was given)."""
+    """resolve_config, with a null gbs replaced by the shared default rule (contract.DEFAULT_GBS_RULE, the
+    fine-tuning default for method lora/qlora, rounded up to a multiple of dp*mbs); also returns the note that says so (None when gbs was given)."""
     cfg = resolve_config(model, gpus, fp8_supported=fp8_supported, **knobs)
     if cfg.gbs is not None:
         return cfg, None
@@ -184,9 +184,10 @@ def resolve_with_batch(model: ModelSpec, gpus: int, *, fp8_supported: bool = Tru
     from .counting import count_params   # counting imports this module
 
     params = count_params(model).total
-    gbs = -(-default_gbs(cfg.seq, gpus, params) // unit) * unit
+    fine_tune = is_lora(cfg.method)
+    gbs = -(-default_gbs(cfg.seq, gpus, params, fine_tune) // unit) * unit
     cfg = resolve_config(model, gpus, fp8_supported=fp8_supported, **{**knobs, "gbs": gbs})
-    return cfg, f"gbs not given: used {gbs} sequences; {default_gbs_reason(cfg.seq, gpus, params)}"
+    return cfg, f"gbs not given: used {gbs} sequences; {default_gbs_reason(cfg.seq, gpus, params, fine_tune)}"
 
 
 def _layout_values(layout: Layout | None, knobs: dict[str, Any]) -> dict[str, Any]:

@@ -45,7 +45,8 @@ micro-batch (Llama 3 405B on 16K GPUs: 16M tokens per step at seq 8192 = 2048 se
 DEFAULT_GBS_RULE = (
     "the tokens per step published runs of the model's size used (GPT-3 Table 2.1 up to 2.7B, "
     "Llama 2's 4M for 7B-70B, Llama 3 405B's 16M, DeepSeek-V3's 62.9M; log-log in between), as the "
-    "nearest power of two of sequences, and at least one sequence per 8 GPUs"
+    "nearest power of two of sequences, and at least one sequence per 8 GPUs; with method lora or qlora, "
+    "16 sequences (a fine-tuning default), or one per 8 GPUs when that is more"
 )
 
 
@@ -58,8 +59,11 @@ def tokens_per_step(total_params: float) -> float:
     return float(np.exp(np.interp(math.log(total_params), sizes, tokens)))
 
 
-def default_gbs(seq: int, gpus: int, total_params: float) -> int:
-    """Global batch in sequences when the request gives none; see DEFAULT_GBS_RULE."""
+def default_gbs(seq: int, gpus: int, total_params: float, fine_tune: bool = False) -> int:
+    """Global batch in sequences when the request gives none; see DEFAULT_GBS_RULE (default_finetune_gbs for a
+    fine-tune)."""
+    if fine_tune:
+        return default_finetune_gbs(gpus)
     if seq <= 0 or gpus <= 0:
         raise InputError(f"seq={seq} and gpus={gpus} must be positive to choose a default gbs")
     by_tokens = 2 ** max(0, round(math.log2(tokens_per_step(total_params) / seq)))
@@ -67,9 +71,12 @@ def default_gbs(seq: int, gpus: int, total_params: float) -> int:
     return max(by_tokens, by_gpus)
 
 
-def default_gbs_reason(seq: int, gpus: int, total_params: float) -> str:
+def default_gbs_reason(seq: int, gpus: int, total_params: float, fine_tune: bool = False) -> str:
     """The sentence an assumption states for default_gbs: the figure, its tokens and its source."""
-    gbs = default_gbs(seq, gpus, total_params)
+    gbs = default_gbs(seq, gpus, total_params, fine_tune)
+    if fine_tune:
+        return (f"{gbs} sequences ({gbs * seq:,} tokens per step), a fine-tuning default ({FINETUNE_SOURCE}), at "
+                f"least one sequence per {GPUS_PER_SEQUENCE} GPUs")
     nearest = min(TOKENS_PER_STEP_POINTS, key=lambda point: abs(math.log(point[0] / total_params)))
     return (f"{gbs} sequences ({gbs * seq:,} tokens per step): published runs of {total_params / 1e9:.3g}B "
             f"parameters used about {tokens_per_step(total_params) / 1e6:.3g}M tokens per step (nearest: "

@@ -347,7 +347,7 @@ def _estimate_cost(args: CostArgs) -> dict:
 
 
 def _search_configs(args: SearchArgs) -> dict:
-    from .search import search
+    from .search import names_lora, search
 
     kwargs = _given(args)
     model, gpu, gpus = kwargs.pop("model"), kwargs.pop("gpu"), kwargs.pop("gpus")
@@ -356,7 +356,7 @@ def _search_configs(args: SearchArgs) -> dict:
         candidate.pop("pipeline", None)
     if args.gbs is None:
         spec = catalog.load_model(model)
-        reason = default_gbs_reason(result["job"]["seq"], gpus, count_params(spec).total)
+        reason = default_gbs_reason(result["job"]["seq"], gpus, count_params(spec).total, names_lora(args.method))
         result["notes"] = [*result.get("notes", []), f"gbs not given: {reason}"]
     return result
 

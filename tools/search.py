@@ -102,6 +102,15 @@ def _codes(name: str, enum: type, value, codes: dict) -> tuple[int, ...] | None:
     return tuple(sorted(out))
 
 
+def names_lora(method: object) -> bool:
+    """Whether a method argument names LoRA or QLoRA (the fine-tuning defaults of seq and gbs then apply);
+    an invalid name is refused later, by resolve_config."""
+    try:
+        return method is not None and is_lora(method)
+    except ValueError:
+        return False
+
+
 def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int | None = None,
             tokens: str | float | None = None, price: float | None = None, precision: str | None = None,
             objective: str | None = None, top_k: int | None = None, tp=None, pp=None, cp=None, ep=None, vpp=None,
@@ -149,8 +158,9 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
         vpp=_ints("vpp", vpp, 1), zero=_ints("zero", zero, 0, 3), mbs=_ints("mbs", mbs, 1),
         recompute=_codes("recompute", Recompute, recompute, _R), schedule=_codes("schedule", Schedule, schedule, _S),
     )
-    seq = int(seq or default_seq(model_spec.max_seq_len))
-    gbs = int(gbs or default_gbs(seq, int(gpus), count_params(model_spec).total))
+    fine_tune = names_lora(fixed.get("method"))
+    seq = int(seq or default_seq(model_spec.max_seq_len, fine_tune))
+    gbs = int(gbs or default_gbs(seq, int(gpus), count_params(model_spec).total, fine_tune))
     job = SearchJob(model=model_spec, gpu=gpu_spec, gbs=gbs, seq=seq,
                precision=precision_enum, tokens=tokens_value, price=gpu_spec.price if price is None else price,
                goodput=DEFAULT_GOODPUT if goodput is None else goodput, headroom_gib=float(headroom_gib),
