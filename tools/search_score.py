@@ -191,19 +191,29 @@ def fit_recipes(job: SearchJob, rows: dict[str, np.ndarray]) -> np.ndarray:
         return candidates[total[candidates] <= limit]
 
     # The cheapest choice first; then the most saving one, which a row that fits at all fits (memory
-    # only falls along the ladder and the variants); then, for those, every choice in order.
+    # only falls along the ladder and the variants); then, for those, the choices in between in order.
     fits = np.zeros(n, dtype=bool)
     fits[attempt(np.arange(n), 0, 0)] = True
-    last_step, last_variant = len(ladder) - 1, len(variants) - 1
     rest = np.nonzero(~fits)[0]
-    if rest.size and (last_step or last_variant):
-        rest = np.concatenate([attempt(rest[climbs[rest]], last_step, last_variant),
-                               attempt(rest[~climbs[rest]], 0, last_variant)])
-        for step in range(len(ladder)):
-            for variant in range(len(variants)):
-                candidates = rest[~fits[rest] & (climbs[rest] | (step == 0))] if (step, variant) != (0, 0) else rest[:0]
-                if candidates.size:
-                    fits[attempt(candidates, step, variant)] = True
+    combos = [(step, variant) for step in range(len(ladder)) for variant in range(len(variants))]
+    climbers, others = rest[climbs[rest]], rest[~climbs[rest]]
+    last_climber, last_other = combos[-1], (0, len(variants) - 1)
+    able = [attempt(climbers, *last_climber) if last_climber != (0, 0) else climbers[:0],
+            attempt(others, *last_other) if last_other != (0, 0) else others[:0]]
+    rest = np.concatenate(able)
+    moved = np.zeros(n, dtype=bool)          # tried at a choice after its most saving one
+    for step, variant in combos[1:]:
+        candidates = rest[~fits[rest] & (climbs[rest] | (step == 0))]
+        last = np.where(climbs[candidates], combos.index(last_climber), combos.index(last_other))
+        candidates = candidates[combos.index((step, variant)) < last]
+        if candidates.size:
+            moved[candidates] = True
+            fits[attempt(candidates, step, variant)] = True
+    # rows that fit only at their most saving choice: score them there again if a later try moved them
+    again = rest[~fits[rest] & moved[rest]]
+    for combo, members in ((last_climber, again[climbs[again]]), (last_other, again[~climbs[again]])):
+        if members.size:
+            attempt(members, *combo)
     return total
 
 
