@@ -169,3 +169,16 @@ def test_sequence_parallel_backward_hides_the_column_parallel_collectives():
     plain = ParallelConfig(tp=8, pp=1, cp=1, dp=8, mbs=1, seq=8192, sequence_parallel=False)
     all_reduce = collective_time_s("all_reduce", activation_bytes, groups["tp"], cluster)
     assert tp_comm_s(plain, cluster, groups, activation_bytes, 2, (1.0, 1.0), 0.0) == pytest.approx(4 * all_reduce)
+
+
+@pytest.mark.parametrize("layout", [
+    dict(model="llama3-70b", gpu="mi300x", gpus=64, tp=16),
+    dict(model="llama3-8b", gpu="h100", gpus=8, tp=4, gpus_per_node=3),
+])
+def test_no_pipeline_means_no_bubble_never_a_negative_one(layout):
+    """Without a pipeline the critical rank is busy the whole makespan: the bubble is the makespan less
+    its compute and comm, which rounding once left at -4.7e-13 s, shown as '-0.000 s (-0.0%)'."""
+    time = trainplan.estimate(**layout, gbs=64)["time"]
+    assert time["breakdown"]["bubble"] == 0.0
+    assert all(seconds >= 0 for seconds in time["breakdown"].values())
+    assert sum(time["breakdown"].values()) == pytest.approx(time["step_s"], rel=1e-9)

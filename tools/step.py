@@ -507,6 +507,8 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     compute_s = sum(n * work[s].compute_s for s, n in rank_stages)
     comm = {f"comm/{k}": sum(n * work[s].comm_s[k] for s, n in rank_stages) for k in work[critical].comm_s}
     bubble_s = makespan - compute_s - sum(comm.values())
+    if abs(bubble_s) <= 1e-9 * makespan:  # no bubble (pp=1, or none on the critical rank), up to rounding
+        bubble_s = 0.0
     breakdown = {"compute": compute_s, **comm, "bubble": bubble_s, "comm/dp": dp_exposed, "optimizer": optimizer}
 
     flops = model_flops_per_step(model, cfg)
