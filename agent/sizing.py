@@ -130,6 +130,18 @@ def _cheapest(search: Search, job: dict, counts: list[int], headroom_gib: float)
     return _by_objective(search, plain, max(counts), headroom_gib) if counts else None
 
 
+def _largest_usable(search: Search, job: dict, counts: list[int], headroom_gib: float) -> tuple[int, dict] | None:
+    """The largest of `counts` (ascending) with a layout that fits, the job's limits dropped. More GPUs
+    are not always usable: a data-parallel-only engine needs a batch of at least one sequence per GPU,
+    and the default batch grows slower than the count."""
+    plain = {**job, "deadline_days": None, "budget_usd": None}
+    for gpus in reversed(counts):
+        best = _best(search, plain, gpus, headroom_gib, with_limits=False)
+        if best is not None:
+            return gpus, best
+    return None
+
+
 def limits_text(job: dict) -> str:
     """'the 30-day deadline and the $2,000,000 budget'."""
     parts = []
@@ -155,9 +167,14 @@ def choose_count(search: Search, job: dict, headroom_gib: float) -> tuple[int, s
     counts = ladder(job, top)
     bound = "the requested bound" if job.get("max_gpus") else "the largest published dense run"
     tried = f"tried {counts[0]:,} to {top:,} GPUs ({top:,}: {bound})"
+    largest = None
     if job.get("deadline_days"):
         chosen = _fewest(search, job, counts, headroom_gib, refine=True)
         how = f"the fewest GPUs that meet {limits_text(job)}"
+        if chosen is None:
+            largest = _largest_usable(search, job, counts, headroom_gib)
+            if largest and largest[0] < counts[-1]:  # the bisection assumed every larger count usable
+                chosen = _fewest(search, job, [c for c in counts if c <= largest[0]], headroom_gib, refine=True)
     elif job.get("budget_usd"):
         chosen = _most(search, job, counts, headroom_gib)
         how = f"the most GPUs that stay within {limits_text(job)}, for the fastest plan it buys"
@@ -167,6 +184,9 @@ def choose_count(search: Search, job: dict, headroom_gib: float) -> tuple[int, s
                "throughput": "the count with the highest throughput"}[job["objective"]]
     if chosen is None:
         fallback = top
+        if largest:
+            return largest[0], (f"gpus not given: {tried}, and none meets {limits_text(job)}; the plan uses "
+                                f"{largest[0]:,}, the most GPUs a layout can use at this batch ({_outcome(largest[1])})"), False
         if job.get("budget_usd") and not job.get("deadline_days"):
             cheapest = _cheapest(search, job, counts, headroom_gib)
             fallback = cheapest[0] if cheapest else top

@@ -105,3 +105,16 @@ def test_adapter_methods_are_not_planned_as_full_training():
     report = plan("QLoRA fine-tune Llama 3 70B on 1 L40S, rank 64, seq 1024", backend="offline")
     config = report.model_dump(mode="json")["recommended"]["config"]
     assert (config["method"], config["lora_rank"]) == ("qlora", 64)
+
+
+def test_a_deadline_no_count_meets_plans_on_the_most_gpus_the_engine_can_use():
+    """A data-parallel-only engine (Axolotl) uses at most one GPU per sequence of the batch; the largest
+    count tried (16,384) fits no layout, so a deadline none meets once fell back to it and reported
+    'no layout fits'. It plans on the most GPUs a layout can use, and says the deadline is missed."""
+    report = plan("Train Llama 3 70B in under 30 days on H100s for 2T tokens", backend="offline", engine="axolotl")
+    config = report.recommended["config"]
+    assert (config["tp"], config["pp"], config["cp"]) == (1, 1, 1)
+    assert config["gpus"] == config["dp"] <= config["gbs"] // config["mbs"]
+    assert report.recommended["training"]["days"] > 30
+    assert any("none meets the 30-day deadline" in a and "the most GPUs a layout can use" in a
+               for a in report.risks)
