@@ -21,13 +21,13 @@ SIMPLER_MARGIN = 0.03
 is at most 3% slower on the objective: within the step-time model's own uncertainty, and what a
 practitioner gives up for fewer moving parts."""
 
-CP_USUAL_MIN_SEQ = 32768
-"""Context parallelism is used from about 32K tokens (Llama 3 used CP16 only for its 128K stage,
-§3.3.2; Megatron-Core's long-context recipes enable CP at 32K and up). Below it a CP layout counts
-as one more moving part in the simplicity preference. It is a preference, not a rule of physics:
-NVIDIA NeMo's default Llama 3 pre-training recipes run CP2 at 8,192 tokens (recipes/llama3_8b.py
-TP1 CP2; recipes/llama3_70b.py TP4 PP4 VP5 CP2), because with grouped-query attention a CP rank
-exchanges only its K and V, far less than the activations TP all-gathers."""
+CP_MIN_TOKENS_PER_RANK = 4096
+"""Context parallelism as practitioners run it keeps at least 4,096 tokens on each CP rank: Llama 3
+405B used CP16 only for its 131K stage, 8,192 tokens per rank (Llama 3 paper §3.3.2); NVIDIA NeMo's
+default Llama 3 pre-training recipes run CP2 at 8,192 tokens, 4,096 per rank (recipes/llama3_8b.py
+TP1 CP2; recipes/llama3_70b.py TP4 PP4 VP5 CP2), since with grouped-query attention a CP rank exchanges
+only its K and V, far less than the activations TP all-gathers. A CP layout with fewer tokens per rank
+(CP4 at 8K) counts as a departure in the simplicity preference. A preference, not a rule of physics."""
 
 # Tokens per optimizer step that published runs used, by total parameters. log-log interpolation
 # between these points, flat beyond the ends.

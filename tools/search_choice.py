@@ -2,10 +2,10 @@
 
 - Simpler within a margin: among the exactly scored layouts whose objective is within
   plan_defaults.SIMPLER_MARGIN of the best, the search recommends the simplest: fewer parallel
-  dimensions (tp, pp, cp, ep above 1), then fewer departures from what engines run by default
-  (context parallelism below plan_defaults.CP_USUAL_MIN_SEQ tokens, a zero-bubble or DualPipe
-  schedule that Megatron-LM does not ship, ZeRO-2/3 together with pipeline parallelism). It says so,
-  with the difference.
+  dimensions (tp, pp, cp, ep above 1) plus departures from what engines run by default, counted
+  alike (context parallelism with fewer than plan_defaults.CP_MIN_TOKENS_PER_RANK tokens per rank, a
+  zero-bubble or DualPipe schedule that Megatron-LM does not ship, ZeRO-2/3 together with pipeline
+  parallelism); ties go to the objective. It says so, with the difference.
 - Structural alternatives: the best layout of each family below that the recommendation is not
   in (Megatron-style TP x PP, FSDP/ZeRO-3 only, context-parallel, TP without
   pipeline parallelism, and for MoE expert parallelism without TP), each with why it lost in numbers, or
@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .codes import SCHEDULE_CODES
-from .plan_defaults import CP_USUAL_MIN_SEQ, SIMPLER_MARGIN
+from .plan_defaults import CP_MIN_TOKENS_PER_RANK, SIMPLER_MARGIN
 from .search_explain import explain_runner_up, label
 from .search_rank import Objective, result_objective
 from .specs import Schedule
@@ -53,22 +53,23 @@ def parallel_dims(c: SimpleNamespace):
 
 def departures(c: SimpleNamespace, seq: int):
     """Departures from what engines run by default (module doc), counted."""
-    return (((c.cp > 1) & (seq < CP_USUAL_MIN_SEQ)).astype(int)
+    return (((c.cp > 1) & (seq / c.cp < CP_MIN_TOKENS_PER_RANK)).astype(int)
             + ((c.pp > 1) & ((c.schedule == _ZB) | (c.schedule == _DUAL))).astype(int)
             + ((c.pp > 1) & (c.zero >= 2)).astype(int))
 
 
 def simplicity(c: SimpleNamespace, seq: int):
-    """Smaller is simpler: parallel dimensions, then departures (as one number, dims first)."""
-    return 10 * parallel_dims(c) + departures(c, seq)
+    """Smaller is simpler: parallel dimensions plus departures, each a moving part a practitioner has
+    to get right (ties go to the objective)."""
+    return parallel_dims(c) + departures(c, seq)
 
 
 def _describe(config: dict, seq: int) -> str:
     c = columns(config)
     dims = int(parallel_dims(c))
     parts = [f"{dims} parallel dimension{'s' if dims != 1 else ''}"]
-    if config["cp"] > 1 and seq < CP_USUAL_MIN_SEQ:
-        parts.append(f"CP at {seq:,} tokens (usual from {CP_USUAL_MIN_SEQ // 1024}K)")
+    if config["cp"] > 1 and seq / config["cp"] < CP_MIN_TOKENS_PER_RANK:
+        parts.append(f"CP{config['cp']} with {seq // config['cp']:,} tokens per rank (usual from {CP_MIN_TOKENS_PER_RANK:,})")
     if config["pp"] > 1 and config["schedule"] in (Schedule.zb_h1.value, Schedule.dualpipe.value):
         parts.append(f"the {config['schedule']} schedule")
     if config["pp"] > 1 and config["zero"] >= 2:
