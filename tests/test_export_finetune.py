@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 
-from test_export import BATCH_LINE, dense, mla
+from test_export import BATCH_LINE, dense, mla, moe
 from trainplan.tools.export import ExportError, export
 from trainplan.tools.export.support import HF_TRAINER_ENGINES
 from trainplan.tools.layout import resolve_config
@@ -168,3 +168,13 @@ def test_engines_without_adapters_refuse_lora_instead_of_training_every_weight(e
     assert result.returncode == 2 and result.stderr.startswith("error: method lora/qlora"), result.stderr
     found = search(model="llama3-8b", gpu="h100", gpus=8, method="lora", seq=2048, engine=engine)
     assert not found["candidates"] and found["rejected"].get("the engine cannot run it", 0) > 0
+
+
+@pytest.mark.parametrize("engine", HF_TRAINER_ENGINES)
+def test_all_linear_on_an_moe_model_says_how_the_tools_treat_fused_experts(engine):
+    from trainplan.tools.export.common import MOE_ALL_LINEAR_NOTE
+
+    for model, targets, expected in ((moe(), "all-linear", True), (moe(), "attention", False),
+                                     (dense(32), "all-linear", False)):
+        cfg = resolve_config(model, 8, method="lora", lora_targets=targets, gbs=8, seq=1024)
+        assert (MOE_ALL_LINEAR_NOTE in export(engine, model, cfg, model_ref="x").notes) is expected

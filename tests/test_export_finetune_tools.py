@@ -127,8 +127,10 @@ def test_trl_deepspeed_dict_fills_its_auto_batch_from_the_sft_config(monkeypatch
 def test_peft_trains_as_many_adapter_parameters_as_the_estimate_counts():
     """get_peft_model on the Hugging Face architecture, built tiny from its config: the exported LoraConfig
     adapts exactly the parameters the memory estimate counts (r (d_in + d_out) per targeted linear).
-    Routed experts are left out: how PEFT adapts them depends on the PEFT and transformers releases (fused
-    3D expert weights in transformers 5, where all-linear also adapts the router)."""
+    MoE all-linear is left out: transformers 5 fuses the routed experts into 3D weights, which transformers 5.6
+    with PEFT 0.18.1 leaves frozen with the router (attention, dense and shared layers only), and which
+    transformers 5.16/5.24 with PEFT 0.20/0.21 adapt, router included; the exports say so
+    (export.common.MOE_ALL_LINEAR_NOTE)."""
     pytest.importorskip("peft")
     import torch
     from peft import LoraConfig, get_peft_model

@@ -140,6 +140,16 @@ def adapter_of(model: ModelSpec, cfg: ParallelConfig) -> Adapter | None:
                    all_linear=targets is LoraTargets.all_linear, modules=modules)
 
 
+MOE_ALL_LINEAR_NOTE = (
+    "all-linear on an MoE model: the estimate counts a LoRA adapter on each routed expert's projections and none on"
+    " the router; what the tools adapt depends on their releases (tests/test_export_finetune_tools.py): transformers"
+    " 5 fuses the routed experts into 3D weights, which LLaMA-Factory's lora_target all and PEFT 0.18 leave frozen"
+    " (attention, dense and shared-expert layers only), while PEFT 0.20 and later adapt them and the router too;"
+    " compare model.print_trainable_parameters() with the estimate's adapter count")
+"""Measured with get_peft_model on tiny Qwen3-MoE and DeepSeek-V3 configs: transformers 5.6 + PEFT 0.18.1 adapt
+neither routed experts nor router; transformers 5.16/5.24 + PEFT 0.20/0.21 adapt both."""
+
+
 def adapter_notes(adapter: Adapter | None, model: ModelSpec) -> list[str]:
     """What every fine-tuning export says about the adapter it writes."""
     if adapter is None:
@@ -149,6 +159,8 @@ def adapter_notes(adapter: Adapter | None, model: ModelSpec) -> list[str]:
     if not adapter.all_linear:
         notes.append(f"attention targets written as Hugging Face module names {', '.join(adapter.modules)}:"
                      " check them against model.named_modules() for this architecture")
+    elif model.is_moe:
+        notes.append(MOE_ALL_LINEAR_NOTE)
     if adapter.method == "qlora":
         notes.append("qlora: base weights in 4-bit NF4 with double quantisation, bf16 compute, and paged 32-bit AdamW"
                      " (optim paged_adamw_32bit), as the estimate assumes (QLoRA reference code)")
