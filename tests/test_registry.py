@@ -200,3 +200,17 @@ def test_cli_call_error_exits_2_with_one_line():
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: calculate_memory: tp*pp*cp=3")
+
+
+@pytest.mark.parametrize("tool", ["calculate_memory", "estimate_step_time", "search_configs"])
+def test_module_lists_may_be_comma_separated_text_as_on_the_command_line(tool):
+    """`--recompute-modules mlp,core_attn` works on the command line; the same text in a tool call was
+    refused ('Input should be a valid tuple'), which small LLMs write."""
+    from trainplan.tools.registry import dispatch
+
+    job = {"model": "llama3-8b", "gpu": "h100", "gpus": 8, "recompute": "selective"}
+    as_text = dispatch(tool, {**job, "recompute_modules": "mlp, core_attn", "offload_modules": "core_attn"})
+    as_list = dispatch(tool, {**job, "recompute_modules": ["core_attn", "mlp"], "offload_modules": ["core_attn"]})
+    assert as_text == as_list or tool == "search_configs"
+    config = (as_text["candidates"][0] if tool == "search_configs" else as_text)["config"]
+    assert config["recompute_modules"] == ["core_attn", "mlp"] and config["offload_modules"] == ["core_attn"]

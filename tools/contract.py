@@ -49,7 +49,7 @@ from enum import Enum
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_serializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field, model_serializer
 
 from .cost import DEFAULT_GOODPUT
 from .errors import InputError
@@ -296,6 +296,15 @@ class Job(BaseModel):
 # --- the layout ----------------------------------------------------------------------------------
 
 
+def _comma_separated(value: Any) -> Any:
+    """A module list written as the command line writes it, comma-separated ("mlp,core_attn"), read as a list
+    wherever it comes from (a tool call's JSON too)."""
+    return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
+
+
+CommaSeparated = BeforeValidator(_comma_separated)
+
+
 class Layout(BaseModel):
     """Every parallelism, memory and kernel knob, as given; None means the default rule stated in
     the description. dp is never given: it is gpus / (tp*pp*cp)."""
@@ -316,7 +325,7 @@ class Layout(BaseModel):
     seq: int | None = Field(default=None, ge=1, description=f"sequence length, tokens; null: {DEFAULT_SEQ_RULE}")
     recompute: Recompute = Field(default=Recompute.selective, description="activation recompute: none (keep "
                                  "all), selective (recompute the attention core), full (rerun each layer's forward)")
-    recompute_modules: Annotated[tuple[RecomputeModule, ...] | None, Cli(as_text=True)] = Field(
+    recompute_modules: Annotated[tuple[RecomputeModule, ...] | None, Cli(as_text=True), CommaSeparated] = Field(
         default=None, description="with recompute=selective, the modules to recompute (Megatron --recompute-modules: "
                                   "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe; comma-separated on the "
                                   "command line); DeepSeek-V3 recomputed layernorm, mla_up_proj and moe_act; null: "
@@ -345,7 +354,7 @@ class Layout(BaseModel):
                                    "that both the attention backward and the output projection read")
     tp_comm_overlap: bool = Field(default=False, description="overlap TP/SP all-gathers and reduce-scatters with "
                                                              "the GEMMs (Megatron --tp-comm-overlap)")
-    offload_modules: Annotated[tuple[OffloadModule, ...] | None, Cli(as_text=True)] = Field(
+    offload_modules: Annotated[tuple[OffloadModule, ...] | None, Cli(as_text=True), CommaSeparated] = Field(
         default=None, description="modules whose saved activations are copied to host memory after their forward and "
                                   "reloaded for their backward (Megatron --fine-grained-activation-offloading "
                                   "--offload-modules: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, "
@@ -669,7 +678,9 @@ def optional_model(name: str, fields: dict[str, Any], *, base: type[BaseModel] =
             continue
         if info.default is not None and "null:" not in description:
             description = f"{description}; null: {shown_default(info.default)}"
-        built[field_name] = (annotation | None, Field(default=None, description=description))
+        before = [m for m in info.metadata if isinstance(m, BeforeValidator)]  # e.g. CommaSeparated
+        optional = Annotated[(annotation | None, *before)] if before else annotation | None
+        built[field_name] = (optional, Field(default=None, description=description))
     return create_model(name, __base__=base, **built)
 
 
