@@ -279,6 +279,8 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
         if result.get("candidates"):
             assumptions.append(f"no layout leaves {PLAN_HEADROOM:.0%} of GPU memory free: the plan uses the best "
                                "that fits at all")
+    if result.get("chosen"):
+        assumptions.append(f"chosen by the search where the request left it open: {result['chosen']}")
     search = _search_summary(result)
     candidates = result.get("candidates", [])
     shown = _shown(job)

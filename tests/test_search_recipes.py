@@ -130,3 +130,14 @@ def test_deepseek_v3_fp8_search_comes_near_the_published_layout_without_being_to
     assert fastest >= 0.9 * theirs
     assert any(c["config"]["recompute"] == "selective" and c["config"]["recompute_modules"]
                for c in result["candidates"])
+
+
+def test_the_result_says_what_the_search_chose_for_the_winner():
+    kw = dict(gbs=32, seq=4096, precision="fp8", headroom_gib=20.0, tp=[1, 2], pp=[1, 2], zero=[1, 3], top_k=3)
+    result = search("deepseek-v2-lite", "h800", 8, **kw)
+    config = result["candidates"][0]["config"]
+    assert config["bf16_moments"] and config["fp8_activations"]
+    assert "low-precision storage" in result["chosen"] and result["chosen"] in result["notes"]
+    pinned = search("deepseek-v2-lite", "h800", 8, **kw, bf16_moments=True, fp8_activations=True,
+                    recompute_modules="core_attn")
+    assert pinned["chosen"] is None                      # nothing was left open

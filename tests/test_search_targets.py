@@ -76,3 +76,8 @@ def test_deepseek_v3_fp8_plan_is_within_25_percent_of_the_published_gpu_hours(da
     hours = report.recommended["training"]["gpu_hours"]
     assert report.recommended["config"]["precision"] == "fp8"
     assert abs(hours / published - 1) <= 0.25, hours
+    config, markdown = report.recommended["config"], report.to_markdown()
+    # what the search chose beyond the request is stated: the recompute modules and the FP8 storage
+    if config["recompute"] == "selective" and config["recompute_modules"]:
+        assert f"selective recompute of {', '.join(config['recompute_modules'])}" in markdown
+    assert ("Low-precision storage" in markdown) == bool(config["fp8_activations"] or config["bf16_moments"])

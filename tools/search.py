@@ -229,8 +229,9 @@ def _finish(job: SearchJob, objective: Objective, out: dict, scored: list[dict],
     out["candidates"] = candidates
     out["rejected"] = dict(sorted(out["rejected"].items(), key=lambda kv: -kv[1]))
     notes = [preferred] if preferred else []
-    if candidates and chosen_note(job, candidates[0]["config"]):
-        notes.append(chosen_note(job, candidates[0]["config"]))
+    out["chosen"] = chosen_note(job, candidates[0]["config"]) if candidates else None
+    if out["chosen"]:
+        notes.append(out["chosen"])
     out["alternatives"] = []
     if candidates and space_reasons is not None:
         out["alternatives"] = alternatives(candidates[0], ranked, *space_reasons, REASONS, objective, job.price,
@@ -271,7 +272,8 @@ def search(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int 
     Returns {job, objective, candidates (estimate result objects, best first, at most top_k; the
     first is the simplest within SIMPLER_MARGIN of the best), alternatives (the best of each
     structurally different family, with why it lost), evaluated, feasible, rejected {reason: count},
-    notes, wall_s, layouts_per_s[, pareto]}.
+    chosen (what the search chose for the first candidate among the knobs the request left open,
+    search_recipes; None: nothing), notes, wall_s, layouts_per_s[, pareto]}.
     """
     start = _time.perf_counter()
     job, objective_enum, counts = prepare(
