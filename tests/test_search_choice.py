@@ -13,7 +13,7 @@ from trainplan.tools.layout import resolve_config
 from trainplan.tools.catalog import load_model
 from trainplan.tools.plan_defaults import DEFAULT_HEADROOM, SIMPLER_MARGIN
 from trainplan.tools.search import search
-from trainplan.tools.search_choice import FAMILIES, columns, simplicity
+from trainplan.tools.search_choice import FAMILIES, columns, departures, simplicity
 from trainplan.tools.search_rank import Objective, result_objective
 
 JOB = dict(model="llama3-70b", gpu="h100", gpus=64, gbs=512, seq=8192)
@@ -22,6 +22,26 @@ JOB = dict(model="llama3-70b", gpu="h100", gpus=64, gbs=512, seq=8192)
 @pytest.fixture(scope="module")
 def job_70b() -> dict:
     return search(**JOB, top_k=8)
+
+
+def _layout(tp=1, pp=1, cp=1, ep=1, zero=1, schedule="1f1b"):
+    return columns(dict(tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, schedule=schedule))
+
+
+def test_context_parallelism_departs_from_practice_below_4k_tokens_per_rank():
+    """NeMo's Llama 3 recipes run CP2 at 8K (4,096 tokens per rank) and Llama 3 405B CP16 at 131K (8,192):
+    those are practice; CP4 at 8K (2,048 per rank) is a departure."""
+    assert int(departures(_layout(tp=4, pp=4, cp=2, schedule="interleaved"), 8192)) == 0
+    assert int(departures(_layout(tp=8, pp=16, cp=16, schedule="interleaved"), 131072)) == 0
+    assert int(departures(_layout(tp=4, pp=16, cp=4, schedule="interleaved"), 8192)) == 1
+
+
+def test_a_departure_weighs_as_much_as_a_parallel_dimension():
+    """Dropping TP for CP4 at 8K trades a dimension for a departure: not simpler, so the faster one stays."""
+    with_tp = _layout(tp=2, pp=4, cp=2, zero=2, schedule="interleaved")
+    without_tp = _layout(tp=1, pp=8, cp=4, zero=2, schedule="interleaved")
+    assert int(simplicity(with_tp, 8192)) == int(simplicity(without_tp, 8192))
+    assert int(simplicity(_layout(tp=8, pp=4, schedule="interleaved"), 8192)) < int(simplicity(without_tp, 8192))
 
 
 def test_search_keeps_the_default_headroom(job_70b):
