@@ -24,14 +24,13 @@ from trainplan.tools import catalog
 from trainplan.tools.catalog.names import (
     family_mentions, gpu_mentions, key, model_by_family_and_size, split_gpu_name,
 )
+from trainplan.tools.cost import MAX_TRAINING_TOKENS
 from trainplan.tools.errors import InputError
 
 from .request_text import DECIMAL, MULT, NUM, STOPWORDS, RequestText, number
 
 MAX_GPUS = 2**20
 """Most GPUs a request may name (1,048,576; the largest published runs use 16,384 to 100,000)."""
-MAX_TOKENS = 1e15
-"""Most training tokens a request may name (1,000T; the largest published runs use tens of T)."""
 CJK_MULT = {"万亿": 1e12, "亿": 1e8, "万": 1e4}
 """Chinese multipliers: '15万亿' = 15e12, '200万' = 2e6."""
 _ANY_MULT = rf"(?:万亿|亿|万|{MULT})"
@@ -380,8 +379,9 @@ def read_tokens(t: RequestText, found: dict[str, Any]) -> None:
         if re.match(r"\s*(?:sequences?|context|seq)", t.text[match.end():match.end() + 12], re.IGNORECASE):
             continue
         tokens = _amount(t, match, "tokens")
-        if tokens > MAX_TOKENS:
-            raise InputError(f"'{_written(t, *match.span())}' is {tokens:.3g} tokens, more than {MAX_TOKENS:.0e} "
+        if tokens > MAX_TRAINING_TOKENS:
+            raise InputError(f"'{_written(t, *match.span())}' is {tokens:.3g} tokens, more than "
+                             f"{MAX_TRAINING_TOKENS:.0e} "
                              "(the largest published runs train on tens of T): check the number and its unit")
         found["tokens"] = tokens
         t.mark(*match.span())

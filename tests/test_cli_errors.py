@@ -173,3 +173,39 @@ def test_help_never_shows_pydantic_internals(command):
     assert result.exit_code == 0, result.output
     assert "--gpus" in result.output
     assert "Undefined" not in result.output
+
+
+@pytest.mark.parametrize("knobs, fragment", [
+    # each once gave a number no run has (1.6e302 days), an empty cost (days: null) or an error naming no fix
+    ({"goodput": 1e-300}, "below 1%"),
+    ({"goodput": 1e-320}, "below 1%"),
+    ({"intra_node_bw": 1e-300, "tp": 8}, "slower than any training link"),
+    ({"inter_node_bw": 1e-310}, "slower than any training link"),
+    ({"tokens": 1e300}, "the largest published runs train on tens of T"),
+    ({"tokens": "1e20"}, "check the number and its unit"),
+    ({"ramp_start_gbs": 8, "ramp_tokens": "2T"}, "give fewer ramp tokens"),
+])
+def test_implausible_job_numbers_are_refused_with_the_fix(knobs, fragment):
+    import trainplan
+    from trainplan.tools.errors import InputError
+
+    job = {"model": "llama3-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "tokens": "1T", **knobs}
+    with pytest.raises(InputError, match=fragment):
+        trainplan.estimate(**job)
+
+
+def test_plausible_extremes_still_estimate():
+    import trainplan
+
+    training = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=16, gbs=64, tokens="100T", goodput=0.01,
+                                  inter_node_bw=0.125)["training"]
+    assert training["days"] > 0 and training["cost_usd"] > 0
+
+
+def test_a_stage_time_past_any_run_is_refused_not_an_infinite_makespan():
+    from trainplan.tools.errors import InputError
+    from trainplan.tools.pipeline import simulate
+
+    with pytest.raises(InputError, match="seconds per micro-batch"):
+        simulate("1f1b", 4, 8, forward_s=1e308, backward_s=2.0)
+    assert simulate("1f1b", 4, 8, forward_s=1e5, backward_s=2e5).makespan_s < float("inf")

@@ -205,6 +205,10 @@ def default_seq(max_seq_len: int, fine_tune: bool = False) -> int:
 
 # --- the numbers of a job, checked once ----------------------------------------------------------
 
+MIN_LINK_GB_S = 0.1
+"""Slowest link bandwidth a job may give, GB/s per GPU per direction (1 Gb Ethernet carries 0.125 GB/s)."""
+MIN_GOODPUT = 0.01
+"""Smallest goodput a job may give (1% of wall-clock time training; Llama 3 reports more than 90%)."""
 POSITIVE_JOB_NUMBERS = ("price", "gpus_per_node", "intra_node_bw", "inter_node_bw", "deadline_days", "budget_usd")
 """Job and search numbers that must be finite and above zero when given."""
 
@@ -248,7 +252,15 @@ def check_job_numbers(values: dict[str, Any], capacity_gib: float) -> None:
         value = values.get(name)
         if value is not None and not value > 0:
             raise InputError(f"{name}={value} must be a positive number")
+    for name in ("intra_node_bw", "inter_node_bw"):
+        value = values.get(name)
+        if value is not None and value < MIN_LINK_GB_S:
+            raise InputError(f"{name}={value} GB/s is slower than any training link (1 Gb Ethernet carries 0.125 "
+                             f"GB/s): give GB/s per GPU per direction, at least {MIN_LINK_GB_S}, e.g. 50 for 400 Gb/s")
     goodput = values.get("goodput")
+    if goodput is not None and 0 < goodput < MIN_GOODPUT:
+        raise InputError(f"goodput={goodput} is below {MIN_GOODPUT:.0%}: it is the share of wall-clock time that "
+                         "trains, e.g. 0.9 for 90%")
     if goodput is not None and not 0 < goodput <= 1:
         raise InputError(f"goodput={goodput} must be in (0, 1]: e.g. 0.9 for 90% effective training time")
     headroom = values.get("headroom_gib")

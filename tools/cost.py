@@ -47,6 +47,10 @@ class CostResult:
         }
 
 
+MAX_TRAINING_TOKENS = 1e15
+"""Most training tokens a job may name (1,000T; the largest published runs train on tens of T)."""
+
+
 def parse_tokens(value: str | float | int | None) -> float | None:
     """'15.6T', '15.6e12', '300B', '2M' or a number -> tokens as a float; InputError otherwise."""
     if value is None:
@@ -66,6 +70,9 @@ def parse_tokens(value: str | float | int | None) -> float | None:
             raise InputError(f"tokens='{value}' is not a number: write e.g. 15.6T, 15.6e12 or 300B") from None
     if not math.isfinite(tokens) or tokens <= 0:
         raise InputError(f"tokens={value} must be a positive number of training tokens")
+    if tokens > MAX_TRAINING_TOKENS:
+        raise InputError(f"tokens={value} is {tokens:.3g} tokens, more than {MAX_TRAINING_TOKENS:.0e} (the largest "
+                         "published runs train on tens of T): check the number and its unit, e.g. 15.6T")
     return tokens
 
 
@@ -88,7 +95,8 @@ def ramp_cost(tokens: float, seq: int, final_gbs: int, ramp_start_gbs: int, ramp
               goodput: float = DEFAULT_GOODPUT, points: int = 8) -> CostResult:
     """Cost with a linear batch ramp: integrate step time per token over `points` ramp segments."""
     if ramp_tokens > tokens:
-        raise InputError(f"ramp_tokens={ramp_tokens:g} exceeds tokens={tokens:g}")
+        raise InputError(f"ramp_tokens={ramp_tokens:g} exceeds tokens={tokens:g}: the batch ramp is the start of "
+                         "the run, so give fewer ramp tokens (Llama 3 405B ramped over 2.87T of 15.6T) or more tokens")
     seconds = 0.0
     steps = 0
     segment = ramp_tokens / points

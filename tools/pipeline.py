@@ -243,12 +243,20 @@ def _order_dualpipe(pp: int, m: int, r: int) -> list[tuple]:
 # ----------------------------------------------------------------------------------------------
 
 
+MAX_STAGE_S = 1e6
+"""Longest time one micro-batch may take on one stage (11 days; a step of a real run takes seconds), so that
+a makespan of millions of them stays finite."""
+
+
 def _per_stage(name: str, value: float | Sequence[float], pp: int) -> list[float]:
     values = [float(value)] * pp if isinstance(value, (int, float)) else [float(x) for x in value]
     if len(values) != pp:
         raise InputError(f"{name} has {len(values)} values but pp={pp}: give one per stage or a single number")
     if not all(math.isfinite(x) and x >= 0 for x in values):
         raise InputError(f"{name} must be finite and >= 0 seconds, got {values}")
+    if max(values) > MAX_STAGE_S:
+        raise InputError(f"{name}={max(values):g} s is more than {MAX_STAGE_S:g} s (11 days) for one micro-batch on "
+                         "one stage: give seconds per micro-batch, e.g. 2")
     return values
 
 
