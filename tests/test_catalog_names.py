@@ -30,6 +30,8 @@ def names_in(text: str) -> list[str | None]:
     ("A100", "a100-sxm-80gb"),
     ("A100 40GB", "a100-sxm-40gb"),
     ("40GB A100s", "a100-sxm-40gb"),
+    ("8 A100 40GBs", "a100-sxm-40gb"),       # the plural after the qualifier keeps the qualifier
+    ("H100 PCIes", "h100-pcie"),
     ("A100-SXM4-80GB", "a100-sxm-80gb"),
     ("RTX 4090", "rtx-4090"),
     ("rtx-4090s", "rtx-4090"),

@@ -145,11 +145,11 @@ def _gpu_index(names: tuple[str, ...], aliases: tuple[tuple[str, str], ...]
             spelling.setdefault(_alias_pattern(alias), alias)
     alternatives = "|".join(sorted(spelling, key=len, reverse=True))
     # A base starts a word (or follows a count glued with x: '8xH100') and ends one, save for a plural
-    # 's' or glued qualifiers ('H100SXM', 'A100-80GB').
+    # 's' or glued qualifiers ('H100SXM', 'A100-80GB'); the plural may follow the qualifiers ('A100 40GBs').
     pattern = re.compile(
         rf"(?P<pre>(?<![a-z0-9])\d{{2,3}}\s*gi?b\s+)?(?P<brand>(?<![a-z0-9]){_BRAND})?"
         rf"(?:(?<![a-z0-9])|(?<=[0-9][x×]))(?P<base>{alternatives})"
-        rf"(?P<post>(?:{_SEP}{QUALIFIER}(?![a-z0-9]))*)(?P<plural>s?)(?![a-z0-9])", re.IGNORECASE)
+        rf"(?P<post>(?:{_SEP}{QUALIFIER}(?=s?(?![a-z0-9])))*)(?P<plural>s?)(?![a-z0-9])", re.IGNORECASE)
     return groups, {key(p.replace(_SEP, "")): g for p, g in spelling.items()}, pattern
 
 
