@@ -420,3 +420,21 @@ def test_the_engine_enum_and_the_refusal_table_name_the_same_engines():
 
     assert [e.value for e in Engine] == list(ENGINES)
     assert set(EXPORTERS) | {Engine.accelerate} == set(Engine)
+
+
+def test_megatron_export_names_the_planned_recompute_modules_and_low_precision_storage():
+    """A plan the search gave DeepSeek-V3's recipe (recompute modules, bf16 moments, FP8 activation
+    caching) says what to add to the arguments, instead of silently dropping it."""
+    from trainplan.tools.catalog import load_model
+
+    model = load_model("deepseek-v3")
+    layout = dict(pp=4, ep=256, schedule="1f1b", precision="fp8", seq=4096, gbs=15360, recompute="selective",
+                  fp8_supported=True)
+    planned = resolve_config(model, 2048, **layout, recompute_modules="layernorm,mla_up_proj,moe_act",
+                             fp8_activations=True, bf16_moments=True)
+    notes = " ".join(export("megatron", model, planned, model_ref=model.name).notes)
+    assert "--recompute-modules layernorm mla_up_proj moe_act" in notes
+    assert "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16" in notes
+    assert "no flag for it" in notes
+    plain = " ".join(export("megatron", model, resolve_config(model, 2048, **layout), model_ref=model.name).notes)
+    assert "--recompute-modules" not in plain and "--exp-avg-dtype" not in plain and "no flag for it" not in plain

@@ -23,6 +23,7 @@ from __future__ import annotations
 import shlex
 
 from ..layout import model_layers_per_stage
+from ..recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
 from ..contract import GroupedGemm
 from ..specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 from .common import ExportResult, batch_of, comment_block, fusion_note, header, slug
@@ -233,10 +234,20 @@ def export_megatron(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) ->
         notes.append("fp8 uses Transformer Engine's default recipe (delayed scaling); pick --fp8-recipe for your GPU")
     if cfg.recompute is Recompute.selective:
         flags.append(("--recompute-granularity", "selective"))
+        if cfg.recompute_modules and set(cfg.recompute_modules) != set(DEFAULT_RECOMPUTE_MODULES):
+            notes.append(f"the plan recomputes {', '.join(m.value for m in cfg.recompute_modules)}: add --recompute-modules "
+                         f"{' '.join(m.value for m in cfg.recompute_modules)} (Megatron-Core 0.13's fine-grained "
+                         "recompute, not among the flags this export writes); without it Megatron recomputes its default, core_attn")
     elif cfg.recompute is Recompute.full:
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                   ("--recompute-num-layers", 1)]
     flags += _sharding_flags(cfg, notes)
+    if cfg.bf16_moments:
+        notes.append("the plan keeps Adam's moments in bf16: add --use-precision-aware-optimizer --exp-avg-dtype bf16 "
+                     "--exp-avg-sq-dtype bf16, or the optimizer states take 4 B/param (before ZeRO sharding) more than planned")
+    if cfg.fp8_activations:
+        notes.append("the plan caches the experts' SwiGLU inputs in FP8 and one 16-bit attention output (DeepSeek-V3 "
+                     "§3.3.3): Megatron-LM has no flag for it, so its activations take more memory than planned")
     if (cfg.tp > 1 or cfg.cp > 1) and cfg.zero < 2:
         notes.append("tensor or context parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 on GPUs before Blackwell")
     notes.append(f"launch on exactly {cfg.num_gpus} ranks (data-parallel size = world / (tp*pp*cp) ="
