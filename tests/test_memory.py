@@ -637,7 +637,7 @@ def test_zero2_reduce_scatters_per_chunk_group_with_interleaving():
     the interleaved schedule (a chunk stays unsharded meanwhile), else after every micro-batch."""
     from trainplan.tools.codes import SCHEDULE_CODES
     from trainplan.tools.specs import Schedule
-    from trainplan.tools.step import zero2_reduce_scatters
+    from trainplan.tools.data_parallel import zero2_reduce_scatters
     inter, one = SCHEDULE_CODES[Schedule.interleaved], SCHEDULE_CODES[Schedule.one_f_one_b]
     assert list(zero2_reduce_scatters(np.array([inter, inter, one]), np.array([16, 32, 32]), 16, np.array([8, 8, 1]))) \
         == [1, 2, 32]

@@ -109,7 +109,7 @@ def test_zero3_gathers_unit_by_unit_and_pays_each_collectives_latency():
     """FSDP issues one all-gather (and one reduce-scatter) per wrapped block: the same bytes split over
     more units pay more ring latency, and over more ranks each collective's ring is longer."""
     from trainplan.tools.collectives import Group
-    from trainplan.tools.step import zero3_exchange_s
+    from trainplan.tools.data_parallel import zero3_exchange_s
 
     cluster = ClusterSpec.build(load_gpu("h100-sxm-80gb"), 512)
     group = Group(size=512, ranks_per_node=8)
@@ -124,7 +124,8 @@ def test_zero3_gathers_unit_by_unit_and_pays_each_collectives_latency():
 def test_zero3_forward_gathers_cannot_hide_behind_the_backward():
     """The forward's all-gathers run during the forward only: a long backward cannot absorb them."""
     from trainplan.tools.collectives import Group
-    from trainplan.tools.step import COMM_COMPUTE_CONTENTION, zero3_exchange_s
+    from trainplan.tools.data_parallel import zero3_exchange_s
+    from trainplan.tools.overlap import COMM_COMPUTE_CONTENTION
 
     cluster = ClusterSpec.build(load_gpu("h100-sxm-80gb"), 512)
     group = Group(size=512, ranks_per_node=8)
@@ -153,7 +154,8 @@ def test_sequence_parallel_backward_hides_the_column_parallel_collectives():
     output-gradient all-gather is on the critical path."""
     from trainplan.tools.collectives import collective_time_s, group_layout
     from trainplan.tools.specs import ParallelConfig
-    from trainplan.tools.step import COMM_COMPUTE_CONTENTION, tp_comm_s
+    from trainplan.tools.overlap import COMM_COMPUTE_CONTENTION
+    from trainplan.tools.step import tp_comm_s
 
     cluster = ClusterSpec.build(load_gpu("h100-sxm-80gb"), 64)
     cfg = ParallelConfig(tp=8, pp=1, cp=1, dp=8, mbs=1, seq=8192, sequence_parallel=True)

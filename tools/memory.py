@@ -17,7 +17,7 @@ Model states (Megatron mixed precision, the DESIGN.md default):
   Transients: ZeRO-3 holds two unsharded layers (the one computing and the prefetched next one);
   ZeRO-2/3 hold one unsharded layer of gradients before its reduce-scatter; with the interleaved
   schedule ZeRO-2 holds one model chunk's (it reduce-scatters per group of micro-batches,
-  step.zero2_reduce_scatters; Llama 3 405B's FSDP sharded its gradients this way, §3.3.2).
+  data_parallel.zero2_reduce_scatters; Llama 3 405B's FSDP sharded its gradients this way, §3.3.2).
   TP shards every GEMM weight (q/k/v and MLP column-parallel, o and MLP-down row-parallel), the
   embedding and LM head (vocab-parallel, rows V/t), and column-parallel biases. Replicated on every
   TP rank: norm weights, row-parallel biases (o, MLP down), the router, MLA's down projections and
@@ -304,7 +304,7 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
         unit = np.maximum(unit, np.where(rank[f"n_{kind}"] > 0, ne * (group > 1) + ex * (expert_group > 1), 0.0))
     out["weights/zero3_prefetch"] = np.where(zero >= 3, 2 * WEIGHT_BYTES * unit, 0.0)
     # ZeRO-2 reduce-scatters a chunk's gradients after each group of its backward micro-batches with
-    # the interleaved schedule (step.zero2_reduce_scatters), so a whole chunk is unsharded meanwhile.
+    # the interleaved schedule (data_parallel.zero2_reduce_scatters), so a whole chunk is unsharded meanwhile.
     bucket_layers = np.where(k["vpp"] > 1, rank["chunk_layers"], 1.0)
     out["gradients/zero2_bucket"] = np.where(zero >= 2, grad_bytes * unit * bucket_layers, 0.0)
     if np.any(k.get("method", 0) > 0):

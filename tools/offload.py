@@ -12,7 +12,7 @@ reloaded (activations/offload_staging).
 Time (step.py): the copies cross PCIe (step.PCIE_GB_S) on copy engines beside the compute. The
 device-to-host copies of one micro-batch and the host-to-device reloads of another use the two
 directions of the full-duplex link at once, so each micro-batch's bytes, one way, run beside its
-forward and backward; what the compute cannot hide is exposed (step.overlapped_s, which also
+forward and backward; what the compute cannot hide is exposed (overlap.overlapped_s, which also
 charges the hidden part's contention), reported as comm/offload.
 
 Modules and the tensor groups of activations._layer_tensors they move, with the share of a group

@@ -9,7 +9,7 @@ at once, from the scalar model's own terms.
   dualpipe) on one dense layer, one MoE layer, the embedding and the head (the blocks' times shared
   across recompute choices), and is broadcast over every stage of every layout with numpy.
 - Pipeline: pipeline_closed_form.makespan_closed_form (the simulator in closed form).
-- Data parallelism, optimizer and p2p: step.data_parallel_s, step.optimizer_s, step.p2p_s and
+- Data parallelism, optimizer and p2p: data_parallel.data_parallel_s, step.optimizer_s, step.p2p_s and
   step.rank_params, the very functions step.step_time calls.
 - Days and cost: cost.SECONDS_PER_DAY with the job's goodput, as cost.training_cost.
 

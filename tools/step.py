@@ -30,10 +30,12 @@ from . import compute, finetune
 from .codes import SCHEDULE_CODES
 from .collectives import collective_time_s, group_layout
 from .counting import count_params, flops_per_token
+from .data_parallel import data_parallel_s, dp_exchange_s, fsdp_units, zero2_reduce_scatters
 from .layout import model_layers_per_stage
 from .moe import dispatch_comm_s
 from .pipeline import simulate
 from .offload import offloaded_stage_bytes
+from .overlap import overlapped_s
 from .recompute import recomputed_flops_per_token, recomputed_forward_s
 from .specs import Attention, ClusterSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 
@@ -46,10 +48,6 @@ ADAM_BYTES_PER_PARAM = 30
 # parameters per second per GPU's share of the host cores.
 PCIE_GB_S = 25.0
 CPU_ADAM_PARAMS_PER_S = 1.0e9
-# Communication that overlaps compute still slows it: its kernels hold SMs and HBM bandwidth.
-# DeepSeek-V3 (report §3.2.2) dedicates 20 of the H800's 132 SMs to communication; NCCL's channels
-# likewise run on SMs. Hidden communication costs this share of its own duration.
-COMM_COMPUTE_CONTENTION = 20 / 132
 
 
 @dataclass
@@ -260,115 +258,6 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
         compute_s=forward + backward,
         comm_s=comm,
     )
-
-
-def overlapped_s(comm_s, window_s):
-    """Exposed seconds of communication that runs beside `window_s` of compute (numpy-friendly).
-
-    The part longer than the window shows in full; the hidden part still costs
-    COMM_COMPUTE_CONTENTION of its length, because the communication kernels hold SMs and HBM
-    bandwidth that the compute kernels would use.
-    """
-    hidden = np.minimum(comm_s, window_s)
-    return np.maximum(0.0, comm_s - window_s) + COMM_COMPUTE_CONTENTION * hidden
-
-
-def zero2_reduce_scatters(schedule_code, num_microbatches, pp, vpp):
-    """How many times per step ZeRO-2 reduce-scatters a stage's gradients (numpy-friendly).
-
-    ZeRO-2 keeps only the gradient shard between reduce-scatters (memory.py's zero2 bucket holds
-    what is unsharded). The interleaved schedule runs each model chunk's backward for a group of pp
-    contiguous micro-batches (Megatron's microbatch_group_size_per_vp_stage defaults to pp), so a
-    chunk's gradients accumulate unsharded over the group, in fp32, and are reduce-scattered once per
-    group: ceil(m / pp) times. Llama 3 405B trained this way: FSDP sharding the gradients, FP32
-    accumulation over micro-batches and FP32 reduce-scatter (Llama 3 paper §3.3.2). Other schedules
-    hold one chunk, whose backward alternates with forwards one micro-batch at a time: m times.
-    """
-    m = np.asarray(num_microbatches, dtype=float)
-    grouped = (np.asarray(schedule_code) == SCHEDULE_CODES[Schedule.interleaved]) & (np.asarray(vpp) > 1)
-    return np.where(grouped, np.ceil(m / pp), m)
-
-
-def fsdp_units(stages: list[list[int]]):
-    """Parameter groups ZeRO-3 gathers one at a time on each pipeline stage (numpy array, one per stage).
-
-    PyTorch FSDP wraps each transformer block in its own unit and the rest (embedding, final norm,
-    LM head) in the root unit (torchtitan's apply_fsdp: fully_shard per TransformerBlock, then the
-    model); Megatron-FSDP and DeepSpeed ZeRO-3 likewise fetch parameters module by module. Each unit is
-    one all-gather (and in backward one reduce-scatter) of its own, so a stage issues this many
-    collectives per pass. The root unit counts on the stages holding the embedding or the head.
-    """
-    last = len(stages) - 1
-    return np.array([max(1, len(ids)) + (1 if s in (0, last) else 0) for s, ids in enumerate(stages)], dtype=float)
-
-
-def zero3_exchange_s(params, group, cluster: ClusterSpec, forward_s, backward_s, grad_bytes_per_param, units):
-    """Exposed seconds of ZeRO-3 / FSDP for one micro-batch on one rank (numpy-friendly).
-
-    Each of the `units` parameter groups (fsdp_units) is all-gathered before its forward, all-gathered
-    again before its backward (parameters are resharded after forward, FSDP's default
-    reshard_after_forward=True; ZeRO-3 likewise releases them) and its gradient reduce-scattered after
-    its backward (Rajbhandari et al. 2020, ZeRO §7.2: 1.5x the volume of an all-reduce; Zhao et al.
-    2023, PyTorch FSDP, VLDB). Each collective pays its own ring latency, so a pass issues `units`
-    collectives, not one.
-    Overlap follows FSDP's prefetching (Zhao et al. 2023; torch.distributed.fsdp BackwardPrefetch and
-    forward_prefetch: the next unit's all-gather is issued while the current unit computes):
-    - forward: the first unit's all-gather has nothing to hide behind; the others hide behind the
-      forward compute only (gathers issued for the forward cannot run during the backward);
-    - backward: the gathers and the reduce-scatters share the backward compute as their window, and
-      the last reduce-scatter (the first unit's gradient) comes after the last backward compute.
-    """
-    weights = 2 * params / units
-    grads = grad_bytes_per_param * params / units
-    gather = collective_time_s("all_gather", weights, group, cluster)
-    scatter = collective_time_s("reduce_scatter", grads, group, cluster) * (grad_bytes_per_param > 0)
-    forward = gather + overlapped_s((units - 1) * gather, forward_s)
-    backward = scatter + overlapped_s(units * gather + (units - 1) * scatter, backward_s)
-    return forward + backward
-
-
-def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward_s, num_microbatches,
-                  grad_bytes_per_param: int = 4, reduce_scatters=None, units=1):
-    """Exposed data-parallel seconds per step for `params` parameters per rank reduced over `group`.
-
-    numpy-friendly in zero, params, forward_s, backward_s, num_microbatches and units (the search
-    passes arrays). forward_s/backward_s are one micro-batch's forward and backward on the stage.
-    - ZeRO-0 all-reduces the accumulated gradients once, behind the last backward.
-    - ZeRO-1 (Megatron distributed optimizer) reduce-scatters them once, behind the last backward,
-      and all-gathers the updated bf16 weights behind the first forward.
-    - ZeRO-2 keeps only its gradient shard, so it reduce-scatters `reduce_scatters` times
-      (zero2_reduce_scatters; default: after every micro-batch's backward, DeepSpeed ZeRO-2), plus
-      the one weight all-gather.
-    - ZeRO-3 all-gathers weights for every forward and backward and reduce-scatters gradients every
-      micro-batch, unit by unit (`units` per stage, fsdp_units): zero3_exchange_s.
-    """
-    if group.size == 1:
-        return np.zeros_like(np.asarray(forward_s, dtype=float)) * 0.0
-    grads = grad_bytes_per_param * params
-    weights = 2 * params
-    all_reduce = collective_time_s("all_reduce", grads, group, cluster)
-    reduce_scatter = collective_time_s("reduce_scatter", grads, group, cluster)
-    all_gather = collective_time_s("all_gather", weights, group, cluster)
-    zero0 = overlapped_s(all_reduce, backward_s)
-    gather_once = overlapped_s(all_gather, forward_s)
-    zero1 = overlapped_s(reduce_scatter, backward_s) + gather_once
-    runs = num_microbatches if reduce_scatters is None else reduce_scatters
-    zero2 = runs * overlapped_s(reduce_scatter, backward_s) + gather_once
-    zero3 = num_microbatches * zero3_exchange_s(params, group, cluster, forward_s, backward_s, grad_bytes_per_param,
-                                                np.asarray(units, dtype=float))
-    exposed = np.select([zero == 0, zero == 1, zero == 2], [zero0, zero1, zero2], zero3)
-    return exposed * (np.asarray(params) > 0)
-
-
-def data_parallel_s(zero, dense_params, expert_params, groups: dict, cluster: ClusterSpec, forward_s, backward_s,
-                    num_microbatches, bf16_grads: bool = False, reduce_scatters=None, units=1):
-    """Exposed data-parallel seconds of one rank: its dense parameters over dp*cp, its expert
-    parameters over the expert-data-parallel group (dp_exchange_s each). numpy-friendly in every
-    argument but the groups, cluster and bf16_grads: the scalar step and the search share it."""
-    grad_bytes = 2 if bf16_grads else 4
-    return sum(dp_exchange_s(zero, params, group, cluster, forward_s, backward_s, num_microbatches, grad_bytes,
-                             reduce_scatters, units)
-               for params, group in ((dense_params, groups["dp_cp"]), (expert_params, groups["edp"])))
 
 
 def optimizer_s(zero, dense_params, expert_params, dp_cp: int, expert_dp: int, gpu, offload: bool = False):
