@@ -259,3 +259,18 @@ def test_a_plan_naming_no_engine_launches_with_an_engine_that_runs_its_layout():
     fsdp_with_pp = trainplan.estimate(**job, zero=2).model_dump(mode="json")["config"]
     assert launch_engine("llama3-70b", megatron_style) == DEFAULT_ENGINE == "megatron"
     assert launch_engine("llama3-70b", fsdp_with_pp) == "torchtitan"
+
+
+def test_report_text_says_the_tables_bubble_and_why_hfu_is_below_mfu():
+    """The text once called the schedule's rank-averaged idle share 'pipeline bubble' (5.4%) beside a
+    table whose bubble row was 1.4% of the step, wrote 'none recompute', and showed HFU below MFU
+    under 'with recompute' without saying why."""
+    report = plan("Llama 3 8B on 16 H100s for 10B tokens, seq 8192, gbs 64, pp 4, tp 1, no recompute",
+                  backend="offline")
+    text, t = report.to_markdown(), report.recommended["time"]
+    assert t["bubble_fraction"] > 0
+    row = next(line for line in text.splitlines() if line.startswith("| bubble |"))
+    table_share = row.split("|")[3].strip()
+    assert f"pipeline bubble {table_share} of the step" in text
+    assert "none recompute" not in text and "no recompute" in text
+    assert t["hfu"] < t["mfu"] and "below MFU" in text
