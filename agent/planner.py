@@ -34,7 +34,7 @@ from trainplan.tools.counting import count_params
 from trainplan.tools.errors import InputError
 from trainplan.tools.estimate import estimate
 from trainplan.tools.finetune import DEFAULT_LORA_RANK, LoraTargets, Method, is_lora
-from trainplan.tools.contract import default_seq
+from trainplan.tools.contract import FINE_TUNING_KNOBS, default_seq
 from trainplan.tools.plan_defaults import DEFAULT_HEADROOM, FINETUNE_SOURCE, default_gbs, default_gbs_reason
 from trainplan.tools.registry import dispatch, estimate_kwargs
 
@@ -119,14 +119,20 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
         tokens = float(DEFAULT_TOKENS_PER_PARAM * params)
         assumptions.append(f"tokens not given: {tokens:.4g}, {DEFAULT_TOKENS_PER_PARAM} per parameter "
                            "(compute-optimal, Hoffmann et al. 2022)")
-    method, lora_rank = request.method, request.lora_rank
-    if fine_tune and method is None:
+    method, lora_rank, lora_targets = request.method, request.lora_rank, request.lora_targets
+    if method is None and lora_targets is not None:
+        method = Method.lora.value
+        assumptions.append("method not given: LoRA (bf16 base), since the request names the adapters' targets")
+    elif fine_tune and method is None:
         method = Method.full.value
         assumptions.append("method not given: full fine-tuning (every weight trains); say LoRA or QLoRA for adapters")
     if method is not None and is_lora(method) and lora_rank is None:
         lora_rank = DEFAULT_LORA_RANK
-        assumptions.append(f"LoRA rank not given: {lora_rank}, adapters on every linear layer of the blocks "
-                           f"({LoraTargets.all_linear.value})")
+        assumptions.append(f"LoRA rank not given: {lora_rank}")
+    if method is not None and is_lora(method) and lora_targets is None:
+        lora_targets = LoraTargets.all_linear.value
+        assumptions.append(f"LoRA targets not given: adapters on every linear layer of the blocks ({lora_targets});"
+                           " say 'attention only' for the attention projections")
     precision = request.precision or "bf16"
     if request.precision is None:
         assumptions.append("precision not given: bf16")
@@ -146,7 +152,7 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
             "gpus_per_node": request.gpus_per_node, "tokens": tokens, "seq": seq, "gbs": gbs, "gbs_given": gbs_given,
             "precision": precision, "price": price, "goodput": goodput, "objective": objective,
             "deadline_days": request.deadline_days, "budget_usd": request.budget_usd,
-            "method": method, "lora_rank": lora_rank, "fine_tune": fine_tune,
+            "method": method, "lora_rank": lora_rank, "lora_targets": lora_targets, "fine_tune": fine_tune,
             **{pin: getattr(request, pin) for pin in PINS}}
     return full, assumptions
 
@@ -159,7 +165,8 @@ def _shown(job: dict) -> dict:
 def is_fine_tune(request: PlanRequest) -> bool:
     """A fine-tune: the request says so ("fine-tune", "SFT") or names LoRA/QLoRA. It gets the fine-tuning
     defaults of tools/plan_defaults.py, not the pre-training ones."""
-    return bool(request.fine_tuning) or (request.method is not None and is_lora(request.method))
+    return (bool(request.fine_tuning) or (request.method is not None and is_lora(request.method))
+            or request.lora_targets is not None)
 
 
 def _default_gbs_note(seq: int, gpus: int, params: float, fine_tune: bool = False) -> str:
@@ -189,7 +196,7 @@ def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float
     from trainplan.tools.search import search
 
     kwargs: dict[str, Any] = {pin: job[pin] for pin in PINS if job[pin] is not None}
-    kwargs.update({k: job[k] for k in ("method", "lora_rank") if job.get(k) is not None})   # fixed knobs
+    kwargs.update({k: job[k] for k in FINE_TUNING_KNOBS if job.get(k) is not None})   # fixed knobs
     if with_limits:
         kwargs.update({k: job[k] for k in ("deadline_days", "budget_usd") if job[k] is not None})
     return search(job["model"], job["gpu"], job["gpus"], gbs=job["gbs"], seq=job["seq"], tokens=job["tokens"],

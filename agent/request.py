@@ -40,7 +40,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from trainplan.tools import catalog
-from trainplan.tools.contract import Job, Layout, SearchOptions, optional_model
+from trainplan.tools.contract import FINE_TUNING_KNOBS, Job, Layout, SearchOptions, optional_model
 from trainplan.tools.errors import InputError
 
 from . import request_rules as rules
@@ -52,7 +52,7 @@ EXAMPLE = rules.EXAMPLE
 PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "recompute")
 """Layout knobs a request may pin (the search keeps them fixed)."""
 _JOB = ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")
-_LAYOUT = ("seq", "gbs", "precision", *PINS, "method", "lora_rank")
+_LAYOUT = ("seq", "gbs", "precision", *PINS, *FINE_TUNING_KNOBS)
 _SEARCH = ("objective", "max_gpus", "deadline_days", "budget_usd")
 
 

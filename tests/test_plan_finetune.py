@@ -53,9 +53,24 @@ def test_the_sentence_is_derived_from_the_byte_figures(monkeypatch):
 def test_request_table_shows_method_and_rank(qlora_70b, lora_8b):
     for report, method in ((qlora_70b, "qlora"), (lora_8b, "lora")):
         assert report.request["method"] == method and report.request["lora_rank"] == DEFAULT_LORA_RANK
-        assert f"| method | {method}, LoRA rank {DEFAULT_LORA_RANK} |" in report.to_markdown()
+        assert f"| method | {method}, LoRA rank {DEFAULT_LORA_RANK}, targets all-linear |" in report.to_markdown()
     ranked = plan("QLoRA fine-tune Llama 3 8B on 1 RTX 4090, rank 64", backend="offline")
-    assert "| method | qlora, LoRA rank 64 |" in ranked.to_markdown()
+    assert "| method | qlora, LoRA rank 64, targets all-linear |" in ranked.to_markdown()
+
+
+@pytest.mark.parametrize(("text", "method", "targets"), [
+    ("fine-tune Llama 3 8B with LoRA on attention only on 8 H100s", "lora", "attention"),
+    ("QLoRA of Llama 3 8B on 1 RTX 4090 with adapters on the attention projections", "qlora", "attention"),
+    ("LoRA rank 32 on all linear layers, Llama 3 8B on 8 H100s", "lora", "all-linear"),
+    ("Llama 3 8B on 8 H100s with adapters on the attention layers", "lora", "attention"),
+])
+def test_plain_language_names_the_adapter_targets(text, method, targets):
+    report = plan(text, backend="offline")
+    config = report.recommended["config"]
+    assert (config["method"], config["lora_targets"]) == (method, targets) and not report.not_understood
+    assert f"targets {targets} |" in report.to_markdown()
+    layout = report.to_markdown().split("## Recommended layout", 1)[1].split("## Memory per GPU", 1)[0]
+    assert ("the attention projections" in layout) is (targets == "attention")
 
 
 def test_fine_tunes_use_the_fine_tuning_defaults_and_invent_no_token_budget(qlora_70b, lora_8b):

@@ -110,7 +110,7 @@ def plan(
     ep: int | None = None, vpp: int | None = None, zero: int | None = None, recompute: str | None = None,
     objective: str | None = None, max_gpus: int | None = None, deadline_days: float | None = None,
     budget_usd: float | None = None, method: str | None = None, lora_rank: int | None = None,
-    fine_tuning: bool | None = None,
+    lora_targets: str | None = None, fine_tuning: bool | None = None,
     **options: Any,
 ) -> PlanReport:
     """A PlanReport for a plain-language request and/or its fields (offline planner unless an LLM is
