@@ -49,7 +49,7 @@ from .request_text import RequestText
 
 EXAMPLE = rules.EXAMPLE
 
-PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "recompute")
+PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute")
 """Layout knobs a request may pin (the search keeps them fixed)."""
 _JOB = ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")
 _LAYOUT = ("seq", "gbs", "precision", *PINS, *FINE_TUNING_KNOBS)
@@ -99,6 +99,7 @@ def parse_partial(text: str) -> PlanRequest:
     rules.read_tokens(t, found)
     rules.read_sequence_and_batch(t, found)
     rules.read_money(t, found)
+    rules.read_goodput(t, found)
     rules.read_deadline(t, found)
     rules.read_counts(t, found)
     steering.read_objective(t, found)

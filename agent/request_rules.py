@@ -386,6 +386,11 @@ def read_tokens(t: RequestText, found: dict[str, Any]) -> None:
         found["tokens"] = tokens
         t.mark(*match.span())
         return
+    labelled = t.first(rf"(?<![a-z])(?:training\s+)?tokens?\s*(?::|=|of|is)\s*[-\u2212]?({NUM})\s*({_ANY_MULT})?(?![a-z0-9])", 1)
+    if labelled:  # 'tokens: 15T'
+        found["tokens"] = _amount(t, labelled, "tokens")
+        t.mark(*labelled.span())
+        return
     # 'train for 1T' / 'for 300B': a B or T amount after 'for' with no other unit is a token count
     bare = t.first(rf"(?<![a-z])for\s+[-\u2212]?({NUM})\s*(b|t|billion|trillion)(?![a-z0-9])"
                    r"(?!\s*(?:-?\s*param|model|llm|dense|moe))", 1)
@@ -395,14 +400,17 @@ def read_tokens(t: RequestText, found: dict[str, Any]) -> None:
 
 
 def read_sequence_and_batch(t: RequestText, found: dict[str, Any]) -> None:
-    """seq ('sequence length 8192', 'seq 4k', '8k context'; k = 1024) and gbs ('global batch 1024',
-    'gbs=256', '512 sequences per batch')."""
+    """seq ('sequence length 8192', 'seq 4k', '8k context'; k = 1024), mbs ('micro-batch size 2', 'mbs=2')
+    and gbs ('global batch 1024', 'gbs=256', '512 sequences per batch')."""
     seq = (t.take(rf"(?:sequence(?:\s*length)?|seq(?:uence)?[\s_-]*len(?:gth)?|seq|context(?:\s*length)?|ctx|"
                   rf"序列长度|上下文)\s*(?:of|:|=|is)?\s*{_COUNT}")
            or t.take(rf"{_COUNT}[\s-]*(?:tokens?[\s-]*)?(?:context|sequences?(?![\s-]*(?:per|/|a\s|each))|"
                      r"seq(?:uence)?[\s-]*len(?:gth)?|seq)(?![a-z])"))
     if seq:
         found["seq"] = _count(t, seq, "tokens of sequence")
+    mbs = t.take(rf"(?<![a-z])(?:mbs|micro[\s_-]*batch(?:[\s_-]*size)?)\s*(?:of|:|=|is)?\s*{_COUNT}")
+    if mbs:  # before gbs: 'micro-batch size 4' holds 'batch size 4'
+        found["mbs"] = _count(t, mbs, "sequences per micro-batch")
     gbs = (t.take(rf"(?:global[\s_-]*batch(?:[\s_-]*size)?|batch[\s_-]*size|gbs)\s*(?:of|:|=|is)?\s*{_COUNT}"
                   r"(?!\s*(?:thousand|million|billion|trillion|[mbt])?\s*tokens)")
            or t.take(rf"{_COUNT}\s*sequences?{_PER_BATCH}"))
@@ -413,7 +421,7 @@ def read_sequence_and_batch(t: RequestText, found: dict[str, Any]) -> None:
 def read_money(t: RequestText, found: dict[str, Any]) -> None:
     """price ('$2/GPU-hour', '$2.5 per GPU hour') and budget_usd ('budget $2M', '$500K budget',
     'under $2M', 'no more than 2 million dollars', '预算200万美元')."""
-    price = (t.take(rf"(?:(?:at|under|below|for|of|price)\s*:?\s*)?\$\s*({NUM})\s*(?:/|per|an|a)\s*(?:gpu[\s-]*)?(?:h|hr|hour)(?![a-z])")
+    price = (t.take(rf"(?:(?:at|under|below|for|of|price)\s*:?\s*)?\$\s*({NUM})\s*(?:/|per|an|a)\s*(?:gpu[\s/-]*)?(?:h|hr|hour)(?![a-z])")
              or t.take(rf"({NUM})\s*(?:usd|dollars?|\$)\s*(?:/|per|an|a)\s*(?:gpu[\s-]*)?(?:h|hr|hour)(?![a-z])"))
     if price:
         found["price"] = _positive_price(t, price)
@@ -425,6 +433,18 @@ def read_money(t: RequestText, found: dict[str, Any]) -> None:
     if budget:
         group = 1 if budget.group(1) else 3
         found["budget_usd"] = _amount(t, budget, "dollars", group)
+
+
+def read_goodput(t: RequestText, found: dict[str, Any]) -> None:
+    """goodput: '80% goodput', 'goodput 0.95', 'goodput of 90%' (a share of wall-clock time, in (0, 1])."""
+    match = (t.take(rf"({NUM})\s*(%)\s*goodput(?![a-z])")
+             or t.take(rf"(?<![a-z])goodput\s*(?:of|:|=|is|at)?\s*[-\u2212]?({NUM})\s*(%)?"))
+    if match:
+        value = number(match.group(1)) / (100 if match.group(2) else 1)
+        if t.negative_at(match.start(1)) or not 0 < value <= 1:
+            raise InputError(f"'{_written(t, *match.span())}' is not a goodput: it is the share of wall-clock time "
+                             "that trains, e.g. 90% goodput")
+        found["goodput"] = value
 
 
 def _positive_price(t: RequestText, match: re.Match) -> float:

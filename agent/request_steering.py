@@ -36,7 +36,8 @@ def read_objective(t: RequestText, found: dict[str, Any]) -> None:
 
 _NEGATION = (r"(?<![a-z])(?:not|no|without|w/o|don'?t\s+(?:use|want|need)|do\s+not\s+(?:use|want|need)|avoid(?:ing)?|"
              r"never|disable|skip|不用|不要|不使用|不需要|不开|无)(?:\s+(?:use|using|any|the|a|an|with))*\s*")
-_DISABLED_AFTER = r"\s*(?:off|disabled|=\s*(?:off|false|no|none))(?![a-z])"
+_DISABLED_AFTER = (r"\s*(?:off|disabled|disallowed|forbidden|prohibited|(?:is\s+|are\s+)?not\s+(?:allowed|permitted|"
+                   r"wanted|needed|supported|available)|=\s*(?:off|false|no|none))(?![a-z])")
 FEATURES = {
     "tp": (r"tensor[\s-]*parallel(?:ism)?|tp", 1),
     "pp": (r"pipeline(?:[\s-]*parallel(?:ism)?)?|pipelining|pp", 1),

@@ -295,3 +295,26 @@ def test_the_readme_requests_are_complete():
 ])
 def test_phrasings_once_misread(text, expected):
     assert read(text, *expected) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # 'micro-batch size 4' holds 'batch size 4': it was read as the global batch
+    ("Llama 3 70B 1T tokens 256 H100, micro-batch size of 4, global batch size 1024", {"mbs": 4, "gbs": 1024}),
+    ("Llama 3 70B 1T tokens 256 H100, micro batch size 2", {"mbs": 2, "gbs": None}),
+    ("Llama 3 70B 1T tokens 256 H100, mbs=2, gbs=512", {"mbs": 2, "gbs": 512, "unparsed": None}),
+    # a negation written after the feature: 'FP8 not allowed' was read as fp8
+    ("Llama 3 70B on 512 H100s for 15T tokens, FP8 not allowed", {"precision": "bf16", "unparsed": None}),
+    ("Llama 3 70B on 512 H100s for 15T tokens, TP is not allowed", {"tp": 1}),
+    # a price per GPU per hour, labelled tokens, a goodput
+    ("Llama 3 70B, 1T tokens, $3/GPU/hr, 256 H100", {"price": 3.0, "unparsed": None}),
+    ("Llama 3 70B on 512 H100s, tokens: 15T", {"tokens": 15e12, "unparsed": None}),
+    ("Llama 3 70B trained on 15T tokens using 512 H100 GPUs at 80% goodput", {"goodput": 0.8, "unparsed": None}),
+    ("Llama 3 70B, 512 H100, 15T tokens, goodput 0.95", {"goodput": 0.95}),
+])
+def test_phrasings_read_silently_wrong_before(text, expected):
+    assert read(text, *expected) == expected
+
+
+def test_a_goodput_above_one_is_refused():
+    with pytest.raises(InputError, match="not a goodput"):
+        parse_partial("Llama 3 70B, 512 H100, 15T tokens, goodput of 150%")
