@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.counting import count_params
+from trainplan.tools.counting import count_params, layer_params
 from trainplan.tools.errors import InputError
 from trainplan.tools.layout import model_layers_per_stage, resolve_config
 from trainplan.tools.activations import activation_bytes_per_layer
@@ -347,6 +347,28 @@ def test_dualpipe_holds_two_stages_of_parameters():
     assert dual.per_stage[3]["weights"] == pytest.approx(one.per_stage[3]["weights"] + one.per_stage[4]["weights"])
     assert dual.per_stage[0]["inflight_microbatches"] == 9   # pp + 1
 
+
+
+def test_dualpipe_end_rank_holds_the_shared_embedding_and_head_once():
+    """DeepSeek-V3 §2.2: the MTP module shares the embedding and output head with the main model.
+    DualPipe puts stage 0 (embedding) and stage pp-1 (head, MTP) on rank 0, so rank 0 holds one
+    embedding, one head and the MTP module's own block, eh_proj and norms; the middle ranks none."""
+    model = load_model("deepseek-v3")
+    cfg = resolve_config(model, gpus=2048, pp=16, ep=64, seq=4096, gbs=15360, schedule="dualpipe")
+    r = memory_breakdown(model, cfg, H100)
+    counts = count_params(model)
+    split = model_layers_per_stage(model, 16)
+    end_layers = [*range(split[0]), *range(model.num_layers - split[-1], model.num_layers)]
+    mtp_block = layer_params(model, model.num_layers)
+    mtp_own = counts.mtp - mtp_block.routed_experts + mtp_block.routed_experts / 64   # eh_proj, norms, block
+    params = (sum(counts.layers[i].non_expert + counts.layers[i].routed_experts / 64 for i in end_layers)
+              + model.vocab_size * model.hidden_size             # embedding, once
+              + model.hidden_size * model.vocab_size + counts.final_norm   # head, once
+              + mtp_own)
+    for rank in (0, 15):
+        assert r.per_stage[rank]["weights"] * GIB == pytest.approx(2 * params)   # bf16, tp = 1, ZeRO-1
+    assert r.worst_stage not in (0, 15)
+    assert not any(r.breakdown.get(f"weights/{name}") for name in ("embedding", "lm_head", "mtp"))
 
 def test_tied_head_copy_on_last_stage_and_logits():
     m = GPT_SMALL
