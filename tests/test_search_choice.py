@@ -109,3 +109,23 @@ def test_plan_with_deepspeed_recommends_what_deepspeed_runs():
     assert report.recommended["config"]["cp"] == 1
     assert report.launch.error is None and report.launch.engine == "deepspeed"
     assert any("deepspeed" in line for line in report.assumptions)
+
+
+def _candidate(step_s: float, memory: float, **config) -> dict:
+    base = {"gpus": 144, "tp": 16, "pp": 9, "dp": 1, "cp": 1, "ep": 1, "vpp": 1, "zero": 0, "mbs": 4,
+            "recompute": "none", "schedule": "1f1b"}
+    return {"time": {"step_s": step_s, "breakdown": {"compute": step_s}, "bubble_fraction": 0.0},
+            "memory_gib": {"total": memory}, "config": {**base, **config}}
+
+
+def test_a_faster_runner_up_is_never_called_the_same_time():
+    """llama3-70b on 144 GB200 at TP16: the runner-up (zb-h1) was 2.4% faster than the recommended, simpler
+    1f1b layout, and the line read 'same time; more memory (56.54 vs 56.54 GiB)'."""
+    from trainplan.tools.search_explain import explain_runner_up
+
+    best = _candidate(17.35, 56.54)
+    line = explain_runner_up(best, _candidate(16.94, 56.54, schedule="zb-h1"))
+    assert "2.4% faster" in line and "same time" not in line and "simpler" in line
+    tie = explain_runner_up(best, _candidate(17.35, 56.54, schedule="zb-h1"))
+    assert "more memory" not in tie and "schedule zb-h1 vs 1f1b" in tie
+    assert "more memory (57.00 vs 56.54 GiB)" in explain_runner_up(best, _candidate(17.35, 57.0, mbs=2))

@@ -3,6 +3,7 @@ when nothing fits."""
 
 from __future__ import annotations
 
+from .plan_defaults import SIMPLER_MARGIN
 from .search_rank import Objective
 from .search_space import R_BUDGET, R_DEADLINE, R_MEMORY
 from .validity import R_BATCH
@@ -35,11 +36,20 @@ def explain_runner_up(best: dict, runner: dict, objective: Objective | str = Obj
     else:
         ratio, what = r["step_s"] / b["step_s"] - 1, "slower"
     verdict = f"{ratio:.2%} {what}" if ratio < 0.01 else f"{ratio:.1%} {what}"
+    if ratio < -1e-9:  # better by the objective, ranked second by the simpler-layout preference
+        better = {"slower": "faster", "longer": "shorter", "more expensive": "cheaper",
+                  "more GPU-time per step": "less GPU-time per step"}[what]
+        return (f"runner-up {name}: {-ratio:.1%} {better}, ranked second: within {SIMPLER_MARGIN:.0%} of the best "
+                "the simpler layout is recommended")
     if ratio < 1e-9:
         if runner["config"]["zero"] != best["config"]["zero"]:
             return f"runner-up {name}: same time; the tie goes to the lower ZeRO stage"
-        return (f"runner-up {name}: same time; more memory ({runner['memory_gib']['total']:.2f} vs "
-                f"{best['memory_gib']['total']:.2f} GiB)")
+        more, less = runner["memory_gib"]["total"], best["memory_gib"]["total"]
+        if more - less >= 0.005:
+            return f"runner-up {name}: same time; more memory ({more:.2f} vs {less:.2f} GiB)"
+        differs = ", ".join(f"{key} {runner['config'][key]} vs {best['config'][key]}" for key in runner["config"]
+                            if runner["config"][key] != best["config"][key] and key != "gpus")
+        return f"runner-up {name}: same time and memory ({more:.2f} GiB); differs in {differs or 'nothing shown'}"
     delta = {key: r["breakdown"].get(key, 0.0) - b["breakdown"].get(key, 0.0)
              for key in set(b["breakdown"]) | set(r["breakdown"])}
     worst = max(delta, key=delta.get)
