@@ -35,11 +35,30 @@ def test_bad_input_is_one_line_and_exit_2(args, fragment):
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert fragment.lower() in result.stderr.lower(), result.stderr
-    if not any(line.startswith("error:") for line in lines):
-        # typer/click usage errors print a framed box; ours print exactly one line.
-        assert "Invalid value" in result.stderr or "No such option" in result.stderr
-    else:
-        assert len(lines) == 1
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ([*BASE, "--gpus", "8", "--method", "bogus"], "'bogus' is not one of"),
+    ([*BASE, "--gpus", "eight"], "'--gpus'"),
+    ([*BASE, "--gpus", "8", "--bogus"], "no such option: --bogus"),
+    (["estimat"], "no such command 'estimat'"),
+    (["tools", "call"], "missing argument"),
+])
+def test_usage_errors_are_one_line_naming_the_help(args, fragment):
+    """click's own usage errors (bad option values, unknown options or commands) follow the same
+    rule: one `error:` line, exit 2, and where to look, instead of a framed box."""
+    result = run_cli(*args)
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    assert fragment in lines[0].lower() and "--help'" in lines[0], lines[0]
+
+
+def test_help_and_version_still_exit_0():
+    for args in (["--help"], ["estimate", "--help"], ["--version"]):
+        result = run_cli(*args)
+        assert result.returncode == 0 and result.stdout.strip(), (args, result.stderr)
 
 
 def test_malformed_config_file(tmp_path):

@@ -99,10 +99,34 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
+def _click_exceptions():
+    """The exception classes typer raises: its vendored click (typer >= 0.2x) or click itself."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
 def main() -> None:
     """Console entry point: input errors become one line and exit code 2, never a traceback."""
+    click = _click_exceptions()
     try:
-        app(standalone_mode=True)
+        code = app(standalone_mode=False)
+    except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":   # a bare command group: its help, as before
+            exc.show()
+            raise SystemExit(2)
+        # click's own usage errors (a bad option value, an unknown option or command) follow the same
+        # rule as ours: one line naming the fix, exit 2, instead of click's framed box.
+        where = exc.ctx.command_path if exc.ctx is not None else "trainplan"
+        fail(f"{exc.format_message().rstrip('.')} (see '{where} --help')")
+    except typer.Abort:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130)
+    except click.ClickException as exc:
+        print(f"error: {exc.format_message()}", file=sys.stderr)
+        raise SystemExit(exc.exit_code)
     except InputError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -115,6 +139,7 @@ def main() -> None:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "input"
         fail(f"{field}: {first['msg']}")
+    raise SystemExit(code if isinstance(code, int) else 0)   # as click's standalone mode ends
 
 
 if __name__ == "__main__":
