@@ -228,3 +228,17 @@ def test_a_stage_time_past_any_run_is_refused_not_an_infinite_makespan():
     with pytest.raises(InputError, match="seconds per micro-batch"):
         simulate("1f1b", 4, 8, forward_s=1e308, backward_s=2.0)
     assert simulate("1f1b", 4, 8, forward_s=1e5, backward_s=2e5).makespan_s < float("inf")
+
+
+@pytest.mark.parametrize("knobs, says, not_says", [
+    ({"ep": 16}, "ep=16 needs a mixture-of-experts model", "etp"),
+    ({"tp": 2, "etp": 4}, "etp=4 (expert tensor parallelism) needs", "--ep 1"),
+])
+def test_expert_knobs_on_a_dense_model_name_the_one_given(knobs, says, not_says):
+    """The error once read 'ep=16 or etp=1 needs a mixture-of-experts model' for --ep 16 alone."""
+    import trainplan
+    from trainplan.tools.errors import InputError
+
+    with pytest.raises(InputError) as error:
+        trainplan.estimate(model="llama3-70b", gpu="h100", gpus=64, **knobs)
+    assert says in str(error.value) and not_says not in str(error.value)

@@ -123,7 +123,9 @@ RULES: tuple[Rule, ...] = (
     # The expert grid (MoE Parallel Folding, moe.py): etp x ep x edp over each stage's tp x cp x dp ranks.
     Rule(R_EP_DENSE, "layout",
          lambda m, k, p: ((k.ep > 1) | (k.etp != k.tp)) & (not m.is_moe),
-         lambda m, k, p: f"ep={k.ep} or etp={k.etp} needs a mixture-of-experts model; {m.name} is dense: use --ep 1"),
+         lambda m, k, p: (f"ep={k.ep} needs a mixture-of-experts model; {m.name} is dense: use --ep 1" if k.ep > 1
+                          else f"etp={k.etp} (expert tensor parallelism) needs a mixture-of-experts model; {m.name} "
+                               "is dense: drop --etp")),
     Rule(R_EP_EXPERTS, "layout",
          lambda m, k, p: (k.ep > 1) & (max(m.num_experts, 1) % k.ep != 0),
          lambda m, k, p: f"ep={k.ep} does not divide the {m.num_experts} experts of {m.name}"),
