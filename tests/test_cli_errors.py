@@ -242,3 +242,13 @@ def test_expert_knobs_on_a_dense_model_name_the_one_given(knobs, says, not_says)
     with pytest.raises(InputError) as error:
         trainplan.estimate(model="llama3-70b", gpu="h100", gpus=64, **knobs)
     assert says in str(error.value) and not_says not in str(error.value)
+
+
+@pytest.mark.parametrize("flag", [["--capacity-factor", "1.25"], ["--dispatcher", "allgather"], ["--force-balance"],
+                                  ["--grouped-gemm", "fused"]])
+def test_moe_knobs_on_a_dense_model_are_refused(flag):
+    """An MoE routing/expert knob on a dense model used to pass without a word (--ep was refused)."""
+    result = run_cli("estimate", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", *flag)
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "llama3-8b is dense" in lines[0] and f"drop {flag[0]}" in lines[0], lines[0]

@@ -50,8 +50,12 @@ def test_the_ladder_climbs_by_price_and_stops_where_full_recompute_is_cheaper():
 def test_named_modules_and_pinned_modes_bound_the_choice():
     job, _, _ = prepare(**DSV3, recompute_modules="layernorm,moe_act")
     given = mask_of([RecomputeModule.layernorm, RecomputeModule.moe_act])
-    assert job.recompute_ladder == ((_NONE, 0), (_SELECTIVE, given))
-    assert (_SELECTIVE, DEFAULT_MASK) not in job.recompute_options
+    # Naming modules asks for selective recompute of them (as estimate reads it): no 'none' that drops them.
+    assert job.recompute_ladder == ((_SELECTIVE, given),)
+    assert job.recompute_options == ((_SELECTIVE, given),)
+    result = search(model="llama3-70b", gpu="mi300x", gpus=64, recompute_modules="mlp", top_k=3)
+    assert [(c["config"]["recompute"], c["config"]["recompute_modules"]) for c in result["candidates"]] == \
+        [("selective", ["mlp"])] * len(result["candidates"])
     job, _, _ = prepare(**DSV3, recompute="full")
     assert recompute_choices(job, None) == ((), ((_FULL, 0),))
     job, _, _ = prepare(**DSV3, recompute="none")

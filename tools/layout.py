@@ -146,6 +146,14 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     if not values["save_mlp_act_output"] and not module_applies(model, RecomputeModule.mlp):
         raise InputError(f"{model.name} has no dense MLP layer: save_mlp_act_output=false applies to dense MLPs; "
                          "use --save-mlp-act-output, or recompute_modules=moe_act for the experts")
+    moe_knobs = [name for name, value, default in (
+        ("capacity_factor", values["capacity_factor"], None), ("force_balance", values["force_balance"], False),
+        ("dispatcher", values["dispatcher"], Dispatcher.alltoall.value),
+        ("grouped_gemm", values["grouped_gemm"], GroupedGemm.per_expert.value))
+        if value is not None and getattr(value, "value", value) != default]
+    if moe_knobs and not model.is_moe:
+        raise InputError(f"{', '.join(moe_knobs)}: MoE routing and expert settings, and {model.name} is dense: "
+                         "drop " + ", ".join(f"--{name.replace('_', '-')}" for name in moe_knobs))
     if values["fp8_activations"] and precision is not Precision.fp8:
         raise InputError("fp8_activations needs precision=fp8 (FP8 GEMMs): use --precision fp8 or drop it")
     if precision is Precision.fp8 and not fp8_supported:

@@ -85,8 +85,11 @@ def recompute_choices(job: SearchJob, given_modules) -> tuple[tuple, tuple]:
     ladder: none, then selective with each prefix of the cheapest-first order (or with the request's
     modules); each step adds recompute seconds and frees memory, so for every objective (all grow
     with the step time) the first step that fits is the best of them. options: the ladder's first
-    step, selective with Megatron's default set (core_attn; unless the request names modules), full."""
+    step, selective with Megatron's default set (core_attn; unless the request names modules), full.
+    A request that names modules and leaves recompute open gets selective recompute of those modules."""
     allowed = job.pins.recompute or tuple(RECOMPUTE_CODES.values())
+    if given_modules is not None and not job.pins.recompute:
+        allowed = (_SELECTIVE,)   # naming modules asks for selective recompute of them, as estimate reads it
     ladder = [(_NONE, 0)] if _NONE in allowed else []
     if _SELECTIVE in allowed:
         masks = (mask_of(given_modules),) if given_modules is not None else module_ladder(job)
