@@ -94,6 +94,9 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
     spec = catalog.load_model(request.model)
     gpu = catalog.load_gpu(request.gpu)
     assumptions = []
+    if request.gpus_at_least and request.gpus is not None:
+        assumptions.append(f"'at least {request.gpus:,} GPUs' was planned at {request.gpus:,}: the search tries "
+                           "no larger counts; say 'up to N GPUs' to let it choose the count")
     fine_tune = is_fine_tune(request)
     seq = request.seq
     if seq is None and fine_tune:
@@ -251,6 +254,7 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     memory free and meet the deadline and budget; when none does, it drops the deadline and budget (a
     risk, with the GPU count that would meet them), then the headroom (an assumption), and reports the
     best that fits. With an engine, only layouts it runs."""
+    engine = engine or request.engine  # an explicit engine (trainplan plan --engine) wins over the text
     job, assumptions = complete_request(request)
     capacity = catalog.load_gpu(job["gpu"]).memory_gib
     headroom = PLAN_HEADROOM * capacity
@@ -476,6 +480,7 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
     chosen = resolve_backend(backend, client)
     parsed = require_complete(_request_from(request_text, request, fields))  # before any time goes to the LLM
     text = request_text or _describe(parsed)
+    engine = engine or parsed.engine  # an explicit engine (trainplan plan --engine) wins over the text
     adapters = engine is None and parsed.method is not None and is_lora(parsed.method)
     if chosen == "offline" and adapters:
         report = plan_offline(parsed, text, engine=ADAPTER_ENGINE)

@@ -22,8 +22,15 @@ What it reads (case and word order do not matter; full-width and CJK text is rea
 - objective: "cheapest" / "minimise cost" -> cost, "fastest" -> time, "max throughput";
 - precision: "fp8" or "bf16"; "not fp8" -> bf16;
 - pins of the layout: "TP8", "tp=8", "8-way TP", "PP 4", "ZeRO-3", "FSDP" (ZeRO-3), "vpp 2",
-  "EP 64", "CP2", "full recompute"; negations pin a feature off: "no tensor parallelism" -> tp 1,
+  "EP 64", "CP2", "full recompute", the schedule ("DualPipe", "interleaved 1F1B", "1F1B", "zero bubble",
+  "ZB-H1", "GPipe"); negations pin a feature off: "no tensor parallelism" -> tp 1,
   "without pipeline parallelism" -> pp 1, "no activation checkpointing" -> recompute none.
+
+- gpus as a lower bound: "at least 256 H100s", "256 GPUs or more" (gpus_at_least: the search has no
+  lower bound, so the plan uses 256 and says so);
+- engine: "using DeepSpeed", "with torchtitan", "in Megatron-LM", "Axolotl", "LLaMA-Factory", "TRL",
+  "HF Accelerate" (tools/export/support.py); an engine the text refuses ("not DeepSpeed") sets nothing
+  and stays in `unparsed`. Two engines named at once raise InputError.
 
 Impossible counts ("-512 H100s", "512.5 H100s", "for -15T tokens") and unknown GPUs raise
 InputError; words no rule understood are kept in `unparsed` for the report.
@@ -49,11 +56,11 @@ from .request_text import RequestText
 
 EXAMPLE = rules.EXAMPLE
 
-PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute")
+PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule")
 """Layout knobs a request may pin (the search keeps them fixed)."""
 _JOB = ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")
 _LAYOUT = ("seq", "gbs", "precision", *PINS, *FINE_TUNING_KNOBS)
-_SEARCH = ("objective", "max_gpus", "deadline_days", "budget_usd")
+_SEARCH = ("objective", "max_gpus", "deadline_days", "budget_usd", "engine")
 
 
 class _Request(BaseModel):
@@ -61,6 +68,8 @@ class _Request(BaseModel):
 
     batch_tokens: float | None = Field(default=None, description="tokens per step as asked (gbs = batch_tokens / seq)")
     unparsed: list[str] | None = Field(default=None, description="words of the request the parser did not understand")
+    gpus_at_least: bool | None = Field(default=None, description="gpus was written as a lower bound ('at least 256 "
+                                                                 "H100s'); the search has none, so the plan uses gpus")
     fine_tuning: bool | None = Field(default=None, description="the request fine-tunes a trained model: when full "
                                                                "training does not fit, the plan says whether LoRA or "
                                                                "QLoRA would")
@@ -94,6 +103,8 @@ def parse_partial(text: str) -> PlanRequest:
     t = RequestText(text)
     found: dict[str, Any] = {}
     rules.read_paths(t, found)
+    steering.read_engine(t, found)  # before the model: 'LLaMA-Factory' is no Llama, 'ZB-H1' no GPU
+    steering.read_schedule(t, found)
     rules.read_model_name(t, found)
     rules.read_gpu(t, found)
     rules.read_tokens(t, found)
@@ -129,6 +140,8 @@ def merge(previous: PlanRequest, update: PlanRequest) -> PlanRequest:
         data["max_gpus"] = None  # a count replaces a bound ("what if I only have 256 GPUs?")
     if "max_gpus" in given and "gpus" not in given:
         data["gpus"] = None
+    if ("gpus" in given or "max_gpus" in given) and "gpus_at_least" not in given:
+        data["gpus_at_least"] = None  # a new count is exact unless it says 'at least' again
     data.update(given)
     data["unparsed"] = update.unparsed
     return PlanRequest(**data)

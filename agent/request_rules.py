@@ -41,6 +41,9 @@ _GPU_WORD = r"(?:gpus?|accelerators?|cards?|devices?|张卡|块卡|卡)(?![a-z])
 _AT_MOST_BEFORE = (r"(?:up\s+to|at\s+most|no\s+more\s+than|not\s+more\s+than|max(?:imum)?(?:\s+of)?|<=|≤|"
                    r"fewer\s+than|less\s+than|under|最多|不超过|至多)\s*(?:of\s+)?(?:use\s+|using\s+)?$")
 _AT_MOST_AFTER = r"\s*(?:at\s+most|max(?:imum)?|or\s+(?:fewer|less)|以内|以下)(?![a-z])"
+_AT_LEAST_BEFORE = (r"(?:at\s+least|no\s+fewer\s+than|not\s+fewer\s+than|no\s+less\s+than|min(?:imum)?(?:\s+of)?|"
+                    r">=|≥|至少|不少于)\s*(?:of\s+)?(?:use\s+|using\s+)?$")
+_AT_LEAST_AFTER = r"\s*(?:at\s+least|min(?:imum)?|or\s+more|以上)(?![a-z])"
 EXAMPLE = '"Llama 3 70B on 512 H100s for 15T tokens"'
 
 
@@ -265,10 +268,25 @@ def _upper_bound(t: RequestText, start: int, end: int) -> tuple[bool, int, int]:
     return False, start, end
 
 
+def _lower_bound(t: RequestText, start: int, end: int) -> tuple[bool, int, int]:
+    """Whether a count is a lower bound ('at least 256 H100s', '256 GPUs or more'), and the span to mark."""
+    window = t.before(start, 32)
+    before = re.search(_AT_LEAST_BEFORE, window, re.IGNORECASE)
+    if before:
+        return True, start - len(window) + before.start(), end
+    after = re.match(_AT_LEAST_AFTER, t.text[end:end + 24], re.IGNORECASE)
+    if after:
+        return True, start, end + after.end()
+    return False, start, end
+
+
 def _set_gpus(t: RequestText, found: dict[str, Any], gpus: int, start: int, end: int,
               per_node: int | None = None) -> None:
     if gpus > MAX_GPUS:
         raise InputError(f"'{_written(t, start, end)}' is {gpus:,} GPUs, more than {MAX_GPUS:,}: check the count")
+    at_least, start, end = _lower_bound(t, start, end)
+    if at_least:
+        found["gpus_at_least"] = True  # the search has no lower bound: the plan uses the count (planner says so)
     bound, start, end = _upper_bound(t, start, end)
     found["max_gpus" if bound else "gpus"] = gpus
     if per_node:

@@ -4,6 +4,7 @@ how rules read a RequestText."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from trainplan.tools.errors import InputError
@@ -142,3 +143,63 @@ def read_method(t: RequestText, found: dict[str, Any]) -> None:
                   r"微调|ファインチューニング)(?![a-z])")
     if said or found.get("method") in ("lora", "qlora"):  # 'without LoRA' alone is no fine-tune
         found["fine_tuning"] = True
+
+
+ENGINES = {
+    "megatron": r"megatron(?:[\s-]*(?:lm|core))?(?![\s-]*turing)",
+    "deepspeed": r"deep[\s-]*speed",
+    "torchtitan": r"torch[\s-]*titan",
+    "accelerate": r"(?:hf|hugging[\s-]*face)[\s-]*accelerate|accelerate(?=\s+(?:launch|library|fsdp|config))",
+    "axolotl": r"axolotl",
+    "llamafactory": r"llama[\s-]*factory",
+    "trl": r"trl",
+}
+"""How the engines of tools/export/support.py are written: 'Megatron-LM', 'DeepSpeed', 'torchtitan',
+'HF Accelerate', 'Axolotl', 'LLaMA-Factory', 'TRL'."""
+
+
+def read_engine(t: RequestText, found: dict[str, Any]) -> None:
+    """engine: the one engine the text names ('using DeepSpeed', 'in Megatron-LM'). A refused engine
+    ('not DeepSpeed', 'without Megatron') sets nothing: a plan names one engine or none, and the words
+    stay unread so that the report lists them. Two engines named: InputError."""
+    named: dict[str, re.Match] = {}
+    refused: list[tuple[str, re.Match, re.Match]] = []
+    for engine, pattern in ENGINES.items():
+        for match in t.matches(rf"(?<![a-z0-9])(?:{pattern})(?![a-z0-9])"):
+            refusal = re.search(rf"{_NEGATION}$", t.before(match.start(), 40), re.IGNORECASE)
+            if refusal:
+                refused.append((engine, match, refusal))
+            else:
+                named.setdefault(engine, match)
+    if len(named) > 1:
+        raise InputError(f"the request names {len(named)} engines ({', '.join(named)}): name one, "
+                         "or pass --engine")
+    for engine, match in named.items():
+        found["engine"] = engine
+        t.mark(*match.span())
+        for other, match, refusal in refused:  # 'not DeepSpeed but Megatron': the choice honours the refusal
+            if other != engine:
+                t.mark(match.start() - len(t.before(match.start(), 40)) + refusal.start(), match.end())
+
+
+SCHEDULES = {
+    "dualpipe": r"dual[\s-]*pipe(?:[\s-]*v)?",
+    "interleaved": r"interleaved[\s-]*(?:1f1b|one[\s-]*f(?:orward)?[\s-]*one[\s-]*b(?:ackward)?)|interleaved\s+"
+                   r"(?:pipeline\s+)?schedule",
+    "zb-h1": r"zero[\s-]*bubble(?:[\s-]*(?:h1|schedule|pipeline))?|zb[\s-]*h1",
+    "1f1b": r"1f1b|one[\s-]*forward[\s-]*one[\s-]*backward",
+    "gpipe": r"gpipe",
+}
+"""How the pipeline schedules of tools/contract.py's Schedule are written ('DualPipe', 'interleaved 1F1B',
+'zero bubble', 'ZB-H1', '1F1B', 'GPipe'); the more specific first."""
+
+
+def read_schedule(t: RequestText, found: dict[str, Any]) -> None:
+    """schedule: the first schedule the text names, pinned as `estimate --schedule` pins it. A refused
+    one ('no DualPipe') sets nothing and stays unread."""
+    for name, pattern in SCHEDULES.items():
+        for match in t.matches(rf"(?<![a-z0-9])(?:{pattern})(?:[\s-]+(?:pipeline[\s-]+)?schedule)?(?![a-z0-9])"):
+            if re.search(rf"{_NEGATION}$", t.before(match.start(), 40), re.IGNORECASE):
+                continue
+            t.mark(*match.span())
+            found.setdefault("schedule", name)
