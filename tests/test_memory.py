@@ -720,3 +720,16 @@ def test_chunk_inflight_matches_megatrons_interleaved_order(p, v, m):
     empty_last = np.array([1.0] * (v - 1) + [0.0])
     closed = float(empty_last @ chunk_inflight(p, m, v, p - 1, np.arange(v)))
     assert 0 <= _megatron_interleaved_peak(p, v, m, p - 1, empty_last) - closed <= 1
+
+
+def test_the_fit_hint_names_the_fused_swiglu_only_where_it_applies():
+    """save_mlp_act_output=false shrinks a dense MLP's activations: the hint offers it for Llama 3 405B
+    at Meta's layout (which fits with it), not for an all-MoE model that refuses the knob."""
+    from trainplan.tools.estimate import estimate
+
+    meta = dict(model="llama3-405b", gpu="h100", gpus=8192, tp=8, pp=16, vpp=8, gbs=2048, seq=8192, zero=2,
+                recompute="none")
+    assert "save_mlp_act_output=false" in estimate(**meta).reason
+    assert estimate(**meta, save_mlp_act_output=False).fits
+    moe = estimate(model="qwen3-30b-a3b", gpu="h100", gpus=8, ep=8, seq=32768, gbs=64)
+    assert not moe.fits and "save_mlp_act_output" not in moe.reason and "recompute" in moe.reason

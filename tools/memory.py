@@ -437,7 +437,9 @@ def memory_breakdown(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, headro
     fits = worst_comps["total"] <= available
     return MemoryResult(
         **worst_comps, capacity=gpu.memory_gib, fits=fits,
-        reason=None if fits else memory_hints.reason(worst_comps, worst, available, cfg.model_dump(mode="json")),
+        reason=None if fits else memory_hints.reason(
+            worst_comps, worst, available, cfg.model_dump(mode="json"),
+            dense_mlp=recompute_rules.module_applies(model, recompute_rules.RecomputeModule.mlp)),
         worst_stage=worst, per_stage=per_stage,
         breakdown={key: float(v[worst]) for key, v in parts.items() if v[worst]},
     )

@@ -6,7 +6,8 @@ the change shrinks that component (memory.py and activations.py hold the formula
 - activations: recompute drops tensors (none -> selective -> full; the layernorm module drops the
   norm outputs, which every block keeps); offloading the norm inputs moves them to host memory
   (recompute.py, offload.py; under full recompute only the layer inputs remain, which offloading
-  does not move); tp divides every tensor
+  does not move); a fused SwiGLU (save_mlp_act_output=false, activations.py) drops the dense MLP's
+  product; tp divides every tensor
   (sequence parallelism included), cp divides the tokens; mbs divides them per micro-batch.
   A larger pp does not help the first stage of 1F1B (p micro-batches of L/p layers), so it is not
   proposed for activations.
@@ -25,8 +26,9 @@ from typing import Any
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "other")
 
 
-def memory_fixes(component: str, config: Mapping[str, Any]) -> list[str]:
-    """Changes to the layout ``config`` (the estimate's config dict) that shrink ``component``."""
+def memory_fixes(component: str, config: Mapping[str, Any], dense_mlp: bool = False) -> list[str]:
+    """Changes to the layout ``config`` (the estimate's config dict) that shrink ``component``.
+    dense_mlp: the model has a dense gated MLP, whose product a fused SwiGLU need not keep."""
     recompute, zero, mbs = config.get("recompute"), config.get("zero", 0), config.get("mbs", 1)
     fixes: list[str] = []
     if component == "activations":
@@ -36,6 +38,9 @@ def memory_fixes(component: str, config: Mapping[str, Any]) -> list[str]:
             if "layernorm" not in (config.get("recompute_modules") or ()):
                 fixes.append("recompute_modules with layernorm")
             fixes.append("recompute=full")
+        if (dense_mlp and recompute != "full" and config.get("save_mlp_act_output", True)
+                and "mlp" not in (config.get("recompute_modules") or ())):
+            fixes.append("save_mlp_act_output=false (a fused activation that recomputes its output in the backward)")
         if recompute != "full" and not config.get("offload_modules"):
             fixes.append("offload_modules=attn_norm,mlp_norm")
         fixes += ["a larger tp", "a larger cp"]
@@ -73,8 +78,9 @@ def largest_component(memory: Mapping[str, float]) -> str:
     return max(COMPONENTS, key=lambda c: memory[c])
 
 
-def reason(memory: Mapping[str, float], stage: int, available: float, config: Mapping[str, Any]) -> str:
+def reason(memory: Mapping[str, float], stage: int, available: float, config: Mapping[str, Any],
+           dense_mlp: bool = False) -> str:
     """'needs X GiB on stage i, Y GiB available: <largest> Z GiB dominate; try ...'."""
     largest = largest_component(memory)
     return (f"needs {memory['total']:.1f} GiB on stage {stage}, {available:.1f} GiB available: "
-            f"{largest} {memory[largest]:.1f} GiB dominate; try {phrase(memory_fixes(largest, config))}")
+            f"{largest} {memory[largest]:.1f} GiB dominate; try {phrase(memory_fixes(largest, config, dense_mlp))}")
