@@ -32,6 +32,9 @@ def names_in(text: str) -> list[str | None]:
     ("40GB A100s", "a100-sxm-40gb"),
     ("8 A100 40GBs", "a100-sxm-40gb"),       # the plural after the qualifier keeps the qualifier
     ("H100 PCIes", "h100-pcie"),
+    ("8 A100s (40GB)", "a100-sxm-40gb"),     # qualifiers in brackets after the plural count too
+    ("8 H100s (PCIe)", "h100-pcie"),
+    ("8 A100s (for now)", "a100-sxm-80gb"),  # words in brackets that are no qualifier change nothing
     ("A100-SXM4-80GB", "a100-sxm-80gb"),
     ("RTX 4090", "rtx-4090"),
     ("rtx-4090s", "rtx-4090"),

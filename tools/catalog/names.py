@@ -145,11 +145,13 @@ def _gpu_index(names: tuple[str, ...], aliases: tuple[tuple[str, str], ...]
             spelling.setdefault(_alias_pattern(alias), alias)
     alternatives = "|".join(sorted(spelling, key=len, reverse=True))
     # A base starts a word (or follows a count glued with x: '8xH100') and ends one, save for a plural
-    # 's' or glued qualifiers ('H100SXM', 'A100-80GB'); the plural may follow the qualifiers ('A100 40GBs').
+    # 's' or glued qualifiers ('H100SXM', 'A100-80GB'); the plural may follow the qualifiers ('A100 40GBs'),
+    # and qualifiers may follow it in brackets ('A100s (40GB)').
     pattern = re.compile(
         rf"(?P<pre>(?<![a-z0-9])\d{{2,3}}\s*gi?b\s+)?(?P<brand>(?<![a-z0-9]){_BRAND})?"
         rf"(?:(?<![a-z0-9])|(?<=[0-9][x×]))(?P<base>{alternatives})"
-        rf"(?P<post>(?:{_SEP}{QUALIFIER}(?=s?(?![a-z0-9])))*)(?P<plural>s?)(?![a-z0-9])", re.IGNORECASE)
+        rf"(?P<post>(?:{_SEP}{QUALIFIER}(?=s?(?![a-z0-9])))*)(?P<plural>s?)(?![a-z0-9])"
+        rf"(?P<paren>\s*\(\s*{QUALIFIER}(?:[\s,/]+{QUALIFIER})*\s*\))?", re.IGNORECASE)
     return groups, {key(p.replace(_SEP, "")): g for p, g in spelling.items()}, pattern
 
 
@@ -163,10 +165,11 @@ def gpu_mentions(text: str, names: list[str] | None = None) -> list[GpuMention]:
     out = []
     for match in pattern.finditer(text):
         group = group_of[key(match.group("base"))]
-        written_quals = {canonical_qualifier(q) for q in re.findall(QUALIFIER, (match.group("pre") or "") + " "
-                                                                      + match.group("post"), re.IGNORECASE)}
+        paren = match.group("paren") or ""
+        written_quals = {canonical_qualifier(q) for q in re.findall(
+            QUALIFIER, " ".join((match.group("pre") or "", match.group("post"), paren)), re.IGNORECASE)}
         chosen = choose_gpu(groups[group], written_quals)
-        written = text[match.start():match.end() - len(match.group("plural"))].strip()
+        written = (text[match.start():match.end("post")] + (" " + paren.strip() if paren else "")).strip()
         out.append(GpuMention(name=chosen.name if chosen else None, written=written, start=match.start(),
                               end=match.end(), base=group))
     return out
