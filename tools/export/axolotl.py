@@ -17,11 +17,9 @@ header states the identity.
 
 from __future__ import annotations
 
-import yaml
-
 from ..specs import ModelSpec, ParallelConfig, Recompute
-from .common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_notes, adapter_of, base_model_note, batch_of, comment_block,
-                     data_parallel_note, header, selective_recompute_note, slug)
+from .common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export,
+                     selective_recompute_note)
 from .support import refuse
 
 # ZeRO stage -> the DeepSpeed file Axolotl ships (deepspeed_configs/ in the Axolotl repository).
@@ -71,13 +69,7 @@ def export_axolotl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> 
                  " without it spell flash attention as flash_attention: true")
     if cfg.recompute is Recompute.selective:
         notes.append(selective_recompute_note("Axolotl"))
-    notes += adapter_notes(adapter, model)
-    notes.append(base_model_note("base_model", model_ref))
-    notes.append(data_parallel_note("axolotl", cfg))
-    notes.append("add datasets, output_dir, num_epochs, learning_rate and the optimizer schedule for your run;"
-                 f" {batch.identity()}")
-    lines = header("axolotl", model, cfg, model_ref)
-    lines.append(f"usage: accelerate launch --num_processes {cfg.num_gpus} -m axolotl.cli.train this-file")
-    body = yaml.safe_dump(config, sort_keys=False)
-    return ExportResult(engine="axolotl", filename_suggestion=f"{slug(model_ref)}-axolotl.yaml",
-                        content=comment_block(lines) + body, format="yaml", notes=notes)
+    return finetune_yaml_export(
+        "axolotl", model, cfg, model_ref, config, notes, adapter=adapter, base_key="base_model",
+        todo="add datasets, output_dir, num_epochs, learning_rate and the optimizer schedule for your run",
+        head=[f"usage: accelerate launch --num_processes {cfg.num_gpus} -m axolotl.cli.train this-file"])

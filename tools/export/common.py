@@ -182,3 +182,20 @@ def selective_recompute_note(where: str) -> str:
     """The note for selective recompute in an engine with no such setting (`where`: the engine's config name)."""
     return (f"selective recompute (the attention core) has no {where} setting; FlashAttention"
             " recomputes it in the backward pass anyway")
+
+
+def finetune_yaml_export(engine: str, model: ModelSpec, cfg: ParallelConfig, model_ref: str, data: dict,
+                         notes: list[str], *, adapter: Adapter | None, base_key: str, todo: str,
+                         head: list[str]) -> ExportResult:
+    """The shared end of the fine-tuning exports (Axolotl, LLaMA-Factory, TRL): the adapter, base-model,
+    data-parallel and what-to-add notes after the tool's own, and the YAML file under its comment block
+    (the layout header, then `head`: the tool's usage lines). `todo` names what the user adds."""
+    import yaml
+
+    notes = [*notes, *adapter_notes(adapter, model), base_model_note(base_key, model_ref),
+             data_parallel_note(engine, cfg), f"{todo}; {batch_of(cfg).identity()}"]
+    lines = [*header(engine, model, cfg, model_ref), *head]
+    return ExportResult(engine=engine, filename_suggestion=f"{slug(model_ref)}-{engine}.yaml",
+                        content=comment_block(lines) + yaml.safe_dump(data, sort_keys=False), format="yaml",
+                        notes=notes)
+

@@ -18,11 +18,9 @@ the number of processes launched (dp = gpus here).
 
 from __future__ import annotations
 
-import yaml
-
 from ..specs import Attention, ModelSpec, ParallelConfig, Recompute
-from .common import (ExportResult, adapter_notes, adapter_of, base_model_note, batch_of, comment_block,
-                     data_parallel_note, header, selective_recompute_note, slug)
+from .common import (ExportResult, adapter_of, batch_of, finetune_yaml_export,
+                     selective_recompute_note)
 from .support import refuse
 
 # ZeRO stage -> the DeepSpeed file LLaMA-Factory ships (examples/deepspeed/ in its repository); ZeRO-1 has none,
@@ -70,13 +68,7 @@ def export_llamafactory(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str
     if cfg.recompute is Recompute.selective:
         notes.append(selective_recompute_note("LLaMA-Factory"))
     notes.append("stage sft (supervised fine-tuning); use stage pt for continued pre-training on raw text")
-    notes += adapter_notes(adapter, model)
-    notes.append(base_model_note("model_name_or_path", model_ref))
-    notes.append(data_parallel_note("llamafactory", cfg))
-    notes.append("add dataset, template, output_dir, num_train_epochs and learning_rate for your run;"
-                 f" {batch.identity()}")
-    lines = header("llamafactory", model, cfg, model_ref)
-    lines.append(f"usage: FORCE_TORCHRUN=1 llamafactory-cli train this-file (on {cfg.num_gpus} GPUs)")
-    body = yaml.safe_dump(config, sort_keys=False)
-    return ExportResult(engine="llamafactory", filename_suggestion=f"{slug(model_ref)}-llamafactory.yaml",
-                        content=comment_block(lines) + body, format="yaml", notes=notes)
+    return finetune_yaml_export(
+        "llamafactory", model, cfg, model_ref, config, notes, adapter=adapter, base_key="model_name_or_path",
+        todo="add dataset, template, output_dir, num_train_epochs and learning_rate for your run",
+        head=[f"usage: FORCE_TORCHRUN=1 llamafactory-cli train this-file (on {cfg.num_gpus} GPUs)"])

@@ -20,11 +20,9 @@ the number of processes launched (dp = gpus here).
 
 from __future__ import annotations
 
-import yaml
-
 from ..specs import ModelSpec, ParallelConfig, Recompute
-from .common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_notes, adapter_of, base_model_note, batch_of, comment_block,
-                     data_parallel_note, header, selective_recompute_note, slug)
+from .common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export,
+                     selective_recompute_note)
 from .support import refuse
 
 
@@ -71,15 +69,9 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
     if cfg.recompute is Recompute.full:
         notes.append("gradient_checkpointing is the name every transformers release reads; recent 5.x releases call it"
                      " activation_checkpointing and keep the old name as an alias until v6")
-    notes += adapter_notes(adapter, model)
-    notes.append(base_model_note("model", model_ref))
-    notes.append(data_parallel_note("trl", cfg))
-    notes.append("add output_dir, num_train_epochs and learning_rate to sft_config, and the dataset to SFTTrainer;"
-                 f" {batch.identity()}")
-    lines = header("trl", model, cfg, model_ref)
-    lines.append("sections: sft_config -> trl.SFTConfig(**), lora_config -> peft.LoraConfig(**),"
-                 " bnb_config -> transformers.BitsAndBytesConfig(**)")
-    lines.append(f"usage: accelerate launch --num_processes {cfg.num_gpus} train.py")
-    body = yaml.safe_dump(args, sort_keys=False)
-    return ExportResult(engine="trl", filename_suggestion=f"{slug(model_ref)}-trl.yaml",
-                        content=comment_block(lines) + body, format="yaml", notes=notes)
+    return finetune_yaml_export(
+        "trl", model, cfg, model_ref, args, notes, adapter=adapter, base_key="model",
+        todo="add output_dir, num_train_epochs and learning_rate to sft_config, and the dataset to SFTTrainer",
+        head=["sections: sft_config -> trl.SFTConfig(**), lora_config -> peft.LoraConfig(**),"
+              " bnb_config -> transformers.BitsAndBytesConfig(**)",
+              f"usage: accelerate launch --num_processes {cfg.num_gpus} train.py"])
