@@ -256,25 +256,14 @@ def _gpu_phrase_end(t: RequestText, index: int, gpu_span: tuple[int, int] | None
     return None
 
 
-def _upper_bound(t: RequestText, start: int, end: int) -> tuple[bool, int, int]:
-    """Whether a count is an upper bound ('up to 512 H100s', '512 GPUs at most'), and the span to mark."""
+def _bound(t: RequestText, start: int, end: int, words_before: str, words_after: str) -> tuple[bool, int, int]:
+    """Whether the count at start:end is a bound, written before it ('up to 512 H100s', 'at least 256') or
+    after it ('512 GPUs at most', '256 GPUs or more'), and the span to mark."""
     window = t.before(start, 32)
-    before = re.search(_AT_MOST_BEFORE, window, re.IGNORECASE)
+    before = re.search(words_before, window, re.IGNORECASE)
     if before:
         return True, start - len(window) + before.start(), end
-    after = re.match(_AT_MOST_AFTER, t.text[end:end + 24], re.IGNORECASE)
-    if after:
-        return True, start, end + after.end()
-    return False, start, end
-
-
-def _lower_bound(t: RequestText, start: int, end: int) -> tuple[bool, int, int]:
-    """Whether a count is a lower bound ('at least 256 H100s', '256 GPUs or more'), and the span to mark."""
-    window = t.before(start, 32)
-    before = re.search(_AT_LEAST_BEFORE, window, re.IGNORECASE)
-    if before:
-        return True, start - len(window) + before.start(), end
-    after = re.match(_AT_LEAST_AFTER, t.text[end:end + 24], re.IGNORECASE)
+    after = re.match(words_after, t.text[end:end + 24], re.IGNORECASE)
     if after:
         return True, start, end + after.end()
     return False, start, end
@@ -284,10 +273,10 @@ def _set_gpus(t: RequestText, found: dict[str, Any], gpus: int, start: int, end:
               per_node: int | None = None) -> None:
     if gpus > MAX_GPUS:
         raise InputError(f"'{_written(t, start, end)}' is {gpus:,} GPUs, more than {MAX_GPUS:,}: check the count")
-    at_least, start, end = _lower_bound(t, start, end)
+    at_least, start, end = _bound(t, start, end, _AT_LEAST_BEFORE, _AT_LEAST_AFTER)
     if at_least:
         found["gpus_at_least"] = True  # the search has no lower bound: the plan uses the count (planner says so)
-    bound, start, end = _upper_bound(t, start, end)
+    bound, start, end = _bound(t, start, end, _AT_MOST_BEFORE, _AT_MOST_AFTER)
     found["max_gpus" if bound else "gpus"] = gpus
     if per_node:
         found["gpus_per_node"] = per_node
