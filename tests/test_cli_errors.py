@@ -168,6 +168,26 @@ def test_search_output_fits_120_columns():
     assert all(" zero" in line and "mbs" in line for line in table)  # one layout, one line
 
 
+def test_search_table_keeps_every_figure_whole_at_80_columns():
+    """At 80 columns the top-layouts table once cut every figure to '…' (step_s 's…'); the layout label
+    now wraps instead, and each candidate's step time, MFU and cost print whole."""
+    import json as json_module
+    import os
+
+    args = [sys.executable, "-m", "trainplan.cli", "search", "--model", "llama3-70b", "--gpu", "h100", "--gpus", "512",
+            "--seq", "8192", "--tokens", "15e12"]
+    shown = subprocess.run(args, capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="80"))
+    data = subprocess.run([*args, "--json"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and data.returncode == 0, shown.stderr + data.stderr
+    assert all(len(line) <= 80 for line in shown.stdout.splitlines())
+    rows = [line for line in shown.stdout.splitlines() if line.strip().startswith("TP")]
+    candidates = json_module.loads(data.stdout)["candidates"]
+    assert len(rows) == len(candidates) > 1
+    for row, candidate in zip(rows, candidates):
+        assert f"{candidate['time']['step_s']:.3f}" in row and f"{candidate['time']['mfu']:.1%}" in row
+        assert "$" in row and "…" not in row.split("$")[1]
+
+
 @pytest.mark.parametrize("command, flags, fragment", [
     ("estimate", ["--gpus", "99999999999999999999"], "more GPUs than any cluster"),
     ("search", ["--gpus", "99999999999999999999"], "more GPUs than any cluster"),

@@ -58,7 +58,8 @@ def render_search(result: dict, console: Console) -> None:
     several = len(job["gpu_counts"]) > 1
     table = Table(title=f"Top {len(candidates)} layouts (GiB: most loaded GPU, 2^30 B)", box=box.SIMPLE_HEAD)
     for column in ("layout", *(["GPUs"] if several else []), "GiB", "step_s", "MFU", "tok/s", "days", "cost"):
-        table.add_column(column, justify="left" if column == "layout" else "right", no_wrap=True)
+        # The layout label wraps on a narrow terminal; the figures never do, so a cell is never cut to "…".
+        table.add_column(column, justify="left" if column == "layout" else "right", no_wrap=column != "layout")
     for c in candidates:
         t = c["time"]
         table.add_row(label(c["config"]),
