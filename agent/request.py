@@ -7,11 +7,13 @@
 What it reads (case and word order do not matter; full-width and CJK text is read too):
 
 - model: a catalog name or alias ("Llama 3 70B", "llama3-70b", "DeepSeek-V3", "GPT-3"), a family
-  and a size in any order ("a 70B Llama 3 model", "a 7B Mistral"), or a path ending in .json;
+  and a size in any order ("a 70B Llama 3 model", "a 7B Mistral"), a size alone when the catalog has
+  one model of that size ("a 70B"; the plan says so; "a 7B" is refused with the 7B models), or a path
+  ending in .json;
 - gpu: a catalog GPU as people write it, qualifiers included ("H100", "H100 PCIe", "A100 40GB",
   "8xH100"; tools/catalog/names.py derives this from the catalog's entries), or a GPU JSON path.
   A part the catalog lacks ("H100 NVL", "MI300X", "RTX 9090") is refused with close names;
-- gpus: "512 H100s", "one RTX 4090", "a single H100", "16k H100" (k = 1024), "512张H100", "H100 x 512",
+- gpus: "512 H100s", "one RTX 4090", "two 4090s", "a single H100", "two H100 nodes", "16k H100" (k = 1024), "512张H100", "H100 x 512",
   "N GPUs", "64 nodes of 8 H100s" (= 512, gpus_per_node 8), "8 H100s per node, 64 nodes", "N nodes" (x the GPU's node);
   "up to 512 H100s" / "at most 512 GPUs" set max_gpus instead (the planner tries fewer);
 - tokens: "15T tokens", "15.6e12 tokens", "300 billion tokens", "15万亿 token"; tokens per batch
@@ -70,6 +72,8 @@ class _Request(BaseModel):
     unparsed: list[str] | None = Field(default=None, description="words of the request the parser did not understand")
     gpus_at_least: bool | None = Field(default=None, description="gpus was written as a lower bound ('at least 256 "
                                                                  "H100s'); the search has none, so the plan uses gpus")
+    model_from_size: str | None = Field(default=None, description="the model was named by its size alone ('a 70B'), "
+                                                                  "as written: the catalog's one model of that size")
     fine_tuning: bool | None = Field(default=None, description="the request fine-tunes a trained model: when full "
                                                                "training does not fit, the plan says whether LoRA or "
                                                                "QLoRA would")
@@ -134,6 +138,8 @@ def merge(previous: PlanRequest, update: PlanRequest) -> PlanRequest:
         data["gbs"] = None
     if "gbs" in given:
         data["batch_tokens"] = None
+    if "model" in given and "model_from_size" not in given:
+        data["model_from_size"] = None  # a model named in full replaces one read from its size
     if "gpu" in given and "gpus" not in given and previous.gpu and previous.gpus:
         data["gpus"] = previous.gpus
     if "gpus" in given and "max_gpus" not in given:

@@ -22,7 +22,7 @@ from typing import Any
 
 from trainplan.tools import catalog
 from trainplan.tools.catalog.names import (
-    family_mentions, gpu_mentions, key, model_by_family_and_size, split_gpu_name,
+    family_mentions, gpu_mentions, key, model_by_family_and_size, split_gpu_name, split_model_name,
 )
 from trainplan.tools.cost import MAX_TRAINING_TOKENS
 from trainplan.tools.errors import InputError
@@ -145,6 +145,18 @@ def read_model_by_family(t: RequestText, found: dict[str, Any]) -> None:
                               (after, lambda w: f"{size.group(0).strip()} {w}")):
             if word and word.group(1).lower() not in STOPWORDS and not t.is_read(*word.span(1)):
                 raise unknown_model(written(word.group(1)), [])
+    for size, match in sizes:  # 'QLoRA-tune a 70B': a size alone names the catalog's one model of that size
+        same_size = [name for name in catalog.model_names() if split_model_name(name).size == size]
+        written = match.group(0).strip()
+        if len(same_size) == 1:
+            found["model"] = same_size[0]
+            found["model_from_size"] = written
+            t.mark(*match.span())
+            return
+        which = (f"the catalog has {len(same_size)}: {', '.join(same_size)}" if same_size
+                 else f"no catalog model has that size (known: {', '.join(catalog.model_names())})")
+        raise InputError(f"'{written}' alone does not name a model: {which}; write the model, e.g. "
+                         f"\"{same_size[0] if same_size else 'llama3-8b'} on 8 H100s\", or a path to its HF config.json")
 
 
 def unknown_model(written: str, family: list[str]) -> InputError:
@@ -347,13 +359,26 @@ def _read_count(t: RequestText, found: dict[str, Any]) -> None:
         per_node = catalog.load_gpu(found["gpu"]).gpus_per_node if "gpu" in found else 8
         _set_gpus(t, found, _count(t, nodes, "nodes", 1, nodes.end()) * per_node, nodes.start(1), nodes.end())
         return
-    if span:  # 'on one RTX 4090', 'on a single H100': one GPU ('one H100 node' is a node, read above or not at all)
-        one = re.search(r"(?<![a-z])(?:one|a\s+single|single)\s+$", t.before(span[0], 16), re.IGNORECASE)
+    if span:  # 'on one RTX 4090', 'two 4090s', 'a pair of A100s' ('one H100 node' is a node, read above or not at all)
+        window = t.before(span[0], 24)
+        word = re.search(rf"(?<![a-z])({'|'.join(_COUNT_WORDS)})[\s-]+$", window, re.IGNORECASE)
         grouped = re.match(rf"\s*(?:{_NODE}|clusters?|pods?|racks?)(?![a-z])", t.text[span[1]:span[1] + 24],
                            re.IGNORECASE)
-        if one and not grouped:
-            start = span[0] - len(t.before(span[0], 16)) + one.start()
-            _set_gpus(t, found, 1, start, span[1])
+        if word:
+            count = _COUNT_WORDS[re.sub(r"\s+", " ", word.group(1).lower())]
+            nodes = re.match(rf"\s*{_NODE}(?![a-z])", t.text[span[1]:span[1] + 24], re.IGNORECASE)
+            if nodes:  # 'two H100 nodes': nodes x the GPU's gpus_per_node
+                per_node = catalog.load_gpu(found["gpu"]).gpus_per_node
+                _set_gpus(t, found, count * per_node, span[0] - len(window) + word.start(), span[1] + nodes.end(),
+                          per_node)
+            elif not grouped:
+                _set_gpus(t, found, count, span[0] - len(window) + word.start(), span[1])
+
+
+_COUNT_WORDS = {"one": 1, "a single": 1, "single": 1, "a pair of": 2, "two": 2, "three": 3, "four": 4, "five": 5,
+                "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "sixteen": 16}
+"""GPU counts written as words, right before the GPU ('two 4090s', 'eight H100s'); larger counts are
+written in digits."""
 
 
 # --- amounts with units ---------------------------------------------------------------------------------

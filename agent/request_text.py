@@ -46,7 +46,7 @@ is are be been being was were will would could should can may might must shall d
 want wants need needs like would love please pls kindly thanks thank help hi hello hey
 what which how how's what's who when where why if whether about around roughly approximately approx
 plan plans planning planned train trains training trained pretrain pretraining pre-train pre-training
-finetune fine-tune fine-tuning run runs running job jobs launch estimate estimates give show tell find
+finetune fine-tune fine-tuning tune tuned tuning run runs running job jobs launch estimate estimates give show tell find
 model models llm llms network gpu gpus accelerator accelerators card cards device devices cluster
 clusters node nodes machine machines server servers total overall available have has got having
 layout layouts configuration config setup parallelism parallel sharding strategy best good optimal

@@ -217,7 +217,8 @@ def test_unknown_model_of_a_known_family_is_refused_with_its_members():
 def test_a_model_of_no_catalog_family_is_refused(text, written):
     with pytest.raises(InputError, match=f"model '{written}' is not in the catalog \\(known: "):
         parse_partial(text)
-    assert parse_partial("a 14B-parameter model on 8 H100s").model is None  # no name: the planner asks for one
+    with pytest.raises(InputError, match="'14B-parameter' alone does not name a model: no catalog model has that size"):
+        parse_partial("a 14B-parameter model on 8 H100s")  # a size alone names a model only when one has it
 
 
 def test_the_input_is_bounded():
@@ -318,3 +319,42 @@ def test_phrasings_read_silently_wrong_before(text, expected):
 def test_a_goodput_above_one_is_refused():
     with pytest.raises(InputError, match="not a goodput"):
         parse_partial("Llama 3 70B, 512 H100, 15T tokens, goodput of 150%")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # the mission's own example read nothing but the method: 'a 70B' named no model, 'two 4090s' no GPU
+    ("can I QLoRA-tune a 70B on two 4090s?",
+     {"model": "llama3-70b", "model_from_size": "70B", "gpu": "rtx-4090", "gpus": 2, "method": "qlora",
+      "unparsed": None}),
+    ("Llama 3 70B on two RTX 4090", {"gpus": 2, "unparsed": None}),
+    ("Llama 3 8B on a pair of A100s", {"gpus": 2, "gpu": "a100-sxm-80gb"}),
+    ("eight H100s for Llama 3 8B", {"gpus": 8, "model": "llama3-8b"}),
+    ("Llama 3 8B on two H100 nodes", {"gpus": 16, "gpus_per_node": 8, "unparsed": None}),
+    ("8x7B on 16 H100s", {"model": "mixtral-8x7b", "model_from_size": "8x7B"}),
+    ("a 70B Llama 3 model on 64 H100s", {"model": "llama3-70b", "model_from_size": None}),
+])
+def test_counts_in_words_bare_card_numbers_and_sizes_alone(text, expected):
+    assert read(text, *expected) == expected
+
+
+@pytest.mark.parametrize("text", ["Llama 3 8B on 8 H100s for 4090 steps", "Llama 3 8B on 8 H100s, budget $4090"])
+def test_a_bare_card_number_is_a_gpu_only_as_a_plural(text):
+    assert parse_partial(text).gpu == H100
+
+
+@pytest.mark.parametrize(("text", "fragments"), [
+    ("fine-tune a 7B on one A100", ("'7B' alone does not name a model", "falcon-7b", "mistral-7b", "qwen2.5-7b")),
+    ("a 13B on 8 H100s", ("'13B' alone does not name a model", "no catalog model has that size")),
+])
+def test_a_size_alone_that_names_no_single_model_is_refused(text, fragments):
+    with pytest.raises(InputError) as error:
+        parse_partial(text)
+    assert all(fragment in str(error.value) for fragment in fragments)
+
+
+def test_a_model_named_later_drops_the_size_alone_reading():
+    from trainplan.agent.request import merge
+
+    first = parse_partial("a 70B on 64 H100s")
+    assert first.model_from_size == "70B"
+    assert merge(first, parse_partial("use Llama 3 8B instead")).model_from_size is None

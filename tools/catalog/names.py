@@ -172,6 +172,27 @@ def gpu_mentions(text: str, names: list[str] | None = None) -> list[GpuMention]:
         written = (text[match.start():match.end("post")] + (" " + paren.strip() if paren else "")).strip()
         out.append(GpuMention(name=chosen.name if chosen else None, written=written, start=match.start(),
                               end=match.end(), base=group))
+    out.extend(_bare_number_mentions(text, aliases, out))
+    return sorted(out, key=lambda m: m.start)
+
+
+_BARE_NUMBER_GPU = r"(?<![0-9a-z.,$£€])(?P<base>{alias})s(?![a-z0-9])"
+"""An alias that is a bare number ('4090') names a GPU only in the plural ('two 4090s'); '4090 GPUs'
+is a count, and '4090 steps' or '$4090' stay numbers."""
+
+
+def _bare_number_mentions(text: str, aliases: tuple[tuple[str, str], ...],
+                          found: list[GpuMention]) -> list[GpuMention]:
+    out = []
+    for alias, name in aliases:
+        if not alias.isdigit():
+            continue
+        for match in re.finditer(_BARE_NUMBER_GPU.format(alias=re.escape(alias)), text, re.IGNORECASE):
+            if any(m.start < match.end() and match.start() < m.end for m in found):
+                continue  # inside a mention already read ('RTX 4090s')
+            entry = split_gpu_name(name)
+            out.append(GpuMention(name=name, written=match.group("base"), start=match.start(), end=match.end(),
+                                  base=entry.base))
     return out
 
 
