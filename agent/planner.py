@@ -94,6 +94,9 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
     spec = catalog.load_model(request.model)
     gpu = catalog.load_gpu(request.gpu)
     assumptions = []
+    if request.model_from_size:
+        assumptions.append(f"model: '{request.model_from_size}' read as {request.model}, the catalog's one model of "
+                           "that size; name the model to plan another")
     if request.gpus_at_least and request.gpus is not None:
         assumptions.append(f"'at least {request.gpus:,} GPUs' was planned at {request.gpus:,}: the search tries "
                            "no larger counts; say 'up to N GPUs' to let it choose the count")
@@ -252,8 +255,8 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     A request that leaves the GPU count open (an upper bound, a deadline or a budget) gets the count
     agent/sizing.py chooses. The search first asks for layouts that leave PLAN_HEADROOM of the GPU's
     memory free and meet the deadline and budget; when none does, it drops the deadline and budget (a
-    risk, with the GPU count that would meet them), then the headroom (an assumption), and reports the
-    best that fits. With an engine, only layouts it runs."""
+    risk, with the GPU count that would meet them), then half the headroom, then all of it (an
+    assumption), and reports the best that fits. With an engine, only layouts it runs."""
     engine = engine or request.engine  # an explicit engine (trainplan plan --engine) wins over the text
     job, assumptions = complete_request(request)
     capacity = catalog.load_gpu(job["gpu"]).memory_gib
@@ -285,11 +288,14 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     if result.get("candidates"):
         assumptions.append(f"layouts keep at least {PLAN_HEADROOM:.0%} of GPU memory free ({headroom:.2f} of "
                            f"{capacity:.2f} GiB) for fragmentation and spikes")
-    else:
-        result = _search(job, SEARCH_TOP_K, with_limits=limited, headroom_gib=0.0, engine=engine)
-        if result.get("candidates"):
-            assumptions.append(f"no layout leaves {PLAN_HEADROOM:.0%} of GPU memory free: the plan uses the best "
-                               "that fits at all")
+    else:  # keep what headroom the GPUs allow: half of it, else none (a layout at 98% of memory is the last resort)
+        for fraction in (PLAN_HEADROOM / 2, 0.0):
+            result = _search(job, SEARCH_TOP_K, with_limits=limited, headroom_gib=fraction * capacity, engine=engine)
+            if result.get("candidates"):
+                assumptions.append(f"no layout leaves {PLAN_HEADROOM:.0%} of GPU memory free: the plan uses the best "
+                                   + (f"that leaves {fraction:.0%} ({fraction * capacity:.2f} GiB)" if fraction
+                                      else "that fits at all"))
+                break
     if result.get("chosen"):
         assumptions.append(f"chosen by the search where the request left it open: {result['chosen']}")
     search = _search_summary(result)

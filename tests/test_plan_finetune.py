@@ -11,6 +11,7 @@ from trainplan.agent.planner import plan
 from trainplan.tools import finetune
 from trainplan.tools.finetune import ADAPTER_OPTIMIZER_BYTES, DEFAULT_LORA_RANK, NF4_BYTES_PER_PARAM
 from trainplan.tools.plan_defaults import FINETUNE_GBS, FINETUNE_SEQ
+from trainplan.tools.search import search
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +109,7 @@ def test_no_fit_says_which_shorter_sequence_and_gpu_count_would_fit():
 @pytest.mark.parametrize("text, gpus", [
     ("LoRA fine-tune Llama 3 8B on one RTX 4090", 1),
     ("QLoRA Llama 3 8B on a single H100", 1),
-    ("Llama 3 8B on one H100 node", None),      # a node, not one GPU
+    ("Llama 3 8B on one H100 node", 8),         # a node of 8, not one GPU
 ])
 def test_one_gpu_in_words_is_a_count_of_one(text, gpus):
     from trainplan.agent.request import parse_partial
@@ -163,3 +164,13 @@ def test_every_entry_point_gives_a_fine_tune_the_planners_defaults(method):
         assert any(note.startswith("gbs not given") and "a fine-tuning default" in note for note in notes)
     full = estimate("llama3-8b", "h100", 8).model_dump(mode="json")
     assert full["config"]["seq"] == 8192 and full["config"]["gbs"] > FINETUNE_GBS
+
+
+def test_without_ten_percent_headroom_the_plan_keeps_half_of_it(qlora_70b):
+    """No layout of QLoRA 70B on two 24 GiB cards leaves 10% free. The plan once took the fastest that
+    fit at all, micro-batch 2 at 98% of memory (0.47 GiB free); it now keeps 5% where a layout can."""
+    capacity = qlora_70b.recommended["memory_gib"]["capacity"]
+    assert qlora_70b.recommended["memory_gib"]["total"] <= 0.95 * capacity
+    assert any("the plan uses the best that leaves 5%" in a for a in qlora_70b.assumptions)
+    at_all = search(model="llama3-70b", gpu="rtx-4090", gpus=2, method="qlora", seq=512, gbs=16, headroom_gib=0.0)
+    assert at_all["candidates"][0]["memory_gib"]["total"] > 0.95 * capacity  # the fastest that fits is tighter
