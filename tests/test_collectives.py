@@ -138,28 +138,80 @@ def test_intra_node_group_uses_nvlink_bandwidth(h100):
     assert collective_time_s("all_reduce", size, Group(8, 8), faster) == pytest.approx(7 / 8 * size / busbw)
 
 
-@pytest.mark.parametrize("num_nodes", [2, 4, 16])
-def test_hierarchical_all_reduce_uses_the_node_aggregate_nic_bandwidth(h100, num_nodes):
-    # NVLink made free and latencies zero: only the inter-node phase on S/8 per NIC remains,
-    # i.e. 2(m-1)/m x S over a node's 8 NICs in parallel.
-    cluster = ClusterSpec.build(h100, 8 * num_nodes, intra_node_bw=1e12, intra_node_latency_us=0.0,
-                                inter_node_latency_us=0.0)
-    size = 4e9
-    node_busbw = 8 * h100.inter_node_bw * 1e9 * h100.inter_node_bw_efficiency
-    expected = 2 * (num_nodes - 1) / num_nodes * size / node_busbw
-    algorithms = col.all_reduce_algorithms(size, Group(8 * num_nodes, 8), cluster)
-    assert algorithms["hierarchical_ring"] == pytest.approx(expected)
-    assert collective_time_s("all_reduce", size, Group(8 * num_nodes, 8), cluster) == pytest.approx(expected)
+def _nic_busbw(gpu) -> float:
+    return gpu.inter_node_bw * 1e9 * gpu.inter_node_bw_efficiency
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("n,k", [(16, 8), (64, 8), (1024, 8), (8, 1), (64, 1), (16, 4), (4, 2)])
+def test_ring_across_nodes_is_bounded_by_the_node_nic_bandwidth(kind, n, k, h100):
+    # NCCL runs one flat ring (no two-level variant for all-gather / reduce-scatter): each rank's bus
+    # bytes cross the network 1/k through each of the node's k NICs, so its bus bandwidth never
+    # exceeds k x the per-GPU NIC bandwidth, whatever the size; with NVLink made free and no latency
+    # it reaches exactly that.
+    cluster = ClusterSpec.build(h100, n)
+    sizes = np.logspace(3, 10, 8)
+    assert np.all(collective_time_s(kind, sizes, Group(n, k), cluster)
+                  >= bus_bytes_per_rank(kind, sizes, n) / (k * _nic_busbw(h100)))
+    ideal = ClusterSpec.build(h100, n, intra_node_bw=1e12, intra_node_latency_us=0.0, inter_node_latency_us=0.0)
+    assert collective_time_s(kind, 4e9, Group(n, k), ideal) == pytest.approx(
+        bus_bytes_per_rank(kind, 4e9, n) / (k * _nic_busbw(h100)), rel=1e-3)
+
+
+def test_two_nodes_pay_the_flat_ring_volume_not_a_two_level_one(h100):
+    # 4 ranks, 2 per node: the ring sends (n-1)/n = 3/4 of the buffer per rank, 1/2 of it through each
+    # NIC; a two-level scheme would send only the other node's half, (m-1)/m x S/k, but NCCL has none.
+    cluster = ClusterSpec.build(h100, 4, intra_node_bw=1e12, intra_node_latency_us=0.0, inter_node_latency_us=0.0)
+    size = 1e9
+    ring_network_s = 3 / 4 * size / 2 / _nic_busbw(h100)
+    two_level_network_s = 1 / 2 * size / 2 / _nic_busbw(h100)
+    time = collective_time_s("all_gather", size, Group(4, 2), cluster)
+    assert time == pytest.approx(ring_network_s)
+    assert time > two_level_network_s
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_ring_latency_grows_with_the_rank_count(k, h100):
+    # An empty buffer costs only the ring's latency: n-1 steps, of which the m-1 that cross a node pay
+    # the network hop and the others the NVLink hop (NCCL tuning.cc). Each node added to the ring
+    # adds k-1 NVLink hops and one network hop.
+    cluster = ClusterSpec.build(h100, 4096)
+    alpha_nvlink, alpha_net = cluster.intra_node_latency_us * 1e-6, cluster.inter_node_latency_us * 1e-6
+    latencies = [collective_time_s("all_gather", 0.0, Group(k * m, k), cluster) for m in (2, 3, 4, 64, 512)]
+    assert np.all(np.diff(latencies) > 0)
+    one_more_node = (collective_time_s("reduce_scatter", 0.0, Group(k * 65, k), cluster)
+                     - collective_time_s("reduce_scatter", 0.0, Group(k * 64, k), cluster))
+    assert one_more_node == pytest.approx((k - 1) * alpha_nvlink + alpha_net)
+    inside = collective_time_s("all_gather", 0.0, Group(8, 8), cluster)
+    assert inside == pytest.approx(7 * alpha_nvlink)
+
+
+@pytest.mark.parametrize("group", [Group(8, 8), Group(16, 8), Group(256, 8), Group(64, 1)])
+def test_ring_all_reduce_is_a_reduce_scatter_then_an_all_gather(group, cluster):
+    # One ring, one definition: the all-reduce ring is the two passes that reduce-scatter and
+    # all-gather each run once (Thakur et al. 2005), latency and bandwidth alike.
+    for size in (0.0, 1e6, 1e9):
+        ring = col.all_reduce_algorithms(size, group, cluster)["ring"]
+        assert ring == pytest.approx(collective_time_s("reduce_scatter", size, group, cluster)
+                                     + collective_time_s("all_gather", size, group, cluster))
+
+
+def test_all_reduce_chooses_between_ring_and_tree_only(cluster):
+    # NCCL builds flat rings and, across nodes, trees; no two-level ring (NVIDIA/nccl #471).
+    assert set(col.all_reduce_algorithms(1e6, Group(8, 8), cluster)) == {"ring"}
+    assert set(col.all_reduce_algorithms(1e6, Group(64, 8), cluster)) == {"ring", "tree"}
 
 
 def test_tree_beats_ring_for_small_messages_at_scale(cluster):
     group = Group(512 * 8, 8)
     small = col.all_reduce_algorithms(1e4, group, cluster)
-    assert small["hierarchical_tree"] < small["hierarchical_ring"] < small["ring"]
-    assert collective_time_s("all_reduce", 1e4, group, cluster) == small["hierarchical_tree"]
-    # On two nodes with a large buffer the ring's 2(m-1)/m volume beats the tree's 2.
+    assert small["tree"] < small["ring"]
+    assert collective_time_s("all_reduce", 1e4, group, cluster) == small["tree"]
+    # On two nodes with a large buffer the ring's 2(n-1)/n volume, NVLink and network pipelined,
+    # beats the tree, whose node phases and network phase run in turn.
     big = col.all_reduce_algorithms(1e10, Group(16, 8), cluster)
-    assert big["ring"] < big["hierarchical_tree"]
+    assert big["ring"] < big["tree"]
+    assert collective_time_s("all_reduce", 1e10, Group(16, 8), cluster) == big["ring"]
 
 
 def test_p2p_inside_versus_across_nodes(h100, cluster):

@@ -87,7 +87,7 @@ def _tp_comm(gpu: str) -> float:
 
 def test_tp16_rides_nvlink_on_gb200_but_the_network_on_b200():
     # Same NVLink 5 link speed; only the domain size differs (72 versus 8 GPUs). On B200 the TP16
-    # collectives go hierarchical: NVLink inside each board, then 50 GB/s between the two.
+    # ring crosses the network between the two boards, 8 NICs of 50 GB/s per board.
     assert _tp_comm("gb200-nvl72") < 0.7 * _tp_comm("b200")
 
 

@@ -1,7 +1,8 @@
 """Collectives: analytic cost on a two-level topology, and numpy runs of the algorithms.
 
 Cost model (alpha-beta, as Calculon's ``Network.time = latency + size / (bw * eff)``): a collective
-takes ``steps * alpha + bytes_per_rank / (bw * eff)`` on each level of the hierarchy.
+takes the latency of its steps (each on the link it crosses) plus its bytes per rank over the
+bandwidth of the slowest link they share.
 
 - Levels. Inside a node the GPUs talk over NVLink (``intra_node_bw`` GB/s per GPU per direction);
   across nodes each GPU has its own NIC (``inter_node_bw`` GB/s per GPU per direction), so the k
@@ -18,20 +19,40 @@ takes ``steps * alpha + bytes_per_rank / (bw * eff)`` on each level of the hiera
   ~360 of 450 on H100 without NVLS); network 0.90, the middle of the usual 85-95 % of IB/RoCE line
   rate. Latencies: 1.9 us per NVLink hop and 4.0 us per network hop, NCCL's own ring/LL128 figures
   (src/graph/tuning.cc, hwLat), LL128 being the protocol NCCL uses in the mid-size range.
-- A group spanning m nodes with k ranks per node: all-reduce takes the fastest of
-    ring               NCCL's flat ring over all n ranks. k channels each leave the node through a
-                       different NIC; NVLink and network traffic overlap (pipelined), so the
-                       bandwidth term is the slower of the two, and each of 2(n-1) steps pays alpha_net.
-    hierarchical_ring  reduce-scatter inside the node, ring all-reduce across the m nodes on S/k per
-                       NIC (all k NICs in parallel), all-gather inside the node; phases in sequence.
-    hierarchical_tree  the same with a pipelined double binary tree across nodes (Sanders, Speck and
-                       Traeff 2009; NCCL >= 2.4): 2 log2(m) latency steps instead of 2(m-1), but each
-                       node sends ~2 x S/k instead of 2(m-1)/m x S/k.
-  For large node counts and small messages the tree wins (log versus linear latency), for large
-  messages the ring wins; NCCL's tuner makes the same trade. All-gather and reduce-scatter take the
-  faster of the flat ring and the hierarchical ring (NCCL has no tree for them).
-- Not modelled: NVLink SHARP / IB SHARP (NVLS, CollNet), congestion, protocol switching (LL, LL128,
-  Simple) beyond the fixed alpha, and overlap with compute (the step model decides that).
+- What NCCL runs on a group of n ranks, k per node, over m nodes (n = k m). NCCL builds flat rings
+  only, no two-level (2D) ring (NVIDIA/nccl issues #471 and #530, S. Jeaugey: "we only build flat
+  rings, no 2D ring"; "rings are flat and span across intra- and inter-node connections"). For
+  all-gather and reduce-scatter the ring is the only algorithm on plain IB/RoCE clusters: the tree
+  implements reduce/broadcast and "doesn't apply to allgather/reducescatter" (#1473; tuning.cc
+  admits only Ring, PAT, NVLS and CollNet for them). One definition each:
+    all-gather, reduce-scatter  one ring pass over all n ranks (_ring_s).
+    all-reduce                  the faster of the ring (two passes) and the tree, as NCCL's tuner
+                                picks per size (#457: a model per algorithm, the lowest time wins).
+    all-to-all                  pairwise exchange (_all_to_all_s).
+- The ring (_ring_s). NCCL runs one channel per NIC, each leaving the node through a different NIC
+  (#530: "Ring and Tree both use all NICs in parallel"), so a rank sends (k-1)/k of its bus bytes
+  over NVLink and 1/k over its NIC, the two pipelined: the slower share sets the time. Across nodes a
+  rank's bus bandwidth is therefore at most k x the per-GPU NIC bandwidth, the node's aggregate (one
+  NIC's when k = 1); NCCL's own model puts it at nChannels x the per-channel network bandwidth
+  (src/graph/tuning.cc, ncclTopoTuneModel), and two 8-NIC nodes measure about that (nccl-tests
+  busbw ~75 GB/s on 8 x 100 Gb/s, #495). Latency (tuning.cc): a pass of n-1 steps, of which the
+  m-1 that cross a node boundary pay the network hop and the n-m others an NVLink hop,
+      latency = (n - m) x alpha_nvlink + (m - 1) x alpha_net    per pass (all-reduce: two passes),
+  tuning.cc's (nsteps - nInterSteps) x intraLat + nInterSteps x interLat with nsteps = n-1 and
+  nInterSteps = m-1 for all-gather/reduce-scatter, 2(n-1) and 2(m-1) for all-reduce.
+- The tree (all-reduce only, NCCL >= 2.4; Sanders, Speck and Traeff 2009): a chain inside each
+  node and a pipelined double binary tree across the m nodes, one per NIC (#530: "reduce intra-node,
+  allreduce internode and broadcast intra-node"): latency 2((k-1) alpha_nvlink + ceil(log2 m)
+  alpha_net), tuning.cc's tree latency; bandwidth as reduce-scatter and all-gather inside the node
+  around the nodes' exchange of S/k per NIC, each node sending ~2 x S/k (#457: "for tree each GPU
+  would send and receive 2*S"). For large node counts and small messages the tree wins (log versus
+  linear latency), for large messages the ring.
+- Not modelled: NVLink SHARP / IB SHARP (NVLS, CollNet: they need that hardware and its plugin),
+  PAT (NCCL >= 2.23, all-gather/reduce-scatter with one GPU per node only; tuning.cc prices it at
+  0.75 of the ring's bandwidth with a log-plus-linear latency, so it matters only for small messages,
+  not the data-parallel buffers), NCCL's fixed per-call base latency (baseLat), congestion, protocol
+  switching (LL, LL128, Simple) beyond the fixed alpha, and overlap with compute (the step model
+  decides that).
 """
 
 from __future__ import annotations
@@ -167,52 +188,54 @@ class _Links:
         )
 
 
-def _ring_phase_s(steps: int, bytes_per_rank, alpha_s: float, bw_bytes_s: float):
-    """One ring pass (reduce-scatter or all-gather) on one level: steps x alpha + bytes / bw."""
-    return steps * alpha_s + bytes_per_rank / bw_bytes_s
+def _ring_latency_s(n: int, m: int, links: _Links) -> float:
+    """One ring pass over n ranks on m nodes: n-1 steps, the m-1 that cross a node boundary at the
+    network hop latency and the n-m others at the NVLink hop latency (NCCL src/graph/tuning.cc:
+    (nsteps - nInterSteps) x intraLat + nInterSteps x interLat, nsteps = n-1, nInterSteps = m-1)."""
+    return (n - m) * links.alpha_intra_s + (m - 1) * links.alpha_inter_s
 
 
-def _flat_ring_bw_s(bytes_per_rank, k: int, links: _Links):
-    """Bandwidth time of a ring over ranks spread k per node, with k channels leaving the node
-    through k different NICs: a rank sends (k-1)/k of its bytes over NVLink and 1/k over its NIC,
-    concurrently, so the slower share sets the time."""
+def _ring_bw_s(bytes_per_rank, k: int, m: int, links: _Links):
+    """Bandwidth time of a ring over ranks spread k per node on m nodes. On one node, NVLink. Across
+    nodes, k channels each leave the node through a different NIC: a rank sends (k-1)/k of its bytes
+    over NVLink and 1/k over its NIC, concurrently, so the slower share sets the time (the bus
+    bandwidth is at most k x the per-GPU NIC bandwidth, the node's aggregate)."""
+    if m == 1:
+        return bytes_per_rank / links.bw_intra_bytes_s
     nvlink_s = bytes_per_rank * (k - 1) / k / links.bw_intra_bytes_s
     network_s = bytes_per_rank / k / links.bw_inter_bytes_s
     return np.maximum(nvlink_s, network_s)
 
 
+def _ring_s(passes: int, sizes, n: int, k: int, m: int, links: _Links):
+    """NCCL's flat ring over all n ranks: `passes` passes (reduce-scatter or all-gather 1, all-reduce
+    2), each sending (n-1)/n of the buffer per rank."""
+    return passes * (_ring_latency_s(n, m, links) + _ring_bw_s((n - 1) / n * sizes, k, m, links))
+
+
+def _tree_s(sizes, k: int, m: int, links: _Links):
+    """NCCL's tree all-reduce across m > 1 nodes: reduce-scatter and all-gather over the k ranks of a
+    node (NVLink) around a double binary tree across the nodes on S/k per NIC (all k NICs in
+    parallel, each node sending ~2 x S/k). The node phases and the network phase are added in turn,
+    an upper bound (NCCL pipelines its chain and tree). Latency 2((k-1) alpha_nvlink + ceil(log2 m)
+    alpha_net), tuning.cc's tree latency."""
+    intra = 2 * ((k - 1) * links.alpha_intra_s + (k - 1) / k * sizes / links.bw_intra_bytes_s)
+    across = 2 * math.ceil(math.log2(m)) * links.alpha_inter_s + 2 * sizes / k / links.bw_inter_bytes_s
+    return intra + across
+
+
 def all_reduce_algorithms(size_bytes, group: Group, cluster: ClusterSpec) -> dict[str, object]:
-    """Time in seconds of each all-reduce algorithm considered for this group (see module doc)."""
+    """Time in seconds of each all-reduce algorithm NCCL considers for this group: the ring, and
+    across nodes the tree (see module doc)."""
     sizes = _check("all_reduce", size_bytes, group.size)
     n, k, m = group.size, min(group.ranks_per_node, group.size), group.num_nodes
     links = _Links.of(cluster)
     if n == 1:
         return {"ring": _result(0.0, size_bytes)}
-    if m == 1:
-        ring = 2 * _ring_phase_s(n - 1, (n - 1) / n * sizes, links.alpha_intra_s, links.bw_intra_bytes_s)
-        return {"ring": _result(ring, size_bytes)}
-    ring = 2 * (n - 1) * links.alpha_inter_s + _flat_ring_bw_s(2 * (n - 1) / n * sizes, k, links)
-    # Inside the node: reduce-scatter then all-gather over k ranks; each rank keeps S/k.
-    intra = 2 * _ring_phase_s(k - 1, (k - 1) / k * sizes, links.alpha_intra_s, links.bw_intra_bytes_s)
-    shard = sizes / k  # each of the node's k NICs all-reduces its own 1/k across the m nodes
-    hier_ring = intra + 2 * _ring_phase_s(m - 1, (m - 1) / m * shard, links.alpha_inter_s, links.bw_inter_bytes_s)
-    hier_tree = intra + 2 * math.ceil(math.log2(m)) * links.alpha_inter_s + 2 * shard / links.bw_inter_bytes_s
-    return {
-        "ring": _result(ring, size_bytes),
-        "hierarchical_ring": _result(hier_ring, size_bytes),
-        "hierarchical_tree": _result(hier_tree, size_bytes),
-    }
-
-
-def _gather_like_s(sizes, n: int, k: int, m: int, links: _Links):
-    """All-gather (or reduce-scatter, its mirror) over n ranks, k per node, m nodes."""
-    if m == 1:
-        return _ring_phase_s(n - 1, (n - 1) / n * sizes, links.alpha_intra_s, links.bw_intra_bytes_s)
-    ring = (n - 1) * links.alpha_inter_s + _flat_ring_bw_s((n - 1) / n * sizes, k, links)
-    # All-gather across nodes among ranks with the same local index (S/k each), then inside the node.
-    hier = (_ring_phase_s(m - 1, (m - 1) / m * sizes / k, links.alpha_inter_s, links.bw_inter_bytes_s)
-            + _ring_phase_s(k - 1, (k - 1) / k * sizes, links.alpha_intra_s, links.bw_intra_bytes_s))
-    return np.minimum(ring, hier)
+    algorithms = {"ring": _result(_ring_s(2, sizes, n, k, m, links), size_bytes)}
+    if m > 1:
+        algorithms["tree"] = _result(_tree_s(sizes, k, m, links), size_bytes)
+    return algorithms
 
 
 def _all_to_all_s(sizes, n: int, k: int, links: _Links):
@@ -242,7 +265,7 @@ def collective_time_s(kind: str, size_bytes, group: Group, cluster: ClusterSpec)
         times = all_reduce_algorithms(sizes, group, cluster).values()
         return _result(np.minimum.reduce([np.asarray(t) for t in times]), size_bytes)
     if kind in ("all_gather", "reduce_scatter"):
-        return _result(_gather_like_s(sizes, n, k, m, links), size_bytes)
+        return _result(_ring_s(1, sizes, n, k, m, links), size_bytes)
     if kind == "all_to_all":
         return _result(_all_to_all_s(sizes, n, k, links), size_bytes)
     if k == 1:  # p2p across nodes
