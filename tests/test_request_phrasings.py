@@ -337,6 +337,16 @@ def test_counts_in_words_bare_card_numbers_and_sizes_alone(text, expected):
     assert read(text, *expected) == expected
 
 
+@pytest.mark.parametrize("text", [
+    "Llama 3 70B, 512 H100s, 15T tokens: how do I lay it out, will it fit, how long, how much?",
+    "Llama 3 70B on 512 H100s for 15T tokens, how much will it cost and how long will it take?",
+])
+def test_the_missions_questions_are_read_whole(text):
+    """The mission's own question: its question words were listed as 'not understood'."""
+    assert read(text, "model", "gpus", "tokens", "unparsed", "objective") == {
+        "model": "llama3-70b", "gpus": 512, "tokens": 15e12, "unparsed": None, "objective": None}
+
+
 @pytest.mark.parametrize("text", ["Llama 3 8B on 8 H100s for 4090 steps", "Llama 3 8B on 8 H100s, budget $4090"])
 def test_a_bare_card_number_is_a_gpu_only_as_a_plural(text):
     assert parse_partial(text).gpu == H100
