@@ -58,7 +58,7 @@ from .request_text import RequestText
 
 EXAMPLE = rules.EXAMPLE
 
-PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule")
+PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule", "dispatcher")
 """Layout knobs a request may pin (the search keeps them fixed)."""
 _JOB = ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")
 _LAYOUT = ("seq", "gbs", "precision", *PINS, *FINE_TUNING_KNOBS)
@@ -95,6 +95,8 @@ PlanRequest = optional_model(
      **{k: SearchOptions.model_fields[k] for k in _SEARCH}},
     base=_Request,
     descriptions={**{k: f"pinned {Layout.model_fields[k].description}; null: the search chooses" for k in PINS},
+                  "dispatcher": f"{Layout.model_fields['dispatcher'].description}; null: "
+                                f"{Layout.model_fields['dispatcher'].default.value} (the search does not choose it)",
                   "gpus": "total GPUs; null: the planner chooses up to max_gpus, or to meet deadline_days or "
                           "budget_usd"})
 """The fields of tools/contract.py's Job, Layout and SearchOptions that a request may state, each

@@ -41,6 +41,7 @@ MEGATRON_FLAGS: dict[str, tuple | None] = {
     "--expert-model-parallel-size": (), "--expert-tensor-parallel-size": (), "--num-experts": (),
     "--moe-router-topk": (), "--moe-ffn-hidden-size": (), "--moe-shared-expert-intermediate-size": (),
     "--moe-layer-freq": (), "--moe-token-dispatcher-type": ("allgather", "alltoall", "flex"),
+    "--moe-enable-deepep": None,
     "--moe-grouped-gemm": None, "--moe-expert-capacity-factor": (), "--moe-pad-expert-input-to-capacity": None,
     "--moe-router-force-load-balancing": None,
     # _add_training_args

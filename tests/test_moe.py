@@ -127,6 +127,51 @@ def test_allgather_dispatch_moves_the_whole_group_tokens():
     assert seconds["allgather"] == pytest.approx(seconds["alltoall"] * 4 / 8, rel=0.05)
 
 
+def _dispatch_s(model, gpus, **knobs):
+    cfg = resolve_config(model, gpus, seq=4096, force_balance=True, **knobs)
+    return moe.dispatch_comm_s(model, cfg, ClusterSpec.build(H100, gpus), group_layout(cfg, 8))
+
+
+def test_megatron_dispatchers_send_bf16_tokens_under_fp8():
+    """Megatron-Core's alltoall and allgather dispatchers move the BF16 hidden states; FP8 is cast inside
+    the expert GEMM, after the communication: the EP traffic is the same at fp8 as at bf16."""
+    for dispatcher in ("alltoall", "allgather"):
+        fp8, bf16 = (_dispatch_s(QWEN3, 8, ep=8, dispatcher=dispatcher, precision=p) for p in ("fp8", "bf16"))
+        assert fp8 == pytest.approx(bf16, rel=1e-12) and fp8 > 0
+
+
+def test_deepep_fp8_dispatch_sends_half_the_bytes_and_combines_in_bf16():
+    """DeepSeek-V3's DeepEP dispatch: FP8 tokens (1 B plus a 4 B scale per 128 elements) to the experts,
+    BF16 back. At 64K tokens per rank the all-to-all is bandwidth-bound, so dispatch + combine take
+    (1 + 4/128 + 2) / (2 + 2) of Megatron's BF16 all-to-all; under bf16 DeepEP moves the same bytes."""
+    big = dict(ep=8, mbs=16)
+    alltoall = _dispatch_s(QWEN3, 8, dispatcher="alltoall", precision="fp8", **big)
+    deepep = _dispatch_s(QWEN3, 8, dispatcher="deepep", precision="fp8", **big)
+    assert deepep == pytest.approx(alltoall * (1 + 4 / 128 + 2) / 4, rel=0.01)
+    assert _dispatch_s(QWEN3, 8, dispatcher="deepep", precision="bf16", **big) == pytest.approx(alltoall, rel=1e-12)
+
+
+def test_only_deepep_sends_a_group_limited_token_once_per_node():
+    """DeepSeek-V3 routes each token to at most 4 nodes and DeepEP sends it over the network once per
+    node, forwarding over NVLink; Megatron's alltoall (NCCL all_to_all) sends each of the 8 copies."""
+    dsv3 = load_model("deepseek-v3")
+    knobs = dict(pp=16, ep=64, gbs=1024, precision="bf16")
+    alltoall = _dispatch_s(dsv3, 2048, dispatcher="alltoall", **knobs)
+    deepep = _dispatch_s(dsv3, 2048, dispatcher="deepep", **knobs)
+    assert deepep < 0.6 * alltoall          # 4 of 8 copies cross the network, plus latency
+
+
+def test_megatron_export_runs_deepep_as_the_flex_dispatcher_and_says_it_sends_bf16():
+    from trainplan.tools.export.megatron import export_megatron, parse_args_text
+
+    dsv3 = load_model("deepseek-v3")
+    cfg = resolve_config(dsv3, 2048, pp=16, ep=64, seq=4096, gbs=1024, dispatcher="deepep", precision="fp8")
+    result = export_megatron(dsv3, cfg, model_ref="deepseek-v3")
+    flags = parse_args_text(result.content)
+    assert flags["--moe-token-dispatcher-type"] == "flex" and "--moe-enable-deepep" in flags
+    assert any("BF16 tokens through DeepEP" in note for note in result.notes)
+
+
 def test_estimate_reports_the_moe_knobs():
     r = trainplan.estimate(model="qwen3-30b-a3b", gpu="h100-sxm-80gb", gpus=16, tp=2, ep=8, etp=1, seq=4096,
                            gbs=64, force_balance=True, dispatcher="alltoall")
@@ -137,7 +182,7 @@ def test_estimate_reports_the_moe_knobs():
 
 
 def test_bad_dispatcher_is_one_input_error():
-    with pytest.raises(InputError, match="dispatcher='nccl' is not one of: alltoall, allgather"):
+    with pytest.raises(InputError, match="dispatcher='nccl' is not one of: alltoall, allgather, deepep"):
         resolve_config(QWEN3, 8, seq=4096, ep=8, dispatcher="nccl")
 
 

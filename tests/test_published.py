@@ -93,12 +93,13 @@ def test_deepseek_v3_gpu_hours_and_cost():
     authors' memory techniques (§3.2.3, §3.3.3): RMSNorm, MLA up-projection and SwiGLU-output
     recompute, FP8 SwiGLU inputs, BF16 Adam moments. GPU-hours within the evals' 25% (the step
     model predicts about 11% fewer than published: it was 0.3% only with full recompute). Learned
-    routing (its load imbalance, moe.py) and one fused grouped-GEMM kernel (DeepGEMM)."""
+    routing (its load imbalance, moe.py), one fused grouped-GEMM kernel (DeepGEMM) and DeepEP's dispatch
+    (§3.2.2: a token crosses the network once per node; §3.3.3: FP8 dispatch, BF16 combine)."""
     r = trainplan.estimate(model="deepseek-v3", gpu="h800-sxm-80gb", gpus=2048, pp=16, ep=64, zero=1,
                            schedule="dualpipe", precision="fp8", seq=4096, gbs=15360, mbs=1,
                            recompute="selective", recompute_modules=["layernorm", "mla_up_proj", "moe_act"],
-                           fp8_activations=True, bf16_moments=True, grouped_gemm="fused", tokens="14.8T",
-                           price=2.0)
+                           fp8_activations=True, bf16_moments=True, grouped_gemm="fused", dispatcher="deepep",
+                           tokens="14.8T", price=2.0)
     assert r["fits"]
     assert r["training"]["gpu_hours"] == pytest.approx(2.664e6, rel=0.25)
     assert r["training"]["cost_usd"] == pytest.approx(5.328e6, rel=0.25)

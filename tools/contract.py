@@ -149,6 +149,12 @@ class Dispatcher(str, Enum):
     """Each rank sends each token copy to the rank holding its expert (all-to-all over ep)."""
     allgather = "allgather"
     """Every rank gathers all tokens of the expert group and keeps those routed to its experts."""
+    deepep = "deepep"
+    """DeepEP's dispatch and combine kernels as DeepSeek-V3 trained with them (report §3.2.2, §3.3.3):
+    group-limited routing sends a token over the network once per target node and forwards it over
+    NVLink, and under precision fp8 the tokens go out in FP8 (with their 1x128 scales) while the combine
+    returns BF16 (moe.wire_bytes_per_element). Megatron-Core runs DeepEP as its flex dispatcher with BF16
+    tokens."""
 
 
 class GroupedGemm(str, Enum):
@@ -389,7 +395,9 @@ class Layout(BaseModel):
     lora_targets: LoraTargets | None = Field(default=None, description="linear layers with adapters: attention "
                                              "(q, k, v, o) or all-linear (also the MLP or experts); null: all-linear")
     dispatcher: Dispatcher = Field(default=Dispatcher.alltoall, description="MoE token dispatcher: alltoall or "
-                                   "allgather (Megatron --moe-token-dispatcher-type)")
+                                   "allgather (Megatron --moe-token-dispatcher-type; both send BF16 tokens), or "
+                                   "deepep (DeepSeek-V3's DeepEP kernels: FP8 dispatch and BF16 combine under "
+                                   "precision fp8)")
     capacity_factor: float | None = Field(
         default=None, gt=0, description="MoE expert capacity factor, experts padded to capacity (Megatron "
         "--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity); null: dropless")

@@ -18,7 +18,10 @@ experts -> dispatcher.combine, plus the shared experts beside it):
 - Dispatch (alltoall dispatcher): permute the T_in x k token copies into expert order (memory-bound),
   all-to-all over ep, sort the received chunks by local expert, and with expert TP all-gather them
   over etp; combine mirrors it. The allgather dispatcher gathers the tokens of the etp x ep group
-  instead and reduce-scatters the outputs.
+  instead and reduce-scatters the outputs. The deepep dispatcher (DeepSeek-V3's DeepEP kernels) is an
+  all-to-all that sends group-limited tokens across the network once per node. What crosses the wire,
+  in bytes per element, is wire_bytes_per_element: BF16 hidden states for Megatron's dispatchers, FP8
+  dispatch with BF16 combine for DeepSeek's.
 - Experts: each rank holds E/ep experts, each split over etp. The R = T_in x etp x k x load rows it
   receives split into E/ep grouped GEMMs of M = R / (E/ep) rows each. M is what sets the GEMM's
   efficiency (compute.gemm_time_s: tile and wave quantisation, the memory roofline for small M),
@@ -56,6 +59,12 @@ DROPLESS_LOAD_IMBALANCE = 1.2
 HOST_S_PER_EXPERT_GEMM = MOE_HOST_S_PER_EXPERT_GEMM.value
 GEMMS_PER_EXPERT_LINEAR = (1, 2)
 """(forward, backward) GEMMs of one expert Linear: y = xW, then dgrad and wgrad."""
+
+# FP8 tokens on the wire carry one fp32 scale per 1x128 tile of the hidden dimension (DeepSeek-V3
+# report §3.3.2, fine-grained quantisation of activations per 1x128 tile; DeepEP tests/utils.py
+# per_token_cast_to_fp8: an e4m3 tensor [m, n] and fp32 scales [m, n / 128] travel together).
+FP8_BYTES_PER_ELEMENT = 1 + 4 / 128
+BF16_BYTES_PER_ELEMENT = 2
 
 # fp32 router scores: the logits are written, then read and written by the score function and
 # top-k, and the selected probabilities read back (Megatron-Core router.py with moe_router_dtype
@@ -129,7 +138,7 @@ def add_moe_compute(times: OpTimes, model: ModelSpec, cfg: ParallelConfig, gpu: 
     # order and back (Megatron sort_chunks_by_idxs: read + write R h, twice); the allgather
     # dispatcher instead gathers from and scatters into the gathered buffer of the etp x ep group.
     elements = 2 * t_in * h * (1 + k)
-    if cfg.dispatcher is Dispatcher.alltoall:
+    if cfg.dispatcher is not Dispatcher.allgather:
         if cfg.ep > 1 and local_experts > 1:
             elements += 2 * 2 * rows * h
     else:
@@ -143,36 +152,56 @@ def add_moe_compute(times: OpTimes, model: ModelSpec, cfg: ParallelConfig, gpu: 
 # --------------------------------------------------------------------------------------------
 
 
+def wire_bytes_per_element(cfg: ParallelConfig) -> tuple[float, float]:
+    """(dispatch, combine) bytes per hidden-state element on the wire. The dispatch carries tokens to
+    the experts (in the forward, and the output gradients to them in the backward); the combine
+    carries results back (the expert outputs, and the input gradients in the backward).
+
+    - alltoall and allgather (Megatron-Core token_dispatcher.py): the dispatcher permutes and sends
+      the layer's BF16 hidden states; under FP8 the cast happens inside the expert GEMM (Transformer
+      Engine's GroupedLinear), after the communication. Megatron's flex dispatcher passes the same BF16
+      tensor to DeepEP (fused_a2a.py FusedDispatch) and to HybridEP ("we do not support fp8 dispatch").
+    - deepep under precision fp8 (DeepSeek-V3 report §3.3.3, Low-Precision Communication): the
+      activation before the MoE up-projection is quantised to FP8 and then dispatched, and so is the
+      activation gradient before the down-projection; both combines stay in BF16. DeepEP's README
+      benchmarks "V3's configuration": FP8 dispatching, BF16 combining.
+    """
+    if cfg.dispatcher is Dispatcher.deepep and cfg.precision is Precision.fp8:
+        return FP8_BYTES_PER_ELEMENT, BF16_BYTES_PER_ELEMENT
+    return BF16_BYTES_PER_ELEMENT, BF16_BYTES_PER_ELEMENT
+
+
 def dispatch_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict) -> float:
     """Seconds of one MoE block's token dispatch and combine, forward + backward, one micro-batch,
     before any overlap. groups: collectives.group_layout (ep, etp, ep_etp, tp)."""
     h, k = model.hidden_size, model.experts_per_token
     t_in = tokens_in(cfg)
     load = load_factor(cfg)
+    dispatch_b, combine_b = wire_bytes_per_element(cfg)
     seconds = 0.0
     if cfg.dispatcher is Dispatcher.allgather:
         group = groups["ep_etp"]
         if group.size > 1:
-            gathered = 2 * t_in * group.size * h
-            seconds = (collective_time_s("all_gather", gathered, group, cluster)
-                       + collective_time_s("reduce_scatter", gathered, group, cluster))
+            gathered = t_in * group.size * h
+            seconds = (collective_time_s("all_gather", dispatch_b * gathered, group, cluster)
+                       + collective_time_s("reduce_scatter", combine_b * gathered, group, cluster))
     else:
         if cfg.ep > 1:
             # Each rank sends T_in k copies; the busiest receiver takes `load` times the mean.
             copies = t_in * k * load
-            if model.routing_group_limit and groups["ep"].size > groups["ep"].ranks_per_node:
-                # Group-limited routing sends each token across the network at most once per node it
-                # targets, then fans out over NVLink (DeepSeek-V3 report §3.2.2: at most 4 nodes).
+            if (cfg.dispatcher is Dispatcher.deepep and model.routing_group_limit
+                    and groups["ep"].size > groups["ep"].ranks_per_node):
+                # DeepEP with group-limited routing sends each token across the network at most once
+                # per node it targets, then forwards it over NVLink (DeepSeek-V3 report §3.2.2: at most
+                # 4 nodes); Megatron's alltoall sends every copy to its rank (NCCL all_to_all_single).
                 copies *= min(k, model.routing_group_limit) / k
-            dispatch_bytes = copies * h * (1 if cfg.precision is Precision.fp8 else 2)
-            combine_bytes = copies * h * 2
-            seconds += (collective_time_s("all_to_all", dispatch_bytes, groups["ep"], cluster)
-                        + collective_time_s("all_to_all", combine_bytes, groups["ep"], cluster))
+            seconds += (collective_time_s("all_to_all", dispatch_b * copies * h, groups["ep"], cluster)
+                        + collective_time_s("all_to_all", combine_b * copies * h, groups["ep"], cluster))
         if cfg.expert_tp > 1 and cfg.sequence_parallel:
             # Expert TP: all-gather the received copies over etp before the experts, reduce-scatter after.
-            gathered = 2 * routed_rows(model, cfg) * h
-            seconds += (collective_time_s("all_gather", gathered, groups["etp"], cluster)
-                        + collective_time_s("reduce_scatter", gathered, groups["etp"], cluster))
+            gathered = routed_rows(model, cfg) * h
+            seconds += (collective_time_s("all_gather", dispatch_b * gathered, groups["etp"], cluster)
+                        + collective_time_s("reduce_scatter", combine_b * gathered, groups["etp"], cluster))
     if model.num_shared_experts and cfg.tp > 1 and cfg.sequence_parallel:
         # Shared experts are a TP-split MLP: all-gather before, reduce-scatter after, like a dense block.
         activation = 2 * cfg.mbs * cfg.seq / cfg.cp * h

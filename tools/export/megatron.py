@@ -24,7 +24,7 @@ import shlex
 
 from ..layout import model_layers_per_stage
 from ..recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
-from ..contract import GroupedGemm
+from ..contract import Dispatcher, GroupedGemm
 from ..specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 from .common import ExportResult, batch_of, comment_block, fusion_note, header, slug
 from .support import refuse
@@ -143,8 +143,17 @@ def _model_flags(model: ModelSpec, cfg: ParallelConfig, notes: list[str]) -> lis
         freq = _moe_layer_freq(model)
         if freq:
             flags.append(("--moe-layer-freq", freq))
-        flags += [("--expert-tensor-parallel-size", cfg.expert_tp),
-                  ("--moe-token-dispatcher-type", cfg.dispatcher.value), ("--moe-grouped-gemm", None)]
+        flags.append(("--expert-tensor-parallel-size", cfg.expert_tp))
+        if cfg.dispatcher is Dispatcher.deepep:
+            # DeepEP runs as Megatron's flex dispatcher (arguments.py: "Only works with flex token
+            # dispatcher"), which hands it the BF16 hidden states (fused_a2a.py), not FP8 tokens.
+            flags += [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep", None)]
+            if cfg.precision is Precision.fp8:
+                notes.append("dispatcher=deepep was planned with FP8 dispatch as DeepSeek-V3 ran it; Megatron's "
+                             "flex dispatcher sends BF16 tokens through DeepEP, about twice the dispatch bytes")
+        else:
+            flags.append(("--moe-token-dispatcher-type", cfg.dispatcher.value))
+        flags.append(("--moe-grouped-gemm", None))
         if cfg.grouped_gemm is GroupedGemm.fused:
             notes.append("grouped_gemm=fused was planned (one device kernel for all local experts); Megatron's "
                          "--moe-grouped-gemm runs Transformer Engine's GroupedLinear, which may issue one GEMM per "
