@@ -91,12 +91,30 @@ def test_host_issued_expert_gemms_show_only_beyond_gpu_time():
     assert _moe_ms(many, "moe/host") == pytest.approx(max(0.0, host_ms - gpu_ms), rel=0.05)
 
 
+def test_per_expert_gemms_are_host_paced_alike_on_hopper_and_blackwell():
+    """Transformer Engine's GroupedLinear runs one cuBLAS GEMM per local expert on every architecture
+    (nvte_multi_tensor_gemm; its CUTLASS grouped kernel is Hopper-only and opt-in), so a host-paced expert
+    part takes the same time on H100 and B200, the host's, while a fused grouped GEMM runs faster on the
+    faster GPU."""
+    b200 = load_gpu("b200")
+
+    def experts_ms(gpu, grouped_gemm):
+        cfg = resolve_config(QWEN3, 8, seq=4096, ep=1, force_balance=True, precision="fp8", grouped_gemm=grouped_gemm)
+        layer = compute.layer_times(QWEN3, cfg, gpu, QWEN3.moe_layers[0])
+        return 1e3 * sum(layer.forward_s.get(k, 0.0) for k in ("moe/experts", "moe/host"))
+
+    host_forward_ms = 1e3 * 2 * QWEN3.num_experts * moe.GEMMS_PER_EXPERT_LINEAR[0] * moe.HOST_S_PER_EXPERT_GEMM
+    assert experts_ms(H100, "per_expert") == pytest.approx(host_forward_ms)
+    assert experts_ms(b200, "per_expert") == pytest.approx(host_forward_ms)
+    assert experts_ms(b200, "fused") < 0.75 * experts_ms(H100, "fused") < experts_ms(H100, "per_expert")
+
+
 def test_host_paced_layer_amortises_with_micro_batch_size():
     """Host-issued expert GEMMs cost the same host time at any micro-batch size, so a host-paced MoE
     layer (Qwen3-30B-A3B, EP8: 16 local experts, on B200) takes about as long at MBS 2 as at MBS 1 and its
     time per token falls towards the GPU's rate as MBS grows; a fused grouped GEMM is GPU-paced from the
-    start, its time per token nearly flat. (The signature that rules a host cost out for the H100 rows in
-    evals: their time per token is the same at MBS 1 and 2.)"""
+    start, its time per token nearly flat. (The signature that rules a cost fixed per layer out for the H100
+    rows in evals: their time per layer doubles from MBS 1 to MBS 2; benchmarks/bench_moe_h100.py.)"""
     b200 = load_gpu("b200")
 
     def layer(mbs, grouped_gemm):
