@@ -12,7 +12,8 @@ Conventions: FLOPs are 2 per multiply-add. Forward GEMMs cost F; backward costs 
 gradient B = F, weight gradient W = F). The layout's `attention` knob picks the kernel, never the
 config's dropout. Flash attention (Dao 2023) stores only the output and log-sum-exp, its backward
 recomputes the scores and costs 2.5x the forward FLOPs (five matmuls against two), and causal
-masking halves the work. Eager attention (Megatron 2021-22, HF "eager") runs full s x s GEMMs plus
+masking halves the work; the first-generation kernels (flash1: FlashAttention 1 and its Triton port) do
+the same work more slowly (attention_efficiencies). Eager attention (Megatron 2021-22, HF "eager") runs full s x s GEMMs plus
 the memory-bound softmax (and dropout when the recipe has it): eager_attention_time_s. The FLOPs
 that step.py counts as hardware FLOPs are the FLOPs timed here (causal for flash, full for eager).
 
@@ -141,20 +142,53 @@ def memory_bound_time_s(bytes_moved: float, gpu: GPUSpec, kernels: int = 1) -> f
 FLASH_BACKWARD_KERNELS = 3
 
 
-def attention_time_s(tokens_q: float, tokens_kv: float, heads: float, qk_dim: int, v_dim: int,
-                     gpu: GPUSpec, causal: bool = True) -> tuple[float, float]:
-    """Forward and backward seconds of flash attention for one GPU's heads.
+# First-generation fused attention (Attention.flash1) against FlashAttention-2 on A100 (Dao 2023, "FlashAttention-2",
+# §4.1): "FlashAttention-2 is around 1.3-1.5x faster than FlashAttention in Triton in the forward pass and around 2x
+# faster in the backward pass" (and 1.7-3.0x faster than FlashAttention 1 overall, §4). The forward takes the middle of
+# the range; these are the Triton port's figures, the lower end of FlashAttention 1's.
+FLASH1_FORWARD_SLOWDOWN = 1.4
+FLASH1_BACKWARD_SLOWDOWN = 2.0
+# Kernels written for Ampere's instructions (mma.sync; no TMA, no wgmma) on a newer family, as a share of the dense
+# peak relative to the share they reach on Ampere. FlashAttention-2 peaks at 230 TFLOP/s of A100's 312 and, "just
+# running the same implementation on H100 GPUs (using no special instructions to make use of new features such as
+# TMA and 4th-gen Tensor Cores)", at 335 of H100's 989 (Dao 2023 §4.1): (335/989) / (230/312). A family without a
+# measurement keeps its own efficiency.
+AMPERE_KERNEL_SHARE_RATIO = {"hopper": (335 / 989) / (230 / 312)}
 
-    Forward FLOPs = 2 * Tq * Tkv * heads * (qk_dim + v_dim), halved when causal; backward is 2.5x.
-    One kernel forward, FLASH_BACKWARD_KERNELS backward, each paying KERNEL_LAUNCH_S.
-    Attention runs in bf16 even under FP8 recipes (DeepSeek-V3 report §3.3; Transformer Engine).
+
+def attention_efficiencies(gpu: GPUSpec, kernel: Attention = Attention.flash) -> tuple[float, float]:
+    """(forward, backward) share of the dense BF16 peak that a fused attention kernel sustains on this GPU.
+
+    flash: the family's attention_efficiency (calibration table) both ways. flash1: the FlashAttention-2 level of
+    the family, divided by FLASH1_FORWARD_SLOWDOWN and FLASH1_BACKWARD_SLOWDOWN. That level is the family's own
+    efficiency on Ampere (set from FlashAttention-2), and on a family in AMPERE_KERNEL_SHARE_RATIO the Ampere level
+    scaled by the ratio (a first-generation kernel uses Ampere's instructions), never above the family's own.
+    """
+    if kernel is not Attention.flash1:
+        return gpu.attention_efficiency, gpu.attention_efficiency
+    level = gpu.attention_efficiency
+    if gpu.architecture in AMPERE_KERNEL_SHARE_RATIO:
+        ampere = calibration.FAMILY_EFFICIENCY["ampere"]["attention_efficiency"].value
+        level = min(level, ampere * AMPERE_KERNEL_SHARE_RATIO[gpu.architecture])
+    return level / FLASH1_FORWARD_SLOWDOWN, level / FLASH1_BACKWARD_SLOWDOWN
+
+
+def attention_time_s(tokens_q: float, tokens_kv: float, heads: float, qk_dim: int, v_dim: int,
+                     gpu: GPUSpec, causal: bool = True, kernel: Attention = Attention.flash) -> tuple[float, float]:
+    """Forward and backward seconds of fused (flash) attention for one GPU's heads.
+
+    Forward FLOPs = 2 * Tq * Tkv * heads * (qk_dim + v_dim), halved when causal; backward is 2.5x, each at
+    attention_efficiencies(gpu, kernel) of the BF16 peak. One kernel forward, FLASH_BACKWARD_KERNELS backward,
+    each paying KERNEL_LAUNCH_S. Attention runs in bf16 even under FP8 recipes (DeepSeek-V3 report §3.3;
+    Transformer Engine).
     """
     flops = 2.0 * tokens_q * tokens_kv * heads * (qk_dim + v_dim)
     if causal:
         flops /= 2
-    peak = gpu.bf16_tflops * 1e12 * gpu.attention_efficiency
-    forward = flops / peak + KERNEL_LAUNCH_S
-    backward = 2.5 * flops / peak + FLASH_BACKWARD_KERNELS * KERNEL_LAUNCH_S
+    forward_efficiency, backward_efficiency = attention_efficiencies(gpu, kernel)
+    peak = gpu.bf16_tflops * 1e12
+    forward = flops / (peak * forward_efficiency) + KERNEL_LAUNCH_S
+    backward = 2.5 * flops / (peak * backward_efficiency) + FLASH_BACKWARD_KERNELS * KERNEL_LAUNCH_S
     return forward, backward
 
 
@@ -263,7 +297,8 @@ def layer_times(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, layer_index
         forward, backward = eager_attention_time_s(cfg.mbs, tokens / cfg.mbs, cfg.seq, heads, qk_dim, v_dim, gpu,
                                                    dropout=model.attention_dropout > 0)
     else:
-        forward, backward = attention_time_s(tokens, cfg.seq, heads, qk_dim, v_dim, gpu, causal=True)
+        forward, backward = attention_time_s(tokens, cfg.seq, heads, qk_dim, v_dim, gpu, causal=True,
+                                             kernel=cfg.attention)
     times.add("attention/core", forward, backward)
 
     # MLP or MoE.

@@ -140,6 +140,15 @@ class Attention(str, Enum):
     eager = "eager"
     """Unfused attention (Megatron 2021-22, HF "eager"): full s x s score GEMMs (masked entries computed),
     softmax and dropout streamed through HBM, and the s x s tensors kept for the backward."""
+    flash1 = "flash1"
+    """First-generation fused attention (FlashAttention 1, 2022, and its Triton port, which MosaicML's MPT ran as
+    attn_impl triton): the memory and causal block skipping of flash, at the lower speed Dao 2023 measured against
+    FlashAttention-2 (compute.attention_efficiencies), and Ampere instructions only on newer GPUs."""
+
+    @property
+    def fused(self) -> bool:
+        """A fused kernel: no s x s tensor in HBM, the causal mask skips the masked blocks (every kernel but eager)."""
+        return self is not Attention.eager
 
 
 class Dispatcher(str, Enum):
@@ -352,7 +361,8 @@ class Layout(BaseModel):
                                       "(needs vpp>1), zb-h1, dualpipe (even pp); null: 1f1b, or interleaved when vpp>1")
     precision: Precision = Field(default=Precision.bf16, description="GEMM precision: bf16 or fp8 (Hopper and newer)")
     attention: Attention = Field(default=Attention.flash, description="attention kernel: flash (fused, causal blocks "
-                                 "skipped) or eager (unfused s x s scores, as 2021-22 Megatron)")
+                                 "skipped), eager (unfused s x s scores, as 2021-22 Megatron) or flash1 (fused, "
+                                 "first generation: FlashAttention 1 or its Triton port, as MPT ran in 2023)")
     fused_kernels: Annotated[bool, Cli("--fused-kernels/--unfused-kernels")] = Field(
         default=True, description="fused norm, rotary and activation kernels (Megatron, Transformer Engine, "
                                   "torch.compile); false: PyTorch eager ops, as Hugging Face models or FSDP without "

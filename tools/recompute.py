@@ -42,7 +42,7 @@ import numpy as np
 
 from . import compute
 from .counting import flops_per_token, is_moe_layer, layer_flops_per_token
-from .specs import Attention, ModelSpec, ParallelConfig, Recompute, RecomputeModule
+from .specs import ModelSpec, ParallelConfig, Recompute, RecomputeModule
 
 MODULE_BITS = {module: 1 << i for i, module in enumerate(RecomputeModule)}
 """Bit of each module in the integer masks the vectorised memory path carries."""
@@ -182,7 +182,7 @@ def recomputed_flops_per_token(model: ModelSpec, cfg: ParallelConfig, seq: int) 
     """
     if cfg.recompute is Recompute.none:
         return 0.0
-    causal = cfg.attention is Attention.flash   # the FLOPs the kernels run (step.py's hardware FLOPs)
+    causal = cfg.attention.fused   # the FLOPs the kernels run (step.py's hardware FLOPs)
     if cfg.recompute is Recompute.full:
         flops = flops_per_token(model, seq, causal=causal, include_mtp=True)
         return flops.forward - flops.breakdown.get("lm_head", 0.0)

@@ -37,7 +37,7 @@ from .pipeline import simulate
 from .offload import offloaded_stage_bytes
 from .overlap import overlapped_s
 from .recompute import recomputed_flops_per_token, recomputed_forward_s
-from .specs import Attention, ClusterSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
+from .specs import ClusterSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 
 # Bytes per parameter of an Adam step on the GPU: read fp32 grad (4), master + m + v (12), write
 # master + m + v (12) and the bf16 weight (2). Megatron's fused Adam streams exactly these.
@@ -316,7 +316,7 @@ class StepFlops:
 def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> StepFlops:
     """FLOPs of one step: model FLOPs in both attention conventions and the hardware FLOPs timed."""
     tokens = cfg.gbs * cfg.seq
-    executed = flops_per_token(model, cfg.seq, causal=cfg.attention is Attention.flash, include_mtp=True)
+    executed = flops_per_token(model, cfg.seq, causal=cfg.attention.fused, include_mtp=True)
     recompute = recomputed_flops_per_token(model, cfg, cfg.seq)   # recompute.py
     if cfg.recompute is Recompute.full and finetune.is_lora(cfg.method):
         recompute += finetune.adapter_forward_flops_per_token(model, cfg.lora_rank, cfg.lora_targets)

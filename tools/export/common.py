@@ -92,6 +92,9 @@ def fusion_note(cfg: ParallelConfig, fused_by_default: bool) -> str | None:
     elif cfg.fused_kernels != fused_by_default:
         notes.append("fused_kernels=false has no setting here: this engine fuses norms, rotary and SwiGLU, so the"
                      " step will be shorter than estimated")
+    if cfg.attention is Attention.flash1:
+        notes.append("attention=flash1 (a first-generation flash kernel) has no setting here: the engine runs its"
+                     " current flash kernel, so the step will be shorter than estimated")
     if not cfg.save_mlp_act_output:
         notes.append("save_mlp_act_output=false (a fused SwiGLU that recomputes its product in its backward, as"
                      " xformers.ops.swiglu) has no setting here: this engine keeps the product, 2sbf/t bytes per"
@@ -99,9 +102,11 @@ def fusion_note(cfg: ParallelConfig, fused_by_default: bool) -> str | None:
     return "; ".join(notes) or None
 
 
-HF_ATTN_IMPLEMENTATION = {Attention.flash: "flash_attention_2", Attention.eager: "eager"}
+HF_ATTN_IMPLEMENTATION = {Attention.flash: "flash_attention_2", Attention.eager: "eager",
+                          Attention.flash1: "flash_attention_2"}
 """The layout's attention kernel as Hugging Face models name it (from_pretrained's attn_implementation; Axolotl's
-attn_implementation key takes the same names)."""
+attn_implementation key takes the same names). Transformers has no first-generation kernel: flash1 loads
+FlashAttention-2, which runs faster than the plan (fusion_note says so)."""
 
 
 def hf_attention_note(cfg: ParallelConfig) -> str:
@@ -109,7 +114,7 @@ def hf_attention_note(cfg: ParallelConfig) -> str:
     name = HF_ATTN_IMPLEMENTATION[cfg.attention]
     if cfg.attention is Attention.eager:
         return f'attention=eager: load the model with attn_implementation="{name}" (unfused s x s attention)'
-    return (f'attention=flash: load the model with attn_implementation="{name}" (or "sdpa", whose flash'
+    return (f'attention={cfg.attention.value}: load the model with attn_implementation="{name}" (or "sdpa", whose flash'
             ' backend runs the same kernel)')
 
 

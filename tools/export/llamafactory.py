@@ -18,7 +18,7 @@ the number of processes launched (dp = gpus here).
 
 from __future__ import annotations
 
-from ..specs import Attention, ModelSpec, ParallelConfig, Recompute
+from ..specs import ModelSpec, ParallelConfig, Recompute
 from .common import (ExportResult, adapter_of, batch_of, finetune_yaml_export,
                      selective_recompute_note)
 from .support import refuse
@@ -53,7 +53,7 @@ def export_llamafactory(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str
         "gradient_accumulation_steps": batch.accumulation,
         "bf16": True,
         "disable_gradient_checkpointing": cfg.recompute is not Recompute.full,
-        "flash_attn": "fa2" if cfg.attention is Attention.flash else "disabled",
+        "flash_attn": "fa2" if cfg.attention.fused else "disabled",
     })
     if cfg.zero >= 1:
         files = DEEPSPEED_OFFLOAD_FILES if cfg.optimizer_offload else DEEPSPEED_FILES

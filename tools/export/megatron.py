@@ -25,7 +25,7 @@ import shlex
 from ..layout import model_layers_per_stage
 from ..recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
 from ..contract import Dispatcher, GroupedGemm
-from ..specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
+from ..specs import ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 from .common import ExportResult, batch_of, comment_block, fusion_note, header, slug
 from .support import refuse
 
@@ -234,7 +234,7 @@ def export_megatron(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) ->
     # The kernel is the layout's choice (Megatron-Core AttnBackend: flash, fused, unfused, local, auto);
     # the dropout is the recipe's (Megatron's --attention-dropout defaults to 0.1, which flash and
     # Transformer Engine's fused kernels apply inside the kernel).
-    flags += [("--attention-backend", "flash" if cfg.attention is Attention.flash else "unfused"),
+    flags += [("--attention-backend", "flash" if cfg.attention.fused else "unfused"),
               ("--attention-dropout", model.attention_dropout)]
     if (note := fusion_note(cfg, fused_by_default=True)):
         notes.append(note)
