@@ -382,6 +382,19 @@ class Layout(BaseModel):
                                    "that both the attention backward and the output projection read")
     tp_comm_overlap: bool = Field(default=False, description="overlap TP/SP all-gathers and reduce-scatters with "
                                                              "the GEMMs (Megatron --tp-comm-overlap)")
+    overlap_grad_reduce: Annotated[bool, Cli("--overlap-grad-reduce/--no-overlap-grad-reduce")] = Field(
+        default=True, description="data-parallel gradient reduction and ZeRO's weight gathers run beside the "
+                                  "backward and forward (Megatron-Core --overlap-grad-reduce --overlap-param-gather, "
+                                  "PyTorch DDP and FSDP, DeepSpeed ZeRO overlap_comm); false: after the step's last "
+                                  "backward, as Megatron-LM in 2021-22 (Korthikanti et al. 2022 §6.3) and DeepSpeed's "
+                                  "pipeline engine (TrainSchedule: ReduceGrads after the last micro-batch) ran them")
+    blocking_p2p: Annotated[bool, Cli("--blocking-p2p/--async-p2p")] = Field(
+        default=False, description="pipeline sends and receives block their rank before each compute step, one "
+                                   "transfer after another, as DeepSpeed's pipeline engine runs them "
+                                   "(deepspeed/runtime/pipe/schedule.py TrainSchedule: a forward step receives the "
+                                   "activation and sends the previous gradient, a backward step sends the previous "
+                                   "activation and receives the gradient); false: a transfer delays only the "
+                                   "operation waiting for it")
     offload_modules: Annotated[tuple[OffloadModule, ...] | None, Cli(as_text=True), CommaSeparated] = Field(
         default=None, description="modules whose saved activations are copied to host memory after their forward and "
                                   "reloaded for their backward (Megatron --fine-grained-activation-offloading "
@@ -589,7 +602,7 @@ class StepTime(Result):
     peak_tflops: float = Field(description="dense peak of the precision used, the MFU denominator")
     mfu_denominator: str = Field(description="which peak and which FLOPs convention MFU uses")
     breakdown: dict[str, float] = Field(description="seconds per part: compute, comm/tp, comm/cp, comm/ep, bubble, "
-                                                    "comm/dp, optimizer")
+                                                    "comm/dp, optimizer; with blocking_p2p also comm/pp")
 
     @computed_field(description="each breakdown part / step_s")
     @property

@@ -69,11 +69,14 @@ def zero3_exchange_s(params, group, cluster: ClusterSpec, forward_s, backward_s,
 
 
 def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward_s, num_microbatches,
-                  grad_bytes_per_param: int = 4, reduce_scatters=None, units=1):
+                  grad_bytes_per_param: int = 4, reduce_scatters=None, units=1, overlap: bool = True):
     """Exposed data-parallel seconds per step for `params` parameters per rank reduced over `group`.
 
     numpy-friendly in zero, params, forward_s, backward_s, num_microbatches and units (the search
     passes arrays). forward_s/backward_s are one micro-batch's forward and backward on the stage.
+    overlap false (Layout.overlap_grad_reduce): the collectives run after the step's compute, with no
+    window to hide behind, as DeepSpeed's pipeline engine issues ReduceGrads after the last backward
+    and Megatron-LM ran them in 2021-22 (Korthikanti et al. 2022 §6.3).
     - ZeRO-0 all-reduces the accumulated gradients once, behind the last backward.
     - ZeRO-1 (Megatron distributed optimizer) reduce-scatters them once, behind the last backward,
       and all-gathers the updated bf16 weights behind the first forward.
@@ -85,6 +88,8 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
     """
     if group.size == 1:
         return np.zeros_like(np.asarray(forward_s, dtype=float)) * 0.0
+    if not overlap:
+        forward_s, backward_s = np.zeros_like(forward_s), np.zeros_like(backward_s)
     grads = grad_bytes_per_param * params
     weights = 2 * params
     all_reduce = collective_time_s("all_reduce", grads, group, cluster)
@@ -102,11 +107,11 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
 
 
 def data_parallel_s(zero, dense_params, expert_params, groups: dict, cluster: ClusterSpec, forward_s, backward_s,
-                    num_microbatches, bf16_grads: bool = False, reduce_scatters=None, units=1):
+                    num_microbatches, bf16_grads: bool = False, reduce_scatters=None, units=1, overlap: bool = True):
     """Exposed data-parallel seconds of one rank: its dense parameters over dp*cp, its expert
     parameters over the expert-data-parallel group (dp_exchange_s each). numpy-friendly in every
-    argument but the groups, cluster and bf16_grads: the scalar step and the search share it."""
+    argument but the groups, cluster, bf16_grads and overlap: the scalar step and the search share it."""
     grad_bytes = 2 if bf16_grads else 4
     return sum(dp_exchange_s(zero, params, group, cluster, forward_s, backward_s, num_microbatches, grad_bytes,
-                             reduce_scatters, units)
+                             reduce_scatters, units, overlap)
                for params, group in ((dense_params, groups["dp_cp"]), (expert_params, groups["edp"])))

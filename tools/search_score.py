@@ -133,6 +133,9 @@ def vector_times(model: ModelSpec, job: SearchJob, rows: dict[str, np.ndarray]) 
                                        {k: rows[k][rows_sub] for k in ("zero", "m", "schedule", "vpp", "mbs")},
                                        forward_s[sub], backward_s[sub])
             exposed[sub], optimizer[sub], p2p[sub] = e, o, c
+        if job.blocking_p2p:   # step.blocking_p2p_s: the transfers occupy the ranks, none is left to wait for
+            blocked_f, blocked_b = step.blocking_p2p_s(p2p, pp)
+            forward_s, backward_s, p2p = forward_s + blocked_f, backward_s + blocked_b, np.zeros_like(p2p)
         makespan = makespan_closed_form(rows["schedule"][idx], pp, rows["m"][idx], rows["vpp"][idx],
                                         forward_s, backward_s, weight_s, p2p)
         out["makespan_s"][idx] = makespan

@@ -284,6 +284,21 @@ def p2p_s(model: ModelSpec, mbs, seq: int, cp: int, tp: int, sequence_parallel: 
     return collective_time_s("p2p", p2p_bytes, groups["pp"], cluster)
 
 
+def blocking_p2p_s(hop_s, pp: int):
+    """(forward, backward) seconds each stage spends in blocking pipeline transfers per micro-batch,
+    numpy-friendly in hop_s (broadcast against the last axis, the pp stages).
+
+    DeepSpeed's pipeline engine (deepspeed/runtime/pipe/schedule.py TrainSchedule) runs each step's
+    sends and receives, blocking, before its compute: a forward step receives the activation from the
+    stage before and sends it the previous micro-batch's gradient (two transfers on every stage but the
+    first); a backward step sends the previous activation to the stage after and receives the gradient
+    from it (two on every stage but the last). The transfers occupy the rank, so they add to its time.
+    """
+    stage = np.arange(pp)
+    hop = np.asarray(hop_s, dtype=float)[..., None]
+    return 2 * hop * (stage > 0), 2 * hop * (stage < pp - 1)
+
+
 def rank_params(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[np.ndarray, np.ndarray]:
     """(dense, expert) parameters one rank of each pipeline stage holds after TP and EP sharding."""
     dense, expert = stage_params(model, pp)
@@ -348,11 +363,12 @@ def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster
     units = fsdp_units(stages)
     exposed = data_parallel_s(zero, train_dense, train_expert, groups, cluster, forward_s, backward_s,
                               num_microbatches, cfg.bf16_grads,
-                              zero2_reduce_scatters(schedule_code, num_microbatches, cfg.pp, vpp), units)
+                              zero2_reduce_scatters(schedule_code, num_microbatches, cfg.pp, vpp), units,
+                              cfg.overlap_grad_reduce)
     if lora:   # the frozen base, sharded under ZeRO-3: all-gathered (bf16, or NF4) with no gradient to reduce
         scale = finetune.frozen_bytes_per_param(cfg) / 2
         frozen = sum(dp_exchange_s(3, params * scale, group, cluster, forward_s, backward_s, num_microbatches, 0,
-                                   units=units)
+                                   units=units, overlap=cfg.overlap_grad_reduce)
                      for params, group in ((dense, groups["dp_cp"]), (expert, groups["edp"])))
         exposed = exposed + np.where(np.asarray(zero) >= 3, frozen, 0.0)
     zero_shards = np.where(np.asarray(zero) >= 1, cfg.dp * cfg.cp, 1)
@@ -373,9 +389,15 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     m = cfg.num_microbatches
 
     hop_s = float(p2p_s(model, cfg.mbs, cfg.seq, cfg.cp, cfg.tp, cfg.sequence_parallel, groups, cluster, cfg.pp))
+    forward_s = np.array([w.forward_s for w in work])
+    backward_s = np.array([w.backward_s for w in work])
+    blocked_f = blocked_b = np.zeros(cfg.pp)
+    if cfg.blocking_p2p:   # the transfers occupy the ranks (blocking_p2p_s); none is left to wait for
+        blocked_f, blocked_b = blocking_p2p_s(hop_s, cfg.pp)
+        hop_s = 0.0
     result = simulate(
         cfg.schedule if cfg.pp > 1 else Schedule.one_f_one_b, cfg.pp, m, vpp=cfg.vpp,
-        forward_s=[w.forward_s for w in work], backward_s=[w.backward_s for w in work],
+        forward_s=list(forward_s + blocked_f), backward_s=list(backward_s + blocked_b),
         weight_grad_s=[w.weight_grad_s for w in work], p2p_s=hop_s, record_timeline=record_timeline,
     )
     makespan = result.makespan_s
@@ -387,14 +409,15 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     else:
         rank_stages = [(critical, m)]
     # The slowest stage's data-parallel exchange and optimizer step (each stage's rank does its own).
-    forward = np.array([w.forward_s for w in work])
-    backward = np.array([w.backward_s for w in work])
     dp_exposed, optimizer = (float(x) for x in data_parallel_and_optimizer_s(
-        model, cfg, cluster, groups, stages, forward, backward, cfg.zero, m, SCHEDULE_CODES[cfg.schedule], cfg.vpp))
+        model, cfg, cluster, groups, stages, forward_s, backward_s, cfg.zero, m, SCHEDULE_CODES[cfg.schedule],
+        cfg.vpp))
     step_s = makespan + dp_exposed + optimizer
 
     compute_s = sum(n * work[s].compute_s for s, n in rank_stages)
     comm = {f"comm/{k}": sum(n * work[s].comm_s[k] for s, n in rank_stages) for k in work[critical].comm_s}
+    if cfg.blocking_p2p:
+        comm["comm/pp"] = sum(n * (blocked_f[s] + blocked_b[s]) for s, n in rank_stages)
     bubble_s = makespan - compute_s - sum(comm.values())
     if abs(bubble_s) <= 1e-9 * makespan:  # no bubble (pp=1, or none on the critical rank), up to rounding
         bubble_s = 0.0

@@ -36,6 +36,8 @@ def export_deepspeed(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -
     zero: dict = {"stage": cfg.zero}
     if cfg.optimizer_offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if cfg.zero >= 1:
+        zero["overlap_comm"] = cfg.overlap_grad_reduce
     config["zero_optimization"] = zero
     # ZeRO-0 with bf16 accumulates gradients in bf16 (DeepSpeed raises on bf16 weights + fp32 accumulation).
     grads_bf16 = cfg.bf16_grads or cfg.zero == 0
@@ -62,6 +64,10 @@ def export_deepspeed(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -
         config["pipeline"] = {"activation_checkpoint_interval": 1 if cfg.recompute is Recompute.full else 0}
         notes.append(f"pipeline: build the model as deepspeed.pipe.PipelineModule(layers, num_stages={cfg.pp});"
                      f" each step runs {batch.accumulation} micro-batches through the pipeline")
+        if not cfg.blocking_p2p or cfg.overlap_grad_reduce:
+            notes.append("DeepSpeed's pipeline engine blocks on each send and receive and reduces the gradients after"
+                         " the last micro-batch (TrainSchedule): plan with blocking_p2p=true and"
+                         " overlap_grad_reduce=false for the step time it runs")
     if cfg.tp > 1 and cfg.pp == 1:
         config["tensor_parallel"] = {"autotp_size": cfg.tp}
         notes.append(f"tp={cfg.tp} uses DeepSpeed AutoTP training (Hugging Face models; DeepSpeed >= 0.16.4)")

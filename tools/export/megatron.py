@@ -198,6 +198,13 @@ def _sharding_flags(cfg: ParallelConfig, notes: list[str]) -> list[tuple[str, ob
         flags.append(("--grad-reduce-in-bf16", None))
     if cfg.tp_comm_overlap:
         flags.append(("--tp-comm-overlap", None))
+    if cfg.overlap_grad_reduce and cfg.dp * cfg.cp > 1 and cfg.zero <= 1:   # the step model hides them (data_parallel.py)
+        flags.append(("--overlap-grad-reduce", None))
+        if cfg.zero == 1:
+            flags.append(("--overlap-param-gather", None))
+    if cfg.blocking_p2p and cfg.pp > 1:
+        notes.append("blocking_p2p times DeepSpeed's pipeline engine, one blocking transfer after another; "
+                     "Megatron-LM batches each step's send and receive, so this layout may run faster than planned")
     return flags
 
 
