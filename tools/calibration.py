@@ -51,7 +51,7 @@ MEMORY_BOUND_EFFICIENCY = Fitted(
 )
 
 MOE_HOST_S_PER_EXPERT_GEMM = Fitted(
-    value=71e-6,
+    value=69e-6,
     meaning="host seconds to issue one expert GEMM (with its quantisation) when the grouped GEMM is a host-issued "
             "loop of per-expert GEMMs; a layer's expert part takes max(GPU time, host time) (moe.py)",
     fitted_on=("mbridge-b200-qwen3-30b-a3b-fp8", "mbridge-2602-b200-qwen3-30b-a3b-fp8"),
@@ -69,7 +69,8 @@ MOE_HOST_S_PER_EXPERT_GEMM = Fitted(
            "which Transformer Engine's GroupedLinear issues one quantise + GEMM per local expert and the GPU waits "
            "on the host (Megatron-Core moe/README on --moe-grouped-gemm and on CUDA graphs: dynamic shapes make "
            "dropless MoE layers uncapturable; Megatron-Core MoE report arXiv:2603.07685, the host-overhead wall). "
-           "Range: tens of microseconds per",
+           "Range: tens of microseconds per call. Refit 71 -> 69 us when the Blackwell GEMM efficiency was fitted "
+           "(0.56, Hopper's, assumed -> 0.51)",
 )
 
 # GPU family (GPUSpec.architecture) -> {"gemm_efficiency": ..., "attention_efficiency": ...}
@@ -115,6 +116,36 @@ FAMILY_EFFICIENCY: dict[str, dict[str, Fitted]] = {
                    "inside the 35-75% of H100 peak FlashAttention-2/3 reach (Dao 2023; Shah et al. 2024)",
         ),
     },
+}
+
+_BLACKWELL_FIT = ("mbridge-b200-llama3-8b-fp8", "mbridge-b200-llama31-405b-fp8")
+_BLACKWELL_HELD = ("mbridge-b200-deepseek-v3-fp8", "mbridge-2602-b200-deepseek-v3-fp8",
+                   "mbridge-b200-qwen3-235b-a22b-fp8", "mbridge-2602-b200-qwen3-235b-a22b-fp8",
+                   "mbridge-gb200-qwen3-30b-a3b-fp8", "mbridge-2602-gb200-qwen3-30b-a3b-fp8")
+FAMILY_EFFICIENCY["blackwell"] = {
+    "gemm_efficiency": Fitted(
+        value=0.51,
+        meaning="share of the dense peak that large GEMMs sustain in training (before wave quantization)",
+        fitted_on=_BLACKWELL_FIT,
+        held_out=_BLACKWELL_HELD,
+        method="grid search on the two dense Blackwell runs with published layouts, Megatron-Bridge 25.11 DGX-B200 "
+               "Llama 3 8B and Llama 3.1 405B FP8 (causal model TFLOP/s; benchmarks/fit_calibration.py --family "
+               "blackwell), the attention efficiency held at the Hopper fit; the MoE rows on B200 and GB200 are held "
+               "out. Below the 76.3% (FP8) and 77.6% (BF16) of the dense peak that the best-shaped matmul reaches "
+               "on B200 SXM (ml-engineering MAMF table: 3432.5 of 4500 and 1745.0 of 2250 TFLOP/s), as the Hopper "
+               "fit sits below H100's 70.9% / 80.3% there. The MoE host constant, fitted on B200 rows, was refit "
+               "after it (--family moe-host)",
+    ),
+    "attention_efficiency": Fitted(
+        value=FAMILY_EFFICIENCY["hopper"]["attention_efficiency"].value,
+        meaning="share of the dense BF16 peak that flash attention sustains",
+        fitted_on=(),
+        held_out=(),
+        method="set, not fitted: taken equal to the Hopper fit. Neither dense B200 row is attention-heavy enough "
+               "to separate it from the GEMM efficiency (attention is under a fifth of the 8B row's FLOPs at 8K and "
+               "a twentieth of the 405B row's), and no Blackwell long-context run with a published layout is in "
+               "the evals",
+    ),
 }
 
 ASSUMED_FAMILY = "hopper"
