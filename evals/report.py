@@ -137,7 +137,7 @@ def render_markdown(report: dict, backend: str = "offline") -> str:
 
         out += ["### The calibration table (tools/calibration.py)", ""]
         out += _table(["constant", "value", "fitted on", "held out"],
-                      [[name, f"{fit.value:g}", ", ".join(fit.fitted_on) or "not fitted (a published measurement)",
+                      [[name, f"{fit.value:g}", ", ".join(fit.fitted_on) or "not fitted (set: see its method)",
                         f"{len(fit.held_out)} cases"] for name, fit in constants().items()])
         out.append("")
         if s.get("calibration_unknown"):

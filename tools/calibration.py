@@ -4,9 +4,10 @@ efficiencies from here, and `trainplan eval` marks the cases named in `fitted_on
 (excluded from the held-out errors), so a case is calibration exactly when this table says so.
 
 Case ids are those of evals/runs/*.yaml (each figure there carries its published source). A constant
-with an empty `fitted_on` was set from a published measurement, not fitted to any eval case. A GPU
-family with no fitted row (Blackwell, Ada, CDNA, ...) takes the ASSUMED_FAMILY's efficiencies and is
-marked `efficiency_basis: assumed`; estimates on it say so.
+with an empty `fitted_on` was set, not fitted to any eval case; its method says from what (a published
+measurement, or another family's fit where no run can separate it). A GPU family with no fitted row
+(Blackwell Ultra, Ada, CDNA, ...) takes the ASSUMED_FAMILY's efficiencies and is marked
+`efficiency_basis: assumed`; estimates on it say so.
 
 Each method names the physical range its mechanism allows, so a refit cannot drift outside it.
 benchmarks/fit_calibration.py reproduces every fitted value from its `fitted_on` cases (a grid
@@ -25,7 +26,7 @@ class Fitted:
     value: float
     meaning: str
     fitted_on: tuple[str, ...]
-    """eval case ids it was fitted on (empty: set from a published measurement, not fitted)"""
+    """eval case ids it was fitted on (empty: set, not fitted; the method says from what)"""
     held_out: tuple[str, ...]
     """eval case ids that test it and were not used to set it"""
     method: str
@@ -128,9 +129,9 @@ FAMILY_EFFICIENCY["blackwell"] = {
         meaning="share of the dense peak that large GEMMs sustain in training (before wave quantization)",
         fitted_on=_BLACKWELL_FIT,
         held_out=_BLACKWELL_HELD,
-        method="grid search on the two dense Blackwell runs with published layouts, Megatron-Bridge 25.11 DGX-B200 "
-               "Llama 3 8B and Llama 3.1 405B FP8 (causal model TFLOP/s; benchmarks/fit_calibration.py --family "
-               "blackwell), the attention efficiency held at the Hopper fit; the MoE rows on B200 and GB200 are held "
+        method="grid search, least squares on the log errors (the two rows pull it apart), on the two dense "
+               "Blackwell runs with published layouts, Megatron-Bridge 25.11 DGX-B200 Llama 3 8B and Llama 3.1 405B "
+               "FP8 (causal model TFLOP/s; benchmarks/fit_calibration.py --family blackwell), the attention efficiency held at the Hopper fit; the MoE rows on B200 and GB200 are held "
                "out. Below the 76.3% (FP8) and 77.6% (BF16) of the dense peak that the best-shaped matmul reaches "
                "on B200 SXM (ml-engineering MAMF table: 3432.5 of 4500 and 1745.0 of 2250 TFLOP/s), as the Hopper "
                "fit sits below H100's 70.9% / 80.3% there. The MoE host constant, fitted on B200 rows, was refit "
