@@ -190,6 +190,19 @@ def test_megatron_export_runs_deepep_as_the_flex_dispatcher_and_says_it_sends_bf
     assert any("BF16 tokens through DeepEP" in note for note in result.notes)
 
 
+@pytest.mark.parametrize("knobs", [dict(ep=1), dict(ep=8, capacity_factor=1.25)])
+def test_megatron_export_writes_alltoall_where_the_flex_dispatcher_refuses_the_layout(knobs):
+    """Megatron's flex dispatcher asserts tp x ep > 1 and refuses capacity padding: a deepep layout
+    without expert or tensor parallelism, or with padded capacity, is exported with alltoall, and says so."""
+    from trainplan.tools.export.megatron import export_megatron, parse_args_text
+
+    cfg = resolve_config(QWEN3, 8, seq=4096, dispatcher="deepep", **knobs)
+    result = export_megatron(QWEN3, cfg, model_ref="qwen3-30b-a3b")
+    flags = parse_args_text(result.content)
+    assert flags["--moe-token-dispatcher-type"] == "alltoall" and "--moe-enable-deepep" not in flags
+    assert any("flex dispatcher needs" in note for note in result.notes)
+
+
 def test_estimate_reports_the_moe_knobs():
     r = trainplan.estimate(model="qwen3-30b-a3b", gpu="h100-sxm-80gb", gpus=16, tp=2, ep=8, etp=1, seq=4096,
                            gbs=64, force_balance=True, dispatcher="alltoall")

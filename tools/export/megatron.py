@@ -144,9 +144,15 @@ def _model_flags(model: ModelSpec, cfg: ParallelConfig, notes: list[str]) -> lis
         if freq:
             flags.append(("--moe-layer-freq", freq))
         flags.append(("--expert-tensor-parallel-size", cfg.expert_tp))
-        if cfg.dispatcher is Dispatcher.deepep:
-            # DeepEP runs as Megatron's flex dispatcher (arguments.py: "Only works with flex token
-            # dispatcher"), which hands it the BF16 hidden states (fused_a2a.py), not FP8 tokens.
+        # DeepEP runs as Megatron's flex dispatcher (arguments.py: "Only works with flex token dispatcher"),
+        # which hands it the BF16 hidden states (fused_a2a.py), not FP8 tokens, and asserts "Flex token
+        # dispatcher requires TPxEP > 1" and no --moe-pad-expert-input-to-capacity (token_dispatcher.py).
+        flex_refuses = cfg.tp * cfg.ep == 1 or cfg.capacity_factor is not None
+        if cfg.dispatcher is Dispatcher.deepep and flex_refuses:
+            flags.append(("--moe-token-dispatcher-type", Dispatcher.alltoall.value))
+            notes.append("dispatcher=deepep was planned, but Megatron's flex dispatcher needs tp x ep > 1 and no "
+                         "capacity padding: the alltoall dispatcher is written instead")
+        elif cfg.dispatcher is Dispatcher.deepep:
             flags += [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep", None)]
             if cfg.precision is Precision.fp8:
                 notes.append("dispatcher=deepep was planned with FP8 dispatch as DeepSeek-V3 ran it; Megatron's "
