@@ -147,7 +147,7 @@ def read_model_by_family(t: RequestText, found: dict[str, Any]) -> None:
                 raise unknown_model(written(word.group(1)), [])
     for size, match in sizes:  # 'QLoRA-tune a 70B': a size alone names the catalog's one model of that size
         same_size = [name for name in catalog.model_names() if split_model_name(name).size == size]
-        written = match.group(0).strip()
+        written = " ".join(match.group(0).split())   # one line, as every error is
         if len(same_size) == 1:
             found["model"] = same_size[0]
             found["model_from_size"] = written
