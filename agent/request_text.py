@@ -53,7 +53,7 @@ layout layouts configuration config setup parallelism parallel sharding strategy
 only just some any all new existing current same one from-scratch scratch way ways option options maybe perhaps
 switch change try instead go move make let see compare now then again ok okay
 mixed precision data dataset corpus tokens token worth
-lay out fit fits long much many cost costs take takes time
+lay out fit fits long much many cost costs take takes time global
 what's would've i'll we'll
 """.split())
 CJK_STOPWORDS = ("帮我", "请", "用", "在", "上", "训练", "預訓練", "预训练", "规划", "計画", "模型", "使用", "使", "的",
