@@ -126,11 +126,12 @@ def render_markdown(report: dict, backend: str = "offline") -> str:
         mrows.append(["overall", ", ".join(s["mape_overall_quantities"]), pct(s["mape_overall"]).lstrip("+"), "",
                       pct(s["mape_overall_held_out"]).lstrip("+"), ""])
         out += _table(["quantity", "meaning", "MAPE", "n", "MAPE held-out", "n held-out"], mrows)
-        dense = s.get("dense_throughput_held_out")
-        if dense and dense["n"]:
-            out += ["", f"Dense models, held out, step time or throughput (one figure per case): MAPE "
-                        f"{pct(dense['mape']).lstrip('+')} over {dense['n']} cases; worst {dense['worst_case']} "
-                        f"{pct(dense['worst_error'])}."]
+        for key, family in (("dense_throughput_held_out", "Dense models"), ("moe_throughput_held_out", "MoE models")):
+            pooled = s.get(key)
+            if pooled and pooled["n"]:
+                out += ["", f"{family}, held out, step time or throughput (one figure per case): MAPE "
+                            f"{pct(pooled['mape']).lstrip('+')} over {pooled['n']} cases; worst {pooled['worst_case']} "
+                            f"{pct(pooled['worst_error'])}."]
         calibration = ", ".join(s["calibration_cases"]) or "none"
         out += ["", f"Cases used to calibrate an efficiency constant (excluded from held-out MAPE): {calibration}.", ""]
         from trainplan.tools.calibration import constants

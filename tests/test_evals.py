@@ -158,6 +158,28 @@ def test_held_out_mape_leaves_out_calibration_cases(dataset: Dataset) -> None:
     assert summary["pass"] == 1 and summary["fail"] == 1
 
 
+def test_dense_and_moe_held_out_figures_pool_each_family_once(prediction_report: dict, dataset: Dataset) -> None:
+    """Issue 10 sets one target for dense models and one for MoE: each pooled figure takes one
+    throughput error per held-out case of its family, and the two families split the cases."""
+    from trainplan.evals.runner import THROUGHPUT_QUANTITIES
+    from trainplan.tools.catalog import load_model
+
+    summary = prediction_report["summary"]
+    dense, moe = summary["dense_throughput_held_out"], summary["moe_throughput_held_out"]
+    assert dense["n"] > 0 and moe["n"] > 0
+    expected = {True: [], False: []}
+    for case in prediction_report["cases"]:
+        quantity = next((q for q in THROUGHPUT_QUANTITIES if q in case["error"]), None)
+        if case["status"] != "ok" or quantity is None or case["id"] in summary["calibration_cases"]:
+            continue
+        is_moe = load_model(str(dataset.case(case["id"]).kwargs()["model"])).is_moe
+        expected[is_moe].append(abs(case["error"][quantity]))
+    for pooled, errors in ((dense, expected[False]), (moe, expected[True])):
+        assert pooled["n"] == len(errors)
+        assert pooled["mape"] == pytest.approx(sum(errors) / len(errors))
+    assert "MoE models, held out" in render_markdown(prediction_report)
+
+
 def test_calibration_table_names_only_real_cases_and_marks_them(dataset: Dataset) -> None:
     """The calibration table is the one place that says which cases a constant was fitted on."""
     from trainplan.tools.calibration import constants, fitted_case_ids
