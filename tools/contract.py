@@ -430,6 +430,12 @@ class Layout(BaseModel):
     grouped_gemm: GroupedGemm = Field(default=GroupedGemm.per_expert, description="expert GEMMs: per_expert "
                                       "(host-issued loop, Megatron/Transformer Engine GroupedLinear) or fused (one "
                                       "device kernel, e.g. DeepGEMM)")
+    moe_a2a_overlap: bool = Field(
+        default=False, description="Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm, with "
+        "--delay-wgrad-compute): the forward of one micro-batch runs beside the backward of another, layer by layer, "
+        "so each one's expert-parallel all-to-all hides under the other's compute (megatron/core/pipeline_parallel/"
+        "combined_1f1b.py); needs ep > 1, the alltoall or deepep dispatcher, no full recompute and, with pp > 1, "
+        "the interleaved schedule (transformer_config.py)")
 
 
 def _described(model: type[BaseModel], name: str, **kwargs: Any) -> Any:

@@ -187,9 +187,12 @@ def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, g
     if is_moe:
         # Token dispatch and combine, expert-TP and shared-expert collectives (moe.py).
         total = dispatch_comm_s(model, cfg, cluster, groups)
-        if cfg.schedule is Schedule.dualpipe:
-            # DualPipe runs a forward chunk and a backward chunk together so each one's all-to-all
-            # hides under the other's compute (DeepSeek-V3 report §3.2.1); only the excess shows.
+        if cfg.schedule is Schedule.dualpipe or cfg.moe_a2a_overlap:
+            # DualPipe (DeepSeek-V3 report §3.2.1) and Megatron-Core's combined 1F1B
+            # (pipeline_parallel/combined_1f1b.py) run a forward chunk and a backward chunk together,
+            # layer by layer, so each one's all-to-all hides under the other's compute; only the
+            # excess shows. The warm-up forwards and cool-down backwards run unpaired, which this
+            # per-layer term does not see: pp-1 (DualPipe) or 2(pp-1) + (vpp-1)pp chunks of m*vpp.
             total = float(overlapped_s(total, compute_per_layer_s))
         comm["ep"] = total
     return comm

@@ -43,7 +43,7 @@ def estimate(
     save_mlp_act_output: bool = True, overlap_grad_reduce: bool = True, blocking_p2p: bool = False,
     method: str = "full", lora_rank: int | None = None, lora_targets: str | None = None,
     etp: int | None = None, dispatcher: Dispatcher | str = "alltoall", capacity_factor: float | None = None,
-    force_balance: bool = False, grouped_gemm: GroupedGemm | str = "per_expert",
+    force_balance: bool = False, grouped_gemm: GroupedGemm | str = "per_expert", moe_a2a_overlap: bool = False,
     # What to return.
     timeline: bool = False,
 ) -> Estimate:
@@ -79,6 +79,7 @@ def search(
     method: str | None = None, lora_rank: int | None = None, lora_targets: str | None = None,
     etp: int | None = None, dispatcher: Dispatcher | str | None = None, capacity_factor: float | None = None,
     force_balance: bool | None = None, grouped_gemm: GroupedGemm | str | None = None,
+    moe_a2a_overlap: bool | None = None,
     # The search itself.
     objective: str | None = None, top_k: int | None = None, max_gpus: int | None = None,
     deadline_days: float | None = None, budget_usd: float | None = None, allow_cross_node_tp: bool | None = None,

@@ -170,6 +170,8 @@ def _model_flags(model: ModelSpec, cfg: ParallelConfig, notes: list[str]) -> lis
             flags.append(("--moe-router-force-load-balancing", None))
             notes.append("force_balance: the router ignores its scores and balances tokens, as benchmarks do; "
                          "drop --moe-router-force-load-balancing to train a real model")
+        if cfg.moe_a2a_overlap:   # the combined 1F1B, with the delayed expert wgrad NVIDIA's presets pair it with
+            flags += [("--overlap-moe-expert-parallel-comm", None), ("--delay-wgrad-compute", None)]
         if model.shared_expert_gate:
             unexpressed.append("a sigmoid gate on the shared expert")
         notes.append("router details (score function, group-limited routing, load-balancing loss) are not in"
