@@ -67,3 +67,29 @@ def test_megatron_export_writes_the_combined_1f1b_flags():
     off = export_megatron(model, resolve_config(model, 8, **knobs), model_ref="q").content
     assert "--overlap-moe-expert-parallel-comm" in on and "--delay-wgrad-compute" in on
     assert "--overlap-moe-expert-parallel-comm" not in off
+
+
+def test_a_search_with_the_overlap_pinned_keeps_only_layouts_megatron_runs():
+    """The overlap's conditions on ep, schedule and recompute are per layout (validity.RULES): a search
+    that pins moe_a2a_overlap once failed on its one-GPU probe (ep 1) for every job; it now rejects the
+    layouts Megatron-Core refuses and returns the rest, each as estimate computes it."""
+    job = dict(model="qwen3-30b-a3b", gpu="h100-sxm-80gb", gpus=16, seq=4096, gbs=256, force_balance=True)
+    result = trainplan.search(**job, moe_a2a_overlap=True)
+    assert any("moe_a2a_overlap" in reason for reason in result["rejected"])
+    assert result["candidates"]
+    for candidate in result["candidates"]:
+        config = candidate["config"]
+        assert config["moe_a2a_overlap"] is True and config["ep"] > 1 and config["recompute"] != "full"
+        assert config["pp"] == 1 or config["schedule"] == "interleaved"
+        layout = {k: config[k] for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule",
+                                         "recompute_modules", "bf16_moments", "fp8_activations")}
+        again = trainplan.estimate(**job, **layout, moe_a2a_overlap=True)["time"]["step_s"]
+        assert candidate["time"]["step_s"] == pytest.approx(again, rel=1e-6)
+
+
+def test_a_search_pinning_the_overlap_on_a_dense_model_or_allgather_is_one_error():
+    with pytest.raises(InputError, match="dense"):
+        trainplan.search(model="llama3-8b", gpu="h100-sxm-80gb", gpus=8, moe_a2a_overlap=True)
+    with pytest.raises(InputError, match="dispatcher"):
+        trainplan.search(**{k: v for k, v in INSIDE_NODE.items() if k not in ("ep", "recompute", "mbs")},
+                         dispatcher="allgather", moe_a2a_overlap=True)

@@ -9,7 +9,7 @@ import functools
 
 from typing import Any
 
-from .codes import SCHEDULE_CODES
+from .codes import RECOMPUTE_CODES, SCHEDULE_CODES
 from .contract import Dispatcher, GroupedGemm, Layout, default_seq
 from .plan_defaults import default_gbs, default_gbs_reason
 from .errors import InputError
@@ -149,8 +149,7 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     moe_knobs = [name for name, value, default in (
         ("capacity_factor", values["capacity_factor"], None), ("force_balance", values["force_balance"], False),
         ("dispatcher", values["dispatcher"], Dispatcher.alltoall.value),
-        ("grouped_gemm", values["grouped_gemm"], GroupedGemm.per_expert.value),
-        ("moe_a2a_overlap", values["moe_a2a_overlap"], False))
+        ("grouped_gemm", values["grouped_gemm"], GroupedGemm.per_expert.value))
         if value is not None and getattr(value, "value", value) != default]
     if moe_knobs and not model.is_moe:
         raise InputError(f"{', '.join(moe_knobs)}: MoE routing and expert settings, and {model.name} is dense: "
@@ -170,10 +169,11 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     grouped_gemm = _choice(GroupedGemm, "grouped_gemm", values["grouped_gemm"])
     etp = values["etp"] if values["etp"] and values["etp"] != tp else None   # null: expert TP = tp
     if values["moe_a2a_overlap"]:
-        _check_moe_a2a_overlap(ep, pp, schedule, dispatcher, recompute)
+        check_moe_a2a_overlap_job(model, dispatcher)
     knobs = Knobs(gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, seq=seq, gbs=gbs,
-                  schedule=SCHEDULE_CODES[schedule], sequence_parallel=sequence_parallel, etp=etp)
-    check(model, knobs)   # validity.RULES, the search's rules too
+                  schedule=SCHEDULE_CODES[schedule], sequence_parallel=sequence_parallel, etp=etp,
+                  moe_a2a_overlap=values["moe_a2a_overlap"], recompute=RECOMPUTE_CODES[recompute])
+    check(model, knobs)   # validity.RULES, the search's rules too (moe_a2a_overlap's ep, schedule, recompute)
     dp = int(knobs.dp)
 
     values.update(dp=dp, seq=seq, recompute=recompute, recompute_modules=recompute_modules,
@@ -184,19 +184,15 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     return ParallelConfig(**values)
 
 
-def _check_moe_a2a_overlap(ep: int, pp: int, schedule: Schedule, dispatcher: Dispatcher, recompute: Recompute) -> None:
-    """Megatron-Core's conditions for the combined 1F1B (transformer_config.py, overlap_moe_expert_parallel_comm)."""
-    if ep == 1:
-        raise InputError("moe_a2a_overlap hides the expert-parallel all-to-all and needs ep > 1: use --ep 2 or more, "
-                         "or drop --moe-a2a-overlap")
-    if pp > 1 and schedule is not Schedule.interleaved:
-        raise InputError("moe_a2a_overlap with pp > 1 needs the interleaved schedule (Megatron-Core requires virtual "
-                         "pipeline stages): use --vpp 2 or more, or drop --moe-a2a-overlap")
+def check_moe_a2a_overlap_job(model: ModelSpec, dispatcher: Dispatcher) -> None:
+    """What the whole job must have for Megatron-Core's combined 1F1B (transformer_config.py,
+    overlap_moe_expert_parallel_comm): experts, and the alltoall or deepep dispatcher. Its conditions on
+    each layout (ep, schedule, recompute) are validity.RULES, which the search applies per layout."""
+    if not model.is_moe:
+        raise InputError(f"moe_a2a_overlap: MoE routing and expert settings, and {model.name} is dense: "
+                         "drop --moe-a2a-overlap")
     if dispatcher is Dispatcher.allgather:
         raise InputError("moe_a2a_overlap needs the alltoall or deepep dispatcher: use --dispatcher alltoall")
-    if recompute is Recompute.full:
-        raise InputError("moe_a2a_overlap cannot run with full recompute (Megatron-Core rejects it): use --recompute "
-                         "selective or none, or drop --moe-a2a-overlap")
 
 
 def resolve_with_batch(model: ModelSpec, gpus: int, *, fp8_supported: bool = True,

@@ -39,7 +39,7 @@ from .estimate import evaluate
 from .export.support import ENGINES, runs
 from .finetune import is_lora
 from .contract import Layout
-from .layout import resolve_config
+from .layout import check_moe_a2a_overlap_job, resolve_config
 from .recompute import modules_of
 from .plan_defaults import DEFAULT_HEADROOM
 from .search_choice import alternatives, prefer_simpler, rows_to_rescore
@@ -184,9 +184,15 @@ def _fixed(model, seq: int, precision: Precision, gpu, given: dict) -> dict:
         raise InputError(f"unknown search argument(s) {', '.join(unknown)}: the fixed layout knobs are "
                          f"{', '.join(FIXED_KNOBS)}")
     given = {k: v for k, v in given.items() if v is not None}
+    # moe_a2a_overlap's conditions on ep, schedule and recompute are per layout (validity.RULES): the
+    # one-GPU probe checks only what the whole job must have for it.
+    overlap = bool(given.pop("moe_a2a_overlap", False))
     probe = resolve_config(model, 1, seq=seq, precision=precision, recompute=Recompute.selective,
                            fp8_supported=gpu.fp8_tflops is not None, **given)
+    if overlap:
+        check_moe_a2a_overlap_job(model, probe.dispatcher)
     fixed = {k: getattr(probe, k) for k in FIXED_KNOBS}
+    fixed["moe_a2a_overlap"] = overlap
     for name in ("sequence_parallel", "tp_comm_overlap", "etp"):   # resolved per layout (they depend on tp)
         fixed[name] = given.get(name, Layout.model_fields[name].default)
     return fixed

@@ -268,7 +268,7 @@ def evaluate_count(job: SearchJob, gpus: int, score_of, engine_ok=None) -> dict:
     space = enumerate_space(model, gpus, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.pins,
                             job.recompute_options)
     reason, dp, m = validity(model, space, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.sequence_parallel,
-                             job.etp)
+                             job.etp, job.moe_a2a_overlap)
     reason = np.asarray(reason).reshape(-1)
     live = np.nonzero(reason < 0)[0]
     rows = {k: v[live] for k, v in space.items()}

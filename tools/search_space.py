@@ -235,12 +235,13 @@ def enumerate_space(model: ModelSpec, gpus: int, gbs: int, seq: int, gpus_per_no
 
 def validity(model: ModelSpec, space: dict[str, np.ndarray], gbs: int, seq: int, gpus_per_node: int,
              allow_cross_node_tp: bool = False, sequence_parallel: bool = True,
-             etp: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             etp: int | None = None, moe_a2a_overlap: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(reason index into REASONS or -1 when valid, dp, micro-batches) for every layout: the rules
     of validity.RULES (resolve_config's, the pipeline's and the search's policies), in their order."""
     knobs = Knobs(gpus=space["gpus"], tp=space["tp"], pp=space["pp"], cp=space["cp"], ep=space["ep"],
                   vpp=space["vpp"], mbs=space["mbs"], seq=seq, gbs=gbs, schedule=space["schedule"],
-                  sequence_parallel=sequence_parallel, etp=etp)
+                  sequence_parallel=sequence_parallel, etp=etp, moe_a2a_overlap=moe_a2a_overlap,
+                  recompute=space["recompute"])
     reason = first_broken(model, knobs, Policies(gpus_per_node, allow_cross_node_tp))
     return reason, knobs.dp, knobs.m
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .codes import SCHEDULE_CODES
+from .codes import RECOMPUTE_CODES, SCHEDULE_CODES
 from .errors import InputError
 from .pipeline import SIMULATE_MAX_UNITS, dualpipe_batch_ok, interleaved_batch_ok, simulated_units
-from .specs import ModelSpec, Schedule
+from .specs import ModelSpec, Recompute, Schedule
 
 CP_MIN_TOKENS = 2048
 """Context parallelism only while each CP rank keeps >= 2048 tokens of the sequence. Ring attention
@@ -55,21 +55,26 @@ R_BATCH = "invalid batch: gbs is not divisible by dp*mbs"
 R_DUAL_M = "invalid schedule: dualpipe needs an even number of micro-batches >= 2*pp"
 R_INTER_M = "invalid schedule: interleaved needs micro-batches divisible by pp"
 R_SIM_SIZE = "invalid batch: too many micro-batches to simulate"
+R_A2A_OVERLAP = "invalid schedule: moe_a2a_overlap needs ep > 1, interleaving with pp > 1, and no full recompute"
 
 _INTER, _DUAL = SCHEDULE_CODES[Schedule.interleaved], SCHEDULE_CODES[Schedule.dualpipe]
+_FULL = RECOMPUTE_CODES[Recompute.full]
 
 
 class Knobs:
     """The knobs the rules read, as ints (one layout) or numpy arrays (many), with dp and the
-    micro-batches m derived. schedule is a SCHEDULE_CODES code; gbs None skips the batch rules."""
+    micro-batches m derived. schedule is a SCHEDULE_CODES code, recompute a RECOMPUTE_CODES code (None:
+    not known, its rules pass); gbs None skips the batch rules."""
 
     def __init__(self, *, gpus, tp, pp, cp, ep, vpp, mbs, seq, schedule, gbs=None, sequence_parallel=True,
-                 etp=None):
+                 etp=None, moe_a2a_overlap=False, recompute=None):
         self.gpus, self.tp, self.pp, self.cp, self.ep, self.vpp, self.mbs, self.seq = (
             np.asarray(x) for x in (gpus, tp, pp, cp, ep, vpp, mbs, seq))
         self.schedule = np.asarray(schedule)
         self.sequence_parallel = np.asarray(sequence_parallel)
         self.etp = self.tp if etp is None else np.asarray(etp)   # expert TP; Megatron's default is tp
+        self.moe_a2a_overlap = bool(moe_a2a_overlap)
+        self.recompute = np.asarray(-1 if recompute is None else recompute)
         self.gbs = gbs
         self.dp = np.maximum(self.gpus // (self.tp * self.pp * self.cp), 1)
         self.m = None if gbs is None else np.maximum(gbs // (self.dp * self.mbs), 1)
@@ -168,6 +173,20 @@ RULES: tuple[Rule, ...] = (
     Rule(R_DUAL_PP, "layout",
          lambda m, k, p: (k.schedule == _DUAL) & (k.pp > 1) & (k.pp % 2 != 0),
          lambda m, k, p: f"schedule=dualpipe needs an even pp, got pp={k.pp}"),
+    # Megatron-Core's conditions for the combined 1F1B (transformer_config.py, overlap_moe_expert_parallel_comm);
+    # the dispatcher's, a job-level knob, is layout.check_moe_a2a_overlap_job's.
+    Rule(R_A2A_OVERLAP, "layout",
+         lambda m, k, p: k.moe_a2a_overlap & (k.ep == 1),
+         lambda m, k, p: ("moe_a2a_overlap hides the expert-parallel all-to-all and needs ep > 1: use --ep 2 or more, "
+                          "or drop --moe-a2a-overlap")),
+    Rule(R_A2A_OVERLAP, "layout",
+         lambda m, k, p: k.moe_a2a_overlap & (k.pp > 1) & (k.schedule != _INTER),
+         lambda m, k, p: ("moe_a2a_overlap with pp > 1 needs the interleaved schedule (Megatron-Core requires virtual "
+                          "pipeline stages): use --vpp 2 or more, or drop --moe-a2a-overlap")),
+    Rule(R_A2A_OVERLAP, "layout",
+         lambda m, k, p: k.moe_a2a_overlap & (k.recompute == _FULL),
+         lambda m, k, p: ("moe_a2a_overlap cannot run with full recompute (Megatron-Core rejects it): use --recompute "
+                          "selective or none, or drop --moe-a2a-overlap")),
     Rule(R_BATCH, "batch",
          lambda m, k, p: k.gbs % (k.dp * k.mbs) != 0,
          lambda m, k, p: (f"gbs={k.gbs} is not divisible by dp*mbs={k.dp}*{k.mbs}={_i(k.dp * k.mbs)}: "
