@@ -1,0 +1,186 @@
+"""The Ampere GEMM efficiency each A100 eval case implies, grouped by family, and what separates them.
+
+1. Per case: the family's gemm_efficiency (eta_max, tools/calibration.py) solved by bisection so that
+   the case's throughput figure (step time, tokens/s, TFLOP/s or HFU: the first it publishes) matches
+   exactly, every other constant as in the calibration table. Printed with the error at the table's
+   value, the published HFU in the model's own count (the FLOPs the kernels run: causal under flash,
+   plus recompute), the layout traits that could matter (recompute, tokens per micro-batch, hidden
+   per TP rank) and, at the table's value, how a block's compute splits into GEMMs, the attention
+   core and memory-bound elementwise work, and the step's shares that are not compute.
+2. Korthikanti et al. 2022 Table 5 ran each model twice, selective and full recompute, with the same
+   layout: the difference of the two step times is one forward of GEMM-heavy work. The eta_max at
+   which the model's difference equals the published one is the efficiency of that marginal work; at
+   that eta_max, the time the model lacks in the selective step is what no forward GEMM accounts for.
+
+Run: python benchmarks/bench_ampere_ceiling.py [--case ID-PREFIX] [--pairs-only]"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import trainplan
+from trainplan.evals.cases import evaluate_prediction
+from trainplan.evals.dataset import load_dataset
+from trainplan.tools import calibration, catalog, compute
+from trainplan.tools.contract import Layout
+from trainplan.tools.layout import resolve_with_batch
+
+import fit_calibration   # benchmarks/, next to this script
+
+FAMILY = "ampere"
+# The figure solved for: the first of these a case publishes, else its first published figure that is
+# neither a size nor a memory. Figures that grow with time (the rest grow with speed):
+PREFERRED = ("step_s", "tokens_per_s_per_gpu", "hardware_tflops_per_gpu")
+NOT_SPEED = ("params_b", "peak_memory_gib")
+TIME_LIKE = ("step_s", "gpu_hours", "cost_usd", "days")
+# Families of runs: evals/runs file id -> label.
+GROUPS = (("megatron-sc21", "SC21 2021 Megatron (eager)"),
+          ("megatron-gpt3-175b", "Megatron GPT-3 175B README (eager)"),
+          ("korthikanti-2022", "Korthikanti 2022 (eager, SP)"),
+          ("bloom-176b", "BLOOM 176B (Megatron-DeepSpeed)"),
+          ("mpt-llm-foundry", "MPT 125M-3B (FSDP, Triton flash)"),
+          ("mpt-llm-foundry-large", "MPT 7B-70B (FSDP, Triton flash)"),
+          ("flash-attention-gpt3", "FlashAttention GPT-3 rows"),
+          ("ibm-fsdp-llama2", "IBM FSDP Llama 2"))
+PAIR_SIZES = ("22b", "175b", "530b", "1t")
+ETA_GRID = [x / 200 for x in range(100, 200)]   # 0.500 ... 0.995
+
+
+def set_eta(value: float) -> None:
+    """Replace the Ampere gemm_efficiency in the calibration table, as the refit does."""
+    fit_calibration._apply(FAMILY, {"gemm_efficiency": value})
+
+
+def figure(case) -> tuple[str, bool] | None:
+    """(quantity, True when larger means faster) of the figure solved for; None if the case has none."""
+    names = [q for q in PREFERRED if q in case.published] + [q for q in case.published if q not in NOT_SPEED]
+    return (names[0], names[0] not in TIME_LIKE) if names else None
+
+
+def speed(case, dataset) -> float:
+    """Predicted speed over published speed (> 1: the model is too fast)."""
+    quantity, faster = figure(case)
+    error = evaluate_prediction(case, dataset).error[quantity]
+    return (1 + error) if faster else 1 / (1 + error)
+
+
+def implied_eta(case, dataset, low: float = 0.3, high: float = 1.0, steps: int = 14) -> float | None:
+    """eta_max at which the case's figure is matched; None outside [low, high]."""
+    set_eta(high)
+    if speed(case, dataset) < 1:
+        return None
+    set_eta(low)
+    if speed(case, dataset) > 1:
+        return None
+    for _ in range(steps):
+        mid = (low + high) / 2
+        set_eta(mid)
+        low, high = (low, mid) if speed(case, dataset) > 1 else (mid, high)
+    return (low + high) / 2
+
+
+def block_shares(case) -> dict[str, float]:
+    """Shares of one block's compute (forward + backward, layer 0) by kind, at the current constants."""
+    kwargs = case.kwargs()
+    model = catalog.load_model(kwargs["model"])
+    gpu = catalog.load_gpu(kwargs["gpu"])
+    knobs = {k: v for k, v in kwargs.items() if k in Layout.model_fields}   # as tools/estimate.py splits them
+    cfg, _ = resolve_with_batch(model, kwargs["gpus"], fp8_supported=gpu.fp8_tflops is not None, **knobs)
+    times = compute.layer_times(model, cfg, gpu, 0)
+    total = times.forward + times.backward_input + times.backward_weight
+    by_key: dict[str, float] = {}
+    for part in (times.forward_s, times.backward_input_s, times.backward_weight_s):
+        for key, seconds in part.items():
+            kind = "attn" if key == "attention/core" else "elem" if key == "elementwise" else "gemm"
+            by_key[kind] = by_key.get(kind, 0.0) + seconds / total
+    return by_key
+
+
+def family_tables(dataset, prefix: str) -> None:
+    table = calibration.FAMILY_EFFICIENCY[FAMILY]["gemm_efficiency"].value
+    cases = [c for c in dataset.cases if c.kind == "prediction" and c.id.startswith(prefix)
+             and str(c.kwargs().get("gpu", "")).startswith("a100") and figure(c)]
+    print(f"A100 prediction cases: {len(cases)}; calibration table eta_max = {table:g}")
+    summary = []
+    for run, label in GROUPS:
+        group = [c for c in cases if c.run == run]
+        if not group:
+            continue
+        print(f"\n## {label}")
+        print(f"{'case':<31} {'err@table':>9} {'eta*':>5} {'HFUpub':>6} {'rc':<4} {'tok/mb':>6} {'h/tp':>5} "
+              f"{'set':<4} block: gemm/attn/elem   step: not-compute shares")
+        implied = []
+        for case in group:
+            set_eta(table)
+            quantity, _ = figure(case)
+            error = evaluate_prediction(case, dataset).error[quantity]
+            result = trainplan.estimate(**case.kwargs())
+            hfu_published = result["time"]["hfu"] / speed(case, dataset)
+            config = result["config"]
+            shares = block_shares(case)
+            others = ", ".join(f"{k} {v:.0%}" for k, v in result["time"]["shares"].items()
+                               if k != "compute" and v >= 0.005)
+            eta = implied_eta(case, dataset)
+            if eta is not None:
+                implied.append(eta)
+            hidden = catalog.load_model(case.kwargs()["model"]).hidden_size
+            recompute = str(getattr(config["recompute"], "value", config["recompute"]))
+            print(f"{case.id:<31} {error:>+9.1%} {'n/a' if eta is None else f'{eta:.3f}':>5} {hfu_published:>6.1%} "
+                  f"{recompute[:4]:<4} {config['mbs'] * config['seq'] // config['cp']:>6} "
+                  f"{hidden // config['tp']:>5} {'cal' if case.used_for_calibration else 'held':<4} "
+                  f"{shares.get('gemm', 0):.0%}/{shares.get('attn', 0):.0%}/{shares.get('elem', 0):.0%}   {others}")
+        if implied:
+            summary.append((label, statistics.median(implied), min(implied), max(implied), len(implied)))
+            print(f"implied eta_max: median {summary[-1][1]:.3f}, range {summary[-1][2]:.3f}-{summary[-1][3]:.3f} "
+                  f"over {len(implied)} cases")
+    set_eta(table)
+    print("\n## Summary: implied eta_max per family (median, range)")
+    for label, median, low, high, n in summary:
+        print(f"{label:<40} {median:.3f}  {low:.3f}-{high:.3f}  ({n} cases)")
+
+
+def recompute_pairs(dataset) -> None:
+    """Korthikanti 2022 full vs selective recompute, same layout: the efficiency of the marginal forward."""
+    table = calibration.FAMILY_EFFICIENCY[FAMILY]["gemm_efficiency"].value
+    print("\n## Korthikanti 2022 Table 5: full minus selective recompute (the same layout otherwise)")
+    print(f"{'model':<6} {'published full-sel':>18} {'model at table':>14} {'eta of marginal fwd':>19} "
+          f"{'selective step lacks (at that eta)':>35}")
+    for size in PAIR_SIZES:
+        selective = dataset.case(f"korthikanti-{size}-selective")
+        full = dataset.case(f"korthikanti-{size}-full")
+        published = (full.published["step_s"].value, selective.published["step_s"].value)
+
+        def steps() -> tuple[float, float]:
+            return (trainplan.estimate(**full.kwargs())["time"]["step_s"],
+                    trainplan.estimate(**selective.kwargs())["time"]["step_s"])
+
+        set_eta(table)
+        at_table = steps()
+        best = None
+        for eta in ETA_GRID:
+            set_eta(eta)
+            full_s, selective_s = steps()
+            gap = (full_s - selective_s) - (published[0] - published[1])
+            if best is None or abs(gap) < abs(best[1]):
+                best = (eta, gap, selective_s)
+        eta, _, selective_s = best
+        lacks = published[1] - selective_s
+        print(f"{size:<6} {published[0] - published[1]:>17.2f}s {at_table[0] - at_table[1]:>13.2f}s {eta:>19.3f} "
+              f"{lacks:>+20.2f}s ({lacks / published[1]:+.0%} of the step)")
+    set_eta(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--case", default="", help="only cases whose id starts with this")
+    parser.add_argument("--pairs-only", action="store_true", help="only the Korthikanti recompute pairs")
+    args = parser.parse_args()
+    dataset = load_dataset()
+    if not args.pairs_only:
+        family_tables(dataset, args.case)
+    recompute_pairs(dataset)
+
+
+if __name__ == "__main__":
+    main()
