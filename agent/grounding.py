@@ -9,7 +9,7 @@ matches a source number at the precision it was written with (``41.2%`` matches 
 |--------------------------------------|-----------------------------------------------------------|
 | a byte unit (GiB, GB, MB, ...)       | memory fields (``memory_gib.*``, ``*_gib``); GB/s: bandwidths |
 | ``$``                                | cost fields (``*_usd``, ``price``)                         |
-| ``%`` / ``percent``                  | fractions (``mfu``, ``hfu``, ``goodput``, ``*_fraction``, ``*share*``) as the percent of them, or percentages (``*_pct``) |
+| ``%`` / ``percent``                  | fractions (``mfu``, ``mfu_full_attention``, ``hfu``, ``goodput``, ``*_fraction``, ``*share*``) as the percent of them, or percentages (``*_pct``) |
 | days                                 | day fields (``days``, ``*_days``)                          |
 | s, sec, seconds, ms, min             | time fields (``*_s``, ``*_ms``, ``time.breakdown.*``)      |
 | hours, GPU-hours                     | hour fields (``*_hours``), or days x 24                    |
@@ -180,7 +180,7 @@ def field_kind(path: tuple[str, ...]) -> str | None:
         return "cost"
     if key.endswith("_pct") or "percent" in key:
         return "percent"
-    if key in ("mfu", "hfu", "goodput") or key.endswith("_fraction") or "share" in key:
+    if key in ("mfu", "hfu", "goodput", "mfu_full_attention") or key.endswith("_fraction") or "share" in key:
         return "fraction"
     if key == "days" or key.endswith("_days"):
         return "days"

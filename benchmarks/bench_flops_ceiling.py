@@ -25,7 +25,7 @@ def main() -> None:
     layout, t, ceiling = worst
     print(f"{n} layouts in {time.perf_counter() - start:.1f} s; above the ceiling: {over}")
     print(f"max HFU {t['hfu']:.1%} (ceiling {ceiling:.0%} on {layout['gpu']}); mfu {t['mfu']:.1%}, "
-          f"mfu_causal {t['mfu_causal']:.1%}")
+          f"mfu_full_attention {t['mfu_full_attention']:.1%}")
     print(f"  layout: {layout}")
 
 

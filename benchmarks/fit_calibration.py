@@ -28,7 +28,7 @@ GRIDS = {
     # attention efficiency stays as set (its row says why the two dense runs cannot fit it).
     "blackwell": {"gemm_efficiency": [x / 100 for x in range(40, 77)]},
 }
-QUANTITIES = ("hardware_tflops_per_gpu", "tflops_per_gpu_causal")
+QUANTITIES = ("hardware_tflops_per_gpu", "tflops_per_gpu")
 # Families whose one constant is fitted on two cases that pull it apart: the absolute log error is flat
 # between their optima, the squared one has a single minimum (as for the MoE host constant below).
 LEAST_SQUARES = {"blackwell"}

@@ -1,5 +1,5 @@
 """A seeded sweep of random valid layouts (dense 7B-175B; A100, H100, B200; seq 2K-512K), for the
-FLOPs-convention invariants: 0 < mfu_causal <= hfu <= the GPU's efficiency ceiling, and the hardware
+FLOPs-convention invariants: 0 < mfu <= hfu <= the GPU's efficiency ceiling, and the hardware
 TFLOP/s never above that share of the peak (tests/test_flops_convention.py checks them on a small
 sweep; benchmarks/bench_flops_ceiling.py prints the largest HFU of a large one)."""
 

@@ -261,10 +261,11 @@ def test_a_plan_naming_no_engine_launches_with_an_engine_that_runs_its_layout():
     assert launch_engine("llama3-70b", fsdp_with_pp) == "torchtitan"
 
 
-def test_report_text_says_the_tables_bubble_and_why_hfu_is_below_mfu():
+def test_report_text_says_the_tables_bubble_and_names_the_palm_count():
     """The text once called the schedule's rank-averaged idle share 'pipeline bubble' (5.4%) beside a
     table whose bubble row was 1.4% of the step, wrote 'none recompute', and showed HFU below MFU
-    under 'with recompute' without saying why."""
+    under 'with recompute': MFU counted the masked half of causal attention. MFU is now the causal
+    count, never above HFU, and the PaLM count is written under its own name."""
     report = plan("Llama 3 8B on 16 H100s for 10B tokens, seq 8192, gbs 64, pp 4, tp 1, no recompute",
                   backend="offline")
     text, t = report.to_markdown(), report.recommended["time"]
@@ -273,4 +274,5 @@ def test_report_text_says_the_tables_bubble_and_why_hfu_is_below_mfu():
     table_share = row.split("|")[3].strip()
     assert f"pipeline bubble {table_share} of the step" in text
     assert "none recompute" not in text and "no recompute" in text
-    assert t["hfu"] < t["mfu"] and "below MFU" in text
+    assert t["mfu"] <= t["hfu"] < t["mfu_full_attention"]
+    assert f"attention without the causal discount), MFU is {t['mfu_full_attention']:.1%}" in text

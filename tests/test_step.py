@@ -27,19 +27,19 @@ def test_breakdown_sums_to_step_and_metrics_agree(layout):
     assert t["tokens_per_s"] == pytest.approx(JOB["gbs"] * JOB["seq"] / t["step_s"])
     assert t["tokens_per_s_per_gpu"] * JOB["gpus"] == pytest.approx(t["tokens_per_s"])
     # One FLOPs convention: hfu counts what the kernels run (causal under flash, plus recompute);
-    # mfu_causal counts the same attention without recompute; PaLM-convention mfu counts it in full.
-    assert t["mfu_causal"] == pytest.approx(t["tflops_per_gpu_causal"] / t["peak_tflops"])
-    assert 0 < t["mfu_causal"] <= t["hfu"] and t["mfu_causal"] < t["mfu"]
+    # mfu counts the same attention without recompute; the PaLM count (mfu_full_attention) counts it in full.
+    assert t["mfu_full_attention"] == pytest.approx(t["tflops_per_gpu_full_attention"] / t["peak_tflops"])
+    assert 0 < t["mfu"] <= t["hfu"] and t["mfu"] < t["mfu_full_attention"]
 
 
 def test_recompute_costs_time_and_shows_in_hfu():
     none, selective, full = (timed(tp=2, recompute=r) for r in ("none", "selective", "full"))
     assert none["step_s"] < selective["step_s"] < full["step_s"]
-    assert full["hfu"] > full["mfu_causal"]
+    assert full["hfu"] > full["mfu"]
     # Without recompute the kernels run exactly the causal model FLOPs under flash attention.
-    assert none["hfu"] == pytest.approx(none["mfu_causal"])
+    assert none["hfu"] == pytest.approx(none["mfu"])
     # Full recompute adds about one forward: hardware FLOPs ~ 4/3 of model FLOPs.
-    assert full["hardware_tflops_per_gpu"] / full["tflops_per_gpu_causal"] == pytest.approx(4 / 3, rel=0.05)
+    assert full["hardware_tflops_per_gpu"] / full["tflops_per_gpu"] == pytest.approx(4 / 3, rel=0.05)
 
 
 def test_more_microbatches_shrink_the_bubble():

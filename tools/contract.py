@@ -597,13 +597,16 @@ class StepTime(Result):
     step_s: float = Field(description="seconds per training step")
     tokens_per_s: float = Field(description="training tokens per second, whole job")
     tokens_per_s_per_gpu: float = Field(description="tokens_per_s / gpus")
-    tflops_per_gpu: float = Field(description="model TFLOP/s per GPU (3 x forward, no recompute)")
+    tflops_per_gpu: float = Field(description="model TFLOP/s per GPU (3 x forward, no recompute, attention scores "
+                                              "counted causally, as Megatron-Core counts them)")
     hardware_tflops_per_gpu: float = Field(description="model + recompute TFLOP/s per GPU")
     mfu: float = Field(description="model FLOPs utilisation: tflops_per_gpu / peak_tflops")
     hfu: float = Field(description="hardware FLOPs utilisation: the FLOPs the kernels run (causal under flash, "
                                    "full under eager), recompute included")
-    tflops_per_gpu_causal: float = Field(description="model TFLOP/s per GPU with attention counted causally")
-    mfu_causal: float = Field(description="tflops_per_gpu_causal / peak_tflops")
+    tflops_per_gpu_full_attention: float = Field(description="model TFLOP/s per GPU with attention counted without "
+                                                             "the causal discount (the PaLM convention)")
+    mfu_full_attention: float = Field(description="tflops_per_gpu_full_attention / peak_tflops; can pass hfu at "
+                                                  "long sequence, as it counts masked work no kernel runs")
     bubble_fraction: float = Field(description="idle share of the pipeline (simulator)")
     peak_tflops: float = Field(description="dense peak of the precision used, the MFU denominator")
     mfu_denominator: str = Field(description="which peak and which FLOPs convention MFU uses")

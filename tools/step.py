@@ -7,17 +7,20 @@ pipeline simulator, then the data-parallel gradient exchange and the optimizer s
 The breakdown is taken on the critical (busiest) stage and sums to step_s:
 compute + comm/tp + comm/cp + comm/ep + bubble + comm/dp + optimizer.
 
-One FLOPs convention (model_flops_per_step):
-- mfu / tflops_per_gpu: model FLOPs, 3 x forward, no recompute, attention counted without the
-  causal discount (the PaLM/Megatron convention published MFUs use: Chowdhery et al. 2022 App. B;
-  Narayanan et al. 2021 Eq. 3), against the dense peak of the precision used.
-- mfu_causal / tflops_per_gpu_causal: the same with the attention scores counted causally (half),
-  as Llama 3 Table 4 and Megatron-Bridge's num_floating_point_operations count them.
+One FLOPs convention (model_flops_per_step): what is counted is what is timed.
+- mfu / tflops_per_gpu: model FLOPs, 3 x forward, no recompute, with the attention scores counted
+  causally (half), as the kernels that skip masked blocks run them and as Megatron-Core counts them
+  today (num_floating_point_operations: "only half of the attention matrix is non-zero"; Llama 3
+  Table 4), against the dense peak of the precision used.
+- mfu_full_attention / tflops_per_gpu_full_attention: the same with attention counted without the
+  causal discount, the PaLM convention (Chowdhery et al. 2022 App. B; Narayanan et al. 2021 Eq. 3)
+  that Korthikanti et al. 2022, FlashAttention and MosaicML report. It counts masked work no kernel
+  runs, so at long sequence it can pass hfu and even 100%; compare published PaLM-convention figures
+  with it, never plan with it.
 - hfu / hardware_tflops_per_gpu: the FLOPs the kernels run, which are the FLOPs compute.py times:
   attention causal under flash (the kernel skips masked blocks), full under eager, plus recompute
-  and the MTP modules. No kernel runs above its peak x efficiency, so mfu_causal <= hfu <= the
-  largest efficiency constant. Under flash at long sequence, PaLM-convention mfu can exceed hfu:
-  it counts masked work no kernel runs.
+  and the MTP modules. No kernel runs above its peak x efficiency, so 0 < mfu <= hfu <= the
+  largest efficiency constant.
 """
 
 from __future__ import annotations
@@ -70,8 +73,8 @@ class StepResult:
     hardware_tflops_per_gpu: float
     mfu: float
     hfu: float
-    tflops_per_gpu_causal: float
-    mfu_causal: float
+    tflops_per_gpu_full_attention: float
+    mfu_full_attention: float
     bubble_fraction: float
     peak_tflops: float
     breakdown: dict[str, float]
@@ -86,15 +89,16 @@ class StepResult:
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
             "mfu": self.mfu,
             "hfu": self.hfu,
-            "tflops_per_gpu_causal": self.tflops_per_gpu_causal,
-            "mfu_causal": self.mfu_causal,
+            "tflops_per_gpu_full_attention": self.tflops_per_gpu_full_attention,
+            "mfu_full_attention": self.mfu_full_attention,
             "bubble_fraction": self.bubble_fraction,
             "peak_tflops": self.peak_tflops,
             "mfu_denominator": (f"dense {self.pipeline['precision'].upper()} peak, {self.peak_tflops:g} TFLOP/s per GPU; "
                                 f"{finetune.FLOPS_CONVENTION[finetune.Method(self.pipeline['method'])]}, "
-                                "attention without the causal discount "
-                                "(mfu_causal: attention counted causally; hfu: the FLOPs the kernels run, "
-                                f"{self.pipeline['attention']} attention, with recompute)"),
+                                "attention scores counted causally, as the kernels run them "
+                                "(mfu_full_attention: without the causal discount, the PaLM convention; "
+                                f"hfu: the FLOPs the kernels run, {self.pipeline['attention']} attention, "
+                                "with recompute)"),
             "breakdown": self.breakdown,
         }
 
@@ -326,8 +330,8 @@ def stage_params(model: ModelSpec, pp: int) -> tuple[np.ndarray, np.ndarray]:
 class StepFlops:
     """FLOPs of one step in the three named conventions (module docstring)."""
 
-    model: float           # 3 x forward, attention without the causal discount (PaLM/Megatron)
-    model_causal: float    # 3 x forward, attention scores counted causally
+    model: float                   # 3 x forward, attention scores counted causally
+    model_full_attention: float    # 3 x forward, attention without the causal discount (PaLM)
     hardware: float        # what the kernels run: causal under flash, full under eager; + recompute, + MTP
 
 
@@ -343,8 +347,8 @@ def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> StepFlops:
         return finetune.training_flops_per_token(counts, model, cfg)
 
     return StepFlops(
-        model=training(flops_per_token(model, cfg.seq, causal=False)) * tokens,
-        model_causal=training(flops_per_token(model, cfg.seq, causal=True)) * tokens,
+        model=training(flops_per_token(model, cfg.seq, causal=True)) * tokens,
+        model_full_attention=training(flops_per_token(model, cfg.seq, causal=False)) * tokens,
         hardware=(training(executed) + recompute) * tokens,
     )
 
@@ -430,7 +434,7 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     gpus = cfg.num_gpus
     peak = cluster.gpu.peak_tflops(cfg.precision)
     tflops = flops.model / step_s / gpus / 1e12
-    tflops_causal = flops.model_causal / step_s / gpus / 1e12
+    tflops_full_attention = flops.model_full_attention / step_s / gpus / 1e12
     hardware_tflops = flops.hardware / step_s / gpus / 1e12
     tokens_per_s = cfg.gbs * cfg.seq / step_s
     return StepResult(
@@ -441,8 +445,8 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
         hardware_tflops_per_gpu=hardware_tflops,
         mfu=tflops / peak,
         hfu=hardware_tflops / peak,
-        tflops_per_gpu_causal=tflops_causal,
-        mfu_causal=tflops_causal / peak,
+        tflops_per_gpu_full_attention=tflops_full_attention,
+        mfu_full_attention=tflops_full_attention / peak,
         bubble_fraction=result.bubble_fraction,
         peak_tflops=peak,
         breakdown=breakdown,

@@ -51,6 +51,7 @@ def render_estimate(result: dict, console: Console) -> None:
         time_table.add_row("hardware_tflops_per_gpu", f"{t['hardware_tflops_per_gpu']:.1f}")
         time_table.add_row("mfu", f"{t['mfu']:.1%}")
         time_table.add_row("hfu", f"{t['hfu']:.1%}")
+        time_table.add_row("mfu_full_attention (PaLM count)", f"{t['mfu_full_attention']:.1%}")
         time_table.add_row("bubble_fraction", f"{t['bubble_fraction']:.1%}")
         for key, seconds in t["breakdown"].items():
             time_table.add_row(f"  {key}", f"{seconds:.3f} s ({seconds / t['step_s']:.1%})")
