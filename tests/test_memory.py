@@ -134,7 +134,8 @@ def test_deepseek_moe_mla_layer():
     assert per["moe/dispatched"] == 2 * s * b * k * h           # top-k token copies
     assert per["moe/expert_act_input"] == 2 * 2 * s * b * k * fe
     assert per["moe/expert_fc2_input"] == 2 * s * b * k * fe
-    assert per["moe/shared_experts"] == (4 + 2) * s * b * m.shared_expert_intermediate_size
+    assert per["moe/shared_act_input"] == 4 * s * b * m.shared_expert_intermediate_size
+    assert per["moe/shared_fc2_input"] == 2 * s * b * m.shared_expert_intermediate_size
     # latent-norm inputs and outputs (the up-projection inputs), bf16 each
     assert per["attention/latents"] == 2 * s * b * (m.q_lora_rank + m.kv_lora_rank)
     assert per["attention/latent_norm_out"] == 2 * s * b * (m.q_lora_rank + m.kv_lora_rank)
@@ -369,6 +370,26 @@ def test_dualpipe_end_rank_holds_the_shared_embedding_and_head_once():
         assert r.per_stage[rank]["weights"] * GIB == pytest.approx(2 * params)   # bf16, tp = 1, ZeRO-1
     assert r.worst_stage not in (0, 15)
     assert not any(r.breakdown.get(f"weights/{name}") for name in ("embedding", "lm_head", "mtp"))
+
+def test_bf16_moments_save_four_bytes_per_parameter_of_the_sharded_state():
+    """DeepSeek-V3 §3.3.3: Adam m and v in bf16 (2 + 2 B), master weights in fp32. On the published
+    layout (PP16 DualPipe EP64, ZeRO-1 over dp = 128; the experts' data-parallel group is
+    2048 / (16 x 64) = 2) a middle rank holds 8 MoE layers, and only its optimizer states shrink."""
+    model = load_model("deepseek-v3")
+    kw = dict(gpus=2048, pp=16, ep=64, zero=1, seq=4096, gbs=15360, schedule="dualpipe", precision="fp8")
+    fp32 = memory_breakdown(model, resolve_config(model, **kw), H100)
+    bf16 = memory_breakdown(model, resolve_config(model, bf16_moments=True, **kw), H100)
+    counts = count_params(model)
+    split = model_layers_per_stage(model, 16)
+    starts = np.cumsum([0, *split])
+    layers = [*range(starts[1], starts[2]), *range(starts[14], starts[15])]   # rank 1: stages 1 and 14
+    experts = sum(counts.layers[i].routed_experts for i in layers) / 64
+    non_expert = sum(counts.layers[i].non_expert for i in layers)
+    saved = (fp32.per_stage[1]["optimizer"] - bf16.per_stage[1]["optimizer"]) * GIB
+    assert saved == pytest.approx(4 * (experts / 2 + non_expert / 128))
+    for part in ("weights", "gradients", "activations"):
+        assert bf16.per_stage[1][part] == fp32.per_stage[1][part]
+
 
 def test_tied_head_copy_on_last_stage_and_logits():
     m = GPT_SMALL

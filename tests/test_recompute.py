@@ -12,7 +12,8 @@ from trainplan.tools.counting import flops_per_token
 from trainplan.tools.errors import InputError
 from trainplan.tools.layout import resolve_config
 from trainplan.tools.memory import memory_breakdown, memory_totals_vectorised
-from trainplan.tools.recompute import DROPS
+from trainplan.tools import compute
+from trainplan.tools.recompute import DROPS, recomputed_forward_s
 from trainplan.tools.specs import ClusterSpec, RecomputeModule
 from trainplan.tools.step import model_flops_per_step, step_time
 
@@ -115,18 +116,59 @@ def test_bf16_moments_store_eight_bytes_per_parameter():
     assert moments.weights == plain.weights and moments.gradients == plain.gradients
 
 
-def test_fp8_activations_halve_swiglu_inputs_and_keep_one_attention_output():
+def test_fp8_activations_store_fp8_tiles_one_e5m6_output_and_no_swiglu_output():
+    """DeepSeek-V3 §3.3.3: SwiGLU inputs in FP8, the attention output in 12-bit E5M6, the SwiGLU
+    outputs recomputed; every cached FP8/E5M6 activation carries one fp32 scale per 1x128 tile (§3.3.2)."""
     m = load_model("deepseek-v3")
     kw = dict(gpus=64, ep=64, seq=4096, recompute="none", precision="fp8")
     plain = activation_bytes_per_layer(m, resolve_config(m, **kw), 3)
     low = activation_bytes_per_layer(m, resolve_config(m, fp8_activations=True, **kw), 3)
-    assert low["moe/expert_act_input"] == plain["moe/expert_act_input"] / 2
-    s, a, dv = 4096, m.num_attention_heads, m.v_head_dim
+    s, a, dv, h, k = 4096, m.num_attention_heads, m.v_head_dim, m.hidden_size, m.experts_per_token
+    fe, fs = m.moe_intermediate_size, m.shared_expert_intermediate_size
+    tiled = 1 + 4 / 128                                       # FP8 byte + its share of an fp32 tile scale
+    assert plain["moe/expert_act_input"] == 2 * 2 * s * k * fe   # bf16 gate and up outputs
+    assert low["moe/expert_act_input"] == 2 * tiled * s * k * fe
+    assert low["moe/shared_act_input"] == 2 * tiled * s * fs
     assert plain["attention/context"] == 3 * s * a * dv     # bf16 O + TE's fp8 copy
-    assert low["attention/context"] == 2 * s * a * dv       # one 16-bit copy
-    assert low["moe/dispatched"] == plain["moe/dispatched"]
+    assert low["attention/context"] == (1.5 + 4 / 128) * s * a * dv   # one packed E5M6 copy
+    assert plain["moe/dispatched"] == s * k * h                # TE: one fp8 byte, one scale per tensor
+    assert low["moe/dispatched"] == tiled * s * k * h
+    for key in ("moe/expert_fc2_input", "moe/shared_fc2_input"):   # recomputed from the SwiGLU inputs
+        assert plain[key] > 0 and key not in low
+    assert low["norm/inputs"] == plain["norm/inputs"]          # bf16 residual stream, not a GEMM input
     with pytest.raises(InputError, match="needs precision=fp8"):
         resolve_config(m, gpus=64, ep=64, fp8_activations=True)
+
+
+def test_fp8_activations_time_the_swiglu_outputs_they_recompute():
+    """Each MoE layer reruns its shared experts' SwiGLU, and its routed experts' unless moe_act does."""
+    m = DSV2
+    layers = [1, 2, 3]                       # MoE layers
+    times = compute.OpTimes()
+    kw = dict(gpus=8, ep=8, seq=4096, gbs=64, precision="fp8", recompute="selective")
+    tokens = 4096
+    rows, fe = tokens * m.experts_per_token, m.moe_intermediate_size
+    fs = m.num_shared_experts * m.shared_expert_intermediate_size
+    routed = compute.memory_bound_time_s(2 * 3 * rows * fe, H100)
+    shared = compute.memory_bound_time_s(2 * 3 * tokens * fs, H100)
+    for modules, extra in ((["core_attn"], routed + shared), (["core_attn", "moe_act"], shared), (["moe"], 0.0)):
+        cfg = dict(recompute_modules=modules, **kw)
+        plain = recomputed_forward_s(m, resolve_config(m, **cfg), H100, times, layers)
+        low = recomputed_forward_s(m, resolve_config(m, fp8_activations=True, **cfg), H100, times, layers)
+        assert low - plain == pytest.approx(len(layers) * extra)
+    full = dict(kw, recompute="full")
+    assert (recomputed_forward_s(m, resolve_config(m, fp8_activations=True, **full), H100, times, layers)
+            == recomputed_forward_s(m, resolve_config(m, **full), H100, times, layers))
+
+
+def test_mla_up_projection_recompute_keeps_the_rope_key():
+    """K is rebuilt from the kv latent and the decoupled RoPE key k^R (d_h^R per token, bf16)."""
+    m = load_model("deepseek-v3")
+    kw = dict(gpus=64, ep=64, seq=4096, recompute="selective")
+    up = activation_bytes_per_layer(m, resolve_config(m, recompute_modules=["mla_up_proj"], **kw), 3)
+    core = activation_bytes_per_layer(m, resolve_config(m, recompute_modules=["core_attn"], **kw), 3)
+    assert up["attention/rope_key"] == 2 * 4096 * m.qk_rope_head_dim
+    assert "attention/rope_key" not in core and "attention/qkv" in core and "attention/qkv" not in up
 
 
 def test_moe_token_buffers_are_one_layers_all_to_all():

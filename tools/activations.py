@@ -29,6 +29,19 @@ from .specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, S
 # defaults to 0.1) also marks the hidden dropout masks of a GPT-3-style recipe.
 
 
+FP8_TILE = 128
+"""elements per quantization tile of a cached FP8 activation with fp8_activations: DeepSeek-V3 §3.3.2
+("for activations, we group and scale elements on a 1x128 tile basis (i.e., per token per 128 channels)")"""
+FP8_SCALE_BYTES = 4.0
+"""bytes of one tile's scale: fp32, as DeepEP's FP8 dispatch carries them (deep_ep Buffer.dispatch: an
+FP8 [num_tokens, hidden] tensor with torch.float scales [num_tokens, hidden // 128])"""
+E5M6_BYTES = 1.5
+"""bytes per element of the attention output with fp8_activations: DeepSeek-V3 §3.3.3 keeps "the inputs
+of the Linear after the attention operator" in "a customized E5M6 data format" (1 sign + 5 exponent +
+6 mantissa bits = 12 bits) when "compressing cached activations ... into lower-precision formats" to
+reduce memory: in a 16-bit container E5M6 would save nothing over bf16 (which has 7 mantissa bits), so
+it is counted packed, 12 bits per element, plus its 1x128 tile scales"""
+
 _NONE, _SELECTIVE, _FULL = (RECOMPUTE_CODES[m] for m in Recompute)
 _GPIPE, _INTERLEAVED, _DUALPIPE = (SCHEDULE_CODES[s] for s in (Schedule.gpipe, Schedule.interleaved,
                                                                Schedule.dualpipe))
@@ -118,13 +131,17 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
     the s b k dispatched token copies (balanced routing: a rank receives as many copies as its
     tokens send; with expert TP the TP group's tokens are gathered, so not divided by t) with the
     expert's gate/up outputs, its fp32 routing probability 4sbk and down input, and the shared
-    experts' intermediates. The expert outputs are not kept: Megatron-Core multiplies the routing
-    probabilities inside the experts' activation (activation_func_with_probs in experts.py, "memory
-    efficient token permutation", MCore v0.13), so the combine is a plain sum that saves nothing.
+    experts' activation input (4sbf_s) and fc2 input (2sbf_s). The expert outputs are not kept:
+    Megatron-Core multiplies the routing probabilities inside the experts' activation
+    (activation_func_with_probs in experts.py, "memory efficient token permutation", MCore v0.13),
+    so the combine is a plain sum that saves nothing.
     fp8_activations (DeepSeek-V3 §3.3.3, "Low-Precision Storage"): the SwiGLU inputs of the routed
     and shared experts are cached in FP8 (1 B, so 2sbf_e for gate and up), and the attention output
-    O, read by the attention backward and the output projection, is one 16-bit copy (DeepSeek's
-    E5M6, taken at 2 B: the report does not say it is packed) instead of bf16 O plus an FP8 cache.
+    O, read by the attention backward and the output projection, is one E5M6 copy (12 bits,
+    E5M6_BYTES) instead of bf16 O plus an FP8 cache. Every FP8 (and E5M6) activation it caches is
+    quantized in 1x128 tiles (§3.3.2) and carries one fp32 scale per tile: 4/128 B per element
+    (FP8_SCALE_BYTES / FP8_TILE). The SwiGLU outputs (the fc2 inputs) are recomputed, not stored:
+    activation_layer drops them (§3.3.3 (2)).
     unfused (fused_kernels=false: PyTorch eager ops, as Hugging Face's LlamaRMSNorm and LlamaMLP run
     them; what each op saves is PyTorch's tools/autograd/derivatives.yaml): RMSNorm casts its input
     to fp32, which pow and the rsqrt multiply save (4 B), and the weight multiply saves the bf16
@@ -135,7 +152,8 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
     """
     h, a = model.hidden_size, model.num_attention_heads
     tok = s * b
-    gemm_in = np.where(fp8, 1.0, 2.0)
+    tile_scale = np.where(fp8_activations, FP8_SCALE_BYTES / FP8_TILE, 0.0)   # per cached FP8 element
+    gemm_in = np.where(fp8, 1.0 + tile_scale, 2.0)
     dropout = has_dropout(model)
     act = 4.0 if model.gated_mlp else 2.0      # gate + up outputs, or the activation's input
     x: dict[str, np.ndarray] = {"norm/inputs": model.norms_per_layer * 2 * tok * h / r,
@@ -154,7 +172,7 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
     # eager: softmax output 2 B (+ dropout mask 1 B and dropout output 2 B), a s x seq each, and the
     # context as the out-proj GEMM input; flash: fp32 log-sum-exp, O in bf16 (+ fp8 copy for the GEMM)
     x["attention/core"] = np.where(eager, (2 + 3 * dropout) * a * tok * seq / t, 4 * a * tok / t)
-    context_bytes = np.where(fp8_activations, 2.0, 2 + np.where(fp8, 1.0, 0.0))
+    context_bytes = np.where(fp8_activations, E5M6_BYTES + tile_scale, 2 + np.where(fp8, 1.0, 0.0))
     x["attention/context"] = np.where(eager, gemm_in, context_bytes) * tok * v_width / t
     if dropout:
         x["attention/dropout_mask"] = tok * h / r
@@ -168,7 +186,7 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
         x["mlp/eager_silu_output"] = eager_glu * tok * model.intermediate_size / t
         x["mlp/fc2_input"] = gemm_in * tok * model.intermediate_size / t
     else:
-        act = act * np.where(fp8_activations, 0.5, 1.0)   # SwiGLU inputs cached in FP8
+        act = act / 2 * np.where(fp8_activations, 1.0 + tile_scale, 2.0)   # SwiGLU inputs cached in FP8
         rows = tok * model.experts_per_token
         fe = model.moe_intermediate_size
         fs = model.num_shared_experts * model.shared_expert_intermediate_size
@@ -178,7 +196,8 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
         x["moe/probs"] = 4 * rows
         x["moe/expert_act_input"] = act * rows * fe / t
         x["moe/expert_fc2_input"] = gemm_in * rows * fe / t
-        x["moe/shared_experts"] = (act + gemm_in) * tok * fs / t
+        x["moe/shared_act_input"] = act * tok * fs / t
+        x["moe/shared_fc2_input"] = gemm_in * tok * fs / t
         x["moe/eager_silu_output"] = eager_glu * (rows * fe + tok * fs) / t
     if dropout:
         x["mlp/dropout_mask" if not moe else "moe/dropout_mask"] = tok * h / r
@@ -223,6 +242,21 @@ def seq_divisor(k: dict):
     return np.where((k["sequence_parallel"] > 0) & (k["tp"] > 1), k["tp"], 1.0)
 
 
+SWIGLU_OUTPUTS_RECOMPUTED = ("moe/expert_fc2_input", "moe/shared_fc2_input", "moe/eager_silu_output")
+"""Tensor groups fp8_activations stops storing: DeepSeek-V3 §3.3.3 (2), "Inputs of the SwiGLU operator
+in MoE. ... we cache the inputs of the SwiGLU operator and recompute its output in the backward pass",
+for the routed and the shared experts (both are the MoE's SwiGLUs; Megatron's moe_act covers only the
+routed experts, whose SequentialMLP/TEGroupedMLP read it, while SharedExpertMLP is a plain MLP).
+recompute.recomputed_forward_s times the recomputation."""
+
+
+def rope_key_bytes(model: ModelSpec, tokens, r):
+    """MLA with its up-projections recomputed (mla_up_proj): K is rebuilt from the stored latents and
+    the decoupled RoPE key k^R, d_h^R wide per token and shared by the heads (DeepSeek-V2 §2.1.3), the
+    part of the kv down-projection output that no latent norm reads; it is kept in bf16 (2 B)."""
+    return 2 * tokens * model.qk_rope_head_dim / r
+
+
 def activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]:
     """(stored tensors, no-recompute tensors) of one block for knob arrays k.
 
@@ -241,6 +275,12 @@ def activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]:
                                              k["lora_targets"])
     layer_input = 2 * s * k["mbs"] * model.hidden_size / r
     stored = _stored(full, k["recompute"], k["recompute_modules"], layer_input)
+    if moe:   # fp8_activations: the MoE SwiGLU outputs are recomputed from their cached FP8 inputs
+        for key in SWIGLU_OUTPUTS_RECOMPUTED:
+            stored[key] = np.where(k["fp8_activations"] > 0, 0.0, stored[key])
+    if model.attention_type == "mla":   # see rope_key_bytes
+        recomputes_k = (k["recompute"] == _SELECTIVE) & recompute_rules.dropped("attention/qkv", k["recompute_modules"])
+        stored["attention/rope_key"] = np.where(recomputes_k, rope_key_bytes(model, s * k["mbs"], r), 0.0)
     if "mlp/fc2_input" in stored:   # a fused SwiGLU that recomputes its product keeps no down-proj input
         stored["mlp/fc2_input"] = np.where(k["save_mlp_act_output"] > 0, stored["mlp/fc2_input"], 0.0)
     return stored, full

@@ -378,8 +378,9 @@ class Layout(BaseModel):
                                    "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
     fp8_activations: bool = Field(
         default=False, description="DeepSeek-V3's low-precision activation storage (§3.3.3), with precision=fp8: the "
-                                   "MoE SwiGLU inputs cached in FP8, and the attention output kept as one 16-bit copy "
-                                   "that both the attention backward and the output projection read")
+                                   "MoE SwiGLU inputs cached in FP8 and their outputs recomputed, the attention output "
+                                   "kept as one 12-bit E5M6 copy that both the attention backward and the output "
+                                   "projection read, each cached tensor with an fp32 scale per 1x128 tile (§3.3.2)")
     tp_comm_overlap: bool = Field(default=False, description="overlap TP/SP all-gathers and reduce-scatters with "
                                                              "the GEMMs (Megatron --tp-comm-overlap)")
     overlap_grad_reduce: Annotated[bool, Cli("--overlap-grad-reduce/--no-overlap-grad-reduce")] = Field(

@@ -236,13 +236,9 @@ def saved_tensor_changes(model, moe: bool, tensors: dict, tok, method_code, rank
     lora = np.asarray(method_code) > 0
     attention_only = lora & (np.asarray(targets_code) == TARGET_CODES[LoraTargets.attention])
     out = dict(tensors)
-    for key in ("mlp/fc1_input", "mlp/fc2_input", "moe/dispatched", "moe/expert_fc2_input"):
+    for key in ("mlp/fc1_input", "mlp/fc2_input", "moe/dispatched", "moe/expert_fc2_input", "moe/shared_fc2_input"):
         if key in out:
             out[key] = np.where(attention_only, 0.0, out[key])
-    if "moe/shared_experts" in out:   # keep the activation's inputs, drop the fc2 input
-        act = 4.0 if model.gated_mlp else 2.0
-        out["moe/shared_experts"] = np.where(attention_only, out["moe/shared_experts"] * act / (act + 2.0),
-                                             out["moe/shared_experts"])
     rows = {target: sum(lin.rows * lin.copies for lin in targeted_linears(model, moe, target)) for target in LoraTargets}
     per_token = np.where(attention_only, rows[LoraTargets.attention], rows[LoraTargets.all_linear])
     out["lora/xa_products"] = np.where(lora, BF16_BYTES * tok * rank * per_token, 0.0)

@@ -57,7 +57,8 @@ DROPS: dict[RecomputeModule, tuple[str, ...]] = {
     RecomputeModule.moe_act: ("moe/expert_fc2_input", "moe/eager_silu_output"),
     RecomputeModule.mlp: ("mlp/act_input", "mlp/eager_silu_output", "mlp/fc2_input"),
     RecomputeModule.moe: ("moe/router_scores", "moe/dispatched", "moe/probs", "moe/expert_act_input",
-                          "moe/expert_fc2_input", "moe/shared_experts", "moe/eager_silu_output"),
+                          "moe/expert_fc2_input", "moe/shared_act_input", "moe/shared_fc2_input",
+                          "moe/eager_silu_output"),
 }
 """Tensor groups (memory._layer_tensors keys) a module's recompute stops saving."""
 CHECKPOINT_INPUT = {RecomputeModule.mlp: "mlp/fc1_input"}
@@ -129,6 +130,13 @@ def _moe_act_forward_s(model: ModelSpec, cfg: ParallelConfig, gpu, tokens: float
     return compute.memory_bound_time_s(2 * (reads + 1) * rows * width, gpu)
 
 
+def _shared_act_forward_s(model: ModelSpec, cfg: ParallelConfig, gpu, tokens: float) -> float:
+    """The shared experts' activation on every token: read the fc1 output, write its product."""
+    width = model.num_shared_experts * model.shared_expert_intermediate_size / cfg.tp
+    reads = 2 if model.gated_mlp else 1
+    return compute.memory_bound_time_s(2 * (reads + 1) * tokens * width, gpu)
+
+
 def _mlp_act_output_s(model: ModelSpec, cfg: ParallelConfig, gpu, tokens: float) -> float:
     """save_mlp_act_output=false: the fused SwiGLU backward, which reads the gate and up outputs
     anyway, also writes the recomputed product for the down-projection's weight gradient: 2 B per
@@ -143,19 +151,25 @@ def recomputed_forward_s(model: ModelSpec, cfg: ParallelConfig, gpu, times: comp
     ``times`` are the stage's compute.OpTimes over ``layer_ids`` (its blocks, and the embedding and
     head on the end stages); full reruns every block's forward, selective the modules' own work.
     With save_mlp_act_output=false each dense MLP the recompute mode does not rerun adds the
-    product its fused SwiGLU backward rewrites (_mlp_act_output_s), whatever the mode.
+    product its fused SwiGLU backward rewrites (_mlp_act_output_s), whatever the mode; with
+    fp8_activations each MoE layer reruns its routed (unless moe_act does) and shared experts'
+    SwiGLU (activations.SWIGLU_OUTPUTS_RECOMPUTED), whatever the mode short of full.
     """
     forward = times.forward_s
     tokens = cfg.mbs * cfg.seq / cfg.cp
     n_dense = sum(1 for i in layer_ids if not is_moe_layer(model, i))
+    n_moe = len(layer_ids) - n_dense
     modules = modules_of(config_mask(cfg))
     reruns_mlp = cfg.recompute is Recompute.full or RecomputeModule.mlp in modules
     seconds = 0.0 if cfg.save_mlp_act_output or reruns_mlp else n_dense * _mlp_act_output_s(model, cfg, gpu, tokens)
+    if cfg.fp8_activations and cfg.recompute is not Recompute.full and RecomputeModule.moe not in modules:
+        # activations.SWIGLU_OUTPUTS_RECOMPUTED: the MoE SwiGLU outputs, unless moe_act already reruns the routed ones
+        routed = 0.0 if RecomputeModule.moe_act in modules else _moe_act_forward_s(model, cfg, gpu, tokens)
+        seconds += n_moe * (routed + _shared_act_forward_s(model, cfg, gpu, tokens))
     if cfg.recompute is Recompute.none:
         return seconds
     if cfg.recompute is Recompute.full:
         return sum(v for k, v in forward.items() if k not in ("embedding", "lm_head", "loss"))
-    n_moe = len(layer_ids) - n_dense
     for module in modules:
         if module is RecomputeModule.core_attn:
             seconds += forward.get("attention/core", 0.0)

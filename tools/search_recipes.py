@@ -18,10 +18,11 @@ Megatron's default set (core_attn) and full recompute are enumerated beside the 
 recompute_modules is the only selective set tried.
 
 Low-precision storage (DeepSeek-V3 report §3.3.3, part of its FP8 training framework): BF16 Adam
-moments (bf16_moments) and FP8 caching of the SwiGLU inputs (fp8_activations). Both change memory
-only (the step time has no term for them). With precision fp8 and full training, each knob the
-request leaves open is chosen per layout: the first of STORAGE_ORDER that fits is kept, so a layout
-that fits without them runs without them. With bf16, or when the request sets them, they are as given.
+moments (bf16_moments) and FP8 caching of the SwiGLU inputs (fp8_activations). Both change memory;
+fp8_activations also recomputes the MoE SwiGLU outputs, which the step time counts. With precision
+fp8 and full training, each knob the request leaves open is chosen per layout: the first of
+STORAGE_ORDER that fits is kept, so a layout that fits without them runs without them. With bf16,
+or when the request sets them, they are as given.
 """
 
 from __future__ import annotations

@@ -270,8 +270,10 @@ def export_megatron(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) ->
         notes.append("the plan keeps Adam's moments in bf16: add --use-precision-aware-optimizer --exp-avg-dtype bf16 "
                      "--exp-avg-sq-dtype bf16, or the optimizer states take 4 B/param (before ZeRO sharding) more than planned")
     if cfg.fp8_activations:
-        notes.append("the plan caches the experts' SwiGLU inputs in FP8 and one 16-bit attention output (DeepSeek-V3 "
-                     "§3.3.3): Megatron-LM has no flag for it, so its activations take more memory than planned")
+        notes.append("the plan stores activations as DeepSeek-V3's framework does (§3.3.3: FP8 SwiGLU inputs with the "
+                     "SwiGLU outputs recomputed, one E5M6 attention output): Megatron-LM has no flag for it "
+                     "(--activation-func-fp8-input-store covers the SwiGLU inputs only), so its activations take "
+                     "more memory than planned")
     if (cfg.tp > 1 or cfg.cp > 1) and cfg.zero < 2:
         notes.append("tensor or context parallelism needs CUDA_DEVICE_MAX_CONNECTIONS=1 on GPUs before Blackwell")
     notes.append(f"launch on exactly {cfg.num_gpus} ranks (data-parallel size = world / (tp*pp*cp) ="

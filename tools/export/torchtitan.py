@@ -181,6 +181,10 @@ def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) 
             "precompute_float8_dynamic_scale_for_fsdp": cfg.zero >= 1,
         }
         notes.append("fp8 is torchao float8 on nn.Linear with the tensorwise recipe; MoE grouped GEMMs stay bf16")
+    if cfg.bf16_moments or cfg.fp8_activations:
+        notes.append("the plan keeps DeepSeek-V3's low-precision storage (bf16 Adam moments, FP8/E5M6 activations, "
+                     "§3.3.3), which torchtitan has no setting for: its optimizer states and activations take more "
+                     "memory than planned")
 
     overrides = " ".join(f"--{section}.{key} {_toml_value(value)}" for section in ("parallelism", "training")
                          for key, value in sections[section].items() if key not in V03_MISSING)
