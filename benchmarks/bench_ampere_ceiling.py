@@ -6,25 +6,30 @@
    value, the published HFU in the model's own count (the FLOPs the kernels run: causal under flash,
    plus recompute), the layout traits that could matter (recompute, tokens per micro-batch, hidden
    per TP rank) and, at the table's value, how a block's compute splits into GEMMs, the attention
-   core and memory-bound elementwise work, and the step's shares that are not compute.
-2. Korthikanti et al. 2022 Table 5 ran each model twice, selective and full recompute, with the same
-   layout: the difference of the two step times is one forward of GEMM-heavy work. The eta_max at
-   which the model's difference equals the published one is the efficiency of that marginal work; at
-   that eta_max, the time the model lacks in the selective step is what no forward GEMM accounts for.
+   core and memory-bound elementwise work, and the step's shares that are not compute; then the
+   cases whose published HFU is above the model's efficiency ceiling (compute.efficiency_ceiling).
+2. Korthikanti et al. 2022 Table 4 measured one 22B layer (no step-level overheads: no pipeline, data
+   parallelism or optimizer) three ways: the eta_max each implies, and the recompute's cost.
+3. Korthikanti et al. 2022 Table 5 ran each model with full recompute without sequence parallelism and
+   with selective recompute and sequence parallelism, the same TP, PP and batch: the eta_max at which
+   the model's gap equals the published one if all of the gap were GEMM time.
 
 Run: python benchmarks/bench_ampere_ceiling.py [--case ID-PREFIX] [--pairs-only]"""
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 
 import trainplan
 from trainplan.evals.cases import evaluate_prediction
 from trainplan.evals.dataset import load_dataset
-from trainplan.tools import calibration, catalog, compute
+from trainplan.tools import calibration, catalog, compute, recompute, step
+from trainplan.tools.collectives import collective_time_s, group_layout
 from trainplan.tools.contract import Layout
 from trainplan.tools.layout import resolve_with_batch
+from trainplan.tools.specs import ClusterSpec
 
 import fit_calibration   # benchmarks/, next to this script
 
@@ -102,7 +107,7 @@ def family_tables(dataset, prefix: str) -> None:
     cases = [c for c in dataset.cases if c.kind == "prediction" and c.id.startswith(prefix)
              and str(c.kwargs().get("gpu", "")).startswith("a100") and figure(c)]
     print(f"A100 prediction cases: {len(cases)}; calibration table eta_max = {table:g}")
-    summary = []
+    summary, above = [], []
     for run, label in GROUPS:
         group = [c for c in cases if c.run == run]
         if not group:
@@ -121,6 +126,9 @@ def family_tables(dataset, prefix: str) -> None:
             shares = block_shares(case)
             others = ", ".join(f"{k} {v:.0%}" for k, v in result["time"]["shares"].items()
                                if k != "compute" and v >= 0.005)
+            ceiling = compute.efficiency_ceiling(catalog.load_gpu(case.kwargs()["gpu"]))
+            if hfu_published > ceiling:
+                above.append((case.id, hfu_published, ceiling))
             eta = implied_eta(case, dataset)
             if eta is not None:
                 implied.append(eta)
@@ -138,14 +146,67 @@ def family_tables(dataset, prefix: str) -> None:
     print("\n## Summary: implied eta_max per family (median, range)")
     for label, median, low, high, n in summary:
         print(f"{label:<40} {median:.3f}  {low:.3f}-{high:.3f}  ({n} cases)")
+    print(f"\n## Published HFU (the model's count) above the model's efficiency ceiling: {len(above)} cases")
+    for case_id, hfu, ceiling in above:
+        print(f"{case_id:<34} {hfu:.1%} > {ceiling:.0%}")
+
+
+def layer_ms(case, **override) -> tuple[float, float]:
+    """(ms, forward TP-collective ms) of one block, forward + backward + recompute + exposed TP comm, for one
+    micro-batch of the case's layout with `override` applied: what a per-layer profile measures."""
+    kwargs = {**case.kwargs(), **override}
+    model, gpu = catalog.load_model(kwargs["model"]), catalog.load_gpu(kwargs["gpu"])
+    cluster = ClusterSpec.build(gpu, kwargs["gpus"], None, None, kwargs.get("inter_node_bw"))
+    cfg, _ = resolve_with_batch(model, kwargs["gpus"], **{k: v for k, v in kwargs.items() if k in Layout.model_fields})
+    groups = group_layout(cfg, cluster.gpus_per_node)
+    layer = compute.layer_times(model, cfg, gpu, 0)
+    attention = (layer.forward_s["attention/core"], layer.backward_input_s["attention/core"])
+    total = layer.forward + layer.backward_input + layer.backward_weight
+    comm = step._layer_comm_s(model, cfg, cluster, groups, 0, attention, total, 0.0,
+                              step.column_parallel_backward_s(layer, model, False))
+    rerun = recompute.recomputed_forward_s(model, cfg, gpu, layer, [0])
+    activation = 2 * cfg.mbs * cfg.seq / cfg.cp * model.hidden_size
+    forward_tp = (2 * collective_time_s("all_reduce", activation, groups["tp"], cluster)
+                  if cfg.tp > 1 and not cfg.sequence_parallel else 0.0)
+    return 1e3 * (total + rerun + sum(comm.values())), 1e3 * forward_tp
+
+
+def per_layer_times(dataset) -> None:
+    """Korthikanti 2022 Table 4: one 22B layer's measured time, no step-level overheads in it."""
+    table = calibration.FAMILY_EFFICIENCY[FAMILY]["gemm_efficiency"].value
+    run = next(r for r in dataset.runs if r.id == "korthikanti-2022")
+    text = next(f.value for f in run.context if f.name == "per_layer_times_22b")
+    published = {label: float(re.search(rf"([\d.]+) ms {pattern}", text).group(1)) for label, pattern in
+                 (("none", "no recompute"), ("full", "full recompute"), ("sel+sp", "selective"))}
+    case = dataset.case("korthikanti-22b-full")
+    variants = {"none": {"recompute": "none", "sequence_parallel": False},
+                "full": {"recompute": "full", "sequence_parallel": False},
+                "sel+sp": {"recompute": "selective", "sequence_parallel": True}}
+    print("\n## Korthikanti 2022 Table 4: one 22B layer (TP8, 4 x 2048 tokens), forward + backward, measured")
+    print(f"{'variant':<8} {'published':>9} {'model at table':>14} {'eta* for the layer':>18}")
+    set_eta(table)
+    model_ms = {label: layer_ms(case, **over) for label, over in variants.items()}
+    for label, over in variants.items():
+        low, high = 0.4, 1.0
+        for _ in range(14):
+            mid = (low + high) / 2
+            set_eta(mid)
+            low, high = (low, mid) if layer_ms(case, **over)[0] < published[label] else (mid, high)
+        print(f"{label:<8} {published[label]:>7.1f}ms {model_ms[label][0]:>12.1f}ms {(low + high) / 2:>18.3f}")
+    set_eta(table)
+    rerun = model_ms["full"][1]
+    print(f"full minus none: published {published['full'] - published['none']:.1f} ms, model "
+          f"{model_ms['full'][0] - model_ms['none'][0]:.1f} ms; the model's recompute reruns no TP collective: "
+          f"rerunning the forward all-reduces, as Megatron's checkpointed forward does, adds {rerun:.1f} ms")
 
 
 def recompute_pairs(dataset) -> None:
-    """Korthikanti 2022 full vs selective recompute, same layout: the efficiency of the marginal forward."""
+    """Korthikanti 2022 Table 5: full recompute without SP against selective recompute with SP."""
     table = calibration.FAMILY_EFFICIENCY[FAMILY]["gemm_efficiency"].value
-    print("\n## Korthikanti 2022 Table 5: full minus selective recompute (the same layout otherwise)")
-    print(f"{'model':<6} {'published full-sel':>18} {'model at table':>14} {'eta of marginal fwd':>19} "
-          f"{'selective step lacks (at that eta)':>35}")
+    print("\n## Korthikanti 2022 Table 5: full recompute (no SP) minus selective recompute + SP, same TP/PP/batch")
+    print("(the gap is one forward of recomputed work plus the SP/no-SP difference; eta* is the value that would")
+    print(" close it if all of it were GEMM time, and the selective step then lacks the last column)")
+    print(f"{'model':<6} {'published gap':>13} {'model gap at table':>18} {'eta*':>6} {'selective step then lacks':>27}")
     for size in PAIR_SIZES:
         selective = dataset.case(f"korthikanti-{size}-selective")
         full = dataset.case(f"korthikanti-{size}-full")
@@ -166,19 +227,20 @@ def recompute_pairs(dataset) -> None:
                 best = (eta, gap, selective_s)
         eta, _, selective_s = best
         lacks = published[1] - selective_s
-        print(f"{size:<6} {published[0] - published[1]:>17.2f}s {at_table[0] - at_table[1]:>13.2f}s {eta:>19.3f} "
-              f"{lacks:>+20.2f}s ({lacks / published[1]:+.0%} of the step)")
+        print(f"{size:<6} {published[0] - published[1]:>12.2f}s {at_table[0] - at_table[1]:>17.2f}s {eta:>6.3f} "
+              f"{lacks:>+12.2f}s ({lacks / published[1]:+.0%} of it)")
     set_eta(table)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--case", default="", help="only cases whose id starts with this")
-    parser.add_argument("--pairs-only", action="store_true", help="only the Korthikanti recompute pairs")
+    parser.add_argument("--pairs-only", action="store_true", help="only the Korthikanti 2022 layer and pair checks")
     args = parser.parse_args()
     dataset = load_dataset()
     if not args.pairs_only:
         family_tables(dataset, args.case)
+    per_layer_times(dataset)
     recompute_pairs(dataset)
 
 
