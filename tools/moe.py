@@ -137,14 +137,17 @@ def add_moe_compute(times: OpTimes, model: ModelSpec, cfg: ParallelConfig, gpu: 
     # The alltoall dispatcher also sorts the received chunks from rank order into local-expert
     # order and back (Megatron sort_chunks_by_idxs: read + write R h, twice); the allgather
     # dispatcher instead gathers from and scatters into the gathered buffer of the etp x ep group.
-    elements = 2 * t_in * h * (1 + k)
+    # Two keys, because Megatron's combined 1F1B runs them in different nodes (combined_1f1b.py): the
+    # token permutation and its inverse (moe/permute), and the sort or gather around the experts (moe/sort).
+    sort_elements = 0.0
     if cfg.dispatcher is not Dispatcher.allgather:
         if cfg.ep > 1 and local_experts > 1:
-            elements += 2 * 2 * rows * h
+            sort_elements = 2 * 2 * rows * h
     else:
-        elements += 2 * rows * h + t_in * cfg.expert_tp * cfg.ep * h
-    permute = memory_bound_time_s(2 * elements, gpu, kernels=4)
-    times.add("moe/permute", permute, permute)
+        sort_elements = 2 * rows * h + t_in * cfg.expert_tp * cfg.ep * h
+    for key, elements in (("moe/permute", 2 * t_in * h * (1 + k)), ("moe/sort", sort_elements)):
+        seconds = memory_bound_time_s(2 * elements, gpu, kernels=2)
+        times.add(key, seconds, seconds)
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,20 +174,24 @@ def wire_bytes_per_element(cfg: ParallelConfig) -> tuple[float, float]:
     return BF16_BYTES_PER_ELEMENT, BF16_BYTES_PER_ELEMENT
 
 
-def dispatch_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict) -> float:
-    """Seconds of one MoE block's token dispatch and combine, forward + backward, one micro-batch,
-    before any overlap. groups: collectives.group_layout (ep, etp, ep_etp, tp)."""
+def dispatch_comm_parts(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec,
+                        groups: dict) -> tuple[float, float, float]:
+    """(dispatch, combine, shared) seconds of one MoE block's communication in one direction, one
+    micro-batch, before any overlap: the token dispatch (all-to-all, then the expert-TP all-gather),
+    the combine (expert-TP reduce-scatter, then the all-to-all back), and the shared experts' TP
+    collectives, which run with the attention side of the layer. The backward moves the same bytes
+    the other way. groups: collectives.group_layout (ep, etp, ep_etp, tp)."""
     h, k = model.hidden_size, model.experts_per_token
     t_in = tokens_in(cfg)
     load = load_factor(cfg)
     dispatch_b, combine_b = wire_bytes_per_element(cfg)
-    seconds = 0.0
+    dispatch = combine = shared = 0.0
     if cfg.dispatcher is Dispatcher.allgather:
         group = groups["ep_etp"]
         if group.size > 1:
             gathered = t_in * group.size * h
-            seconds = (collective_time_s("all_gather", dispatch_b * gathered, group, cluster)
-                       + collective_time_s("reduce_scatter", combine_b * gathered, group, cluster))
+            dispatch = collective_time_s("all_gather", dispatch_b * gathered, group, cluster)
+            combine = collective_time_s("reduce_scatter", combine_b * gathered, group, cluster)
     else:
         if cfg.ep > 1:
             # Each rank sends T_in k copies; the busiest receiver takes `load` times the mean.
@@ -195,16 +202,22 @@ def dispatch_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec,
                 # per node it targets, then forwards it over NVLink (DeepSeek-V3 report §3.2.2: at most
                 # 4 nodes); Megatron's alltoall sends every copy to its rank (NCCL all_to_all_single).
                 copies *= min(k, model.routing_group_limit) / k
-            seconds += (collective_time_s("all_to_all", dispatch_b * copies * h, groups["ep"], cluster)
-                        + collective_time_s("all_to_all", combine_b * copies * h, groups["ep"], cluster))
+            dispatch += collective_time_s("all_to_all", dispatch_b * copies * h, groups["ep"], cluster)
+            combine += collective_time_s("all_to_all", combine_b * copies * h, groups["ep"], cluster)
         if cfg.expert_tp > 1 and cfg.sequence_parallel:
             # Expert TP: all-gather the received copies over etp before the experts, reduce-scatter after.
             gathered = routed_rows(model, cfg) * h
-            seconds += (collective_time_s("all_gather", dispatch_b * gathered, groups["etp"], cluster)
-                        + collective_time_s("reduce_scatter", combine_b * gathered, groups["etp"], cluster))
+            dispatch += collective_time_s("all_gather", dispatch_b * gathered, groups["etp"], cluster)
+            combine += collective_time_s("reduce_scatter", combine_b * gathered, groups["etp"], cluster)
     if model.num_shared_experts and cfg.tp > 1 and cfg.sequence_parallel:
         # Shared experts are a TP-split MLP: all-gather before, reduce-scatter after, like a dense block.
         activation = 2 * cfg.mbs * cfg.seq / cfg.cp * h
-        seconds += (collective_time_s("all_gather", activation, groups["tp"], cluster)
-                    + collective_time_s("reduce_scatter", activation, groups["tp"], cluster))
-    return 2 * seconds
+        shared = (collective_time_s("all_gather", activation, groups["tp"], cluster)
+                  + collective_time_s("reduce_scatter", activation, groups["tp"], cluster))
+    return dispatch, combine, shared
+
+
+def dispatch_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict) -> float:
+    """Seconds of one MoE block's token dispatch and combine (and shared-expert collectives), forward +
+    backward, one micro-batch, before any overlap (dispatch_comm_parts, both directions)."""
+    return 2 * sum(dispatch_comm_parts(model, cfg, cluster, groups))

@@ -221,7 +221,7 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
             attention = (layer.forward_s.get("attention/core", 0.0), layer.backward_input_s.get("attention/core", 0.0))
             total = layer.forward + layer.backward_input + layer.backward_weight
             gemm = total - sum(part[k] for part in (layer.forward_s, layer.backward_input_s, layer.backward_weight_s)
-                               for k in ("attention/core", "elementwise", "moe/permute", "moe/host") if k in part)
+                               for k in ("attention/core", "elementwise", "moe/permute", "moe/sort", "moe/host") if k in part)
             cache[key] = (layer, _layer_comm_s(model, cfg, cluster, groups, index, attention, total, gemm,
                                                column_parallel_backward_s(layer, model, key)))
         return cache[key]
