@@ -34,6 +34,10 @@ Conventions:
 - The overlapped FB op of dualpipe takes F + B (compute does not get faster; DualPipe's gain of
   hiding all-to-all and p2p traffic behind compute is outside this model); both its forward
   output and its input gradient are sent at the end of the op.
+- Megatron's combined 1F1B (moe_a2a_overlap; combined_1f1b.py): with paired_s, the 1f1b (pp=1) and
+  interleaved orders run one more warm-up forward and then their steady state as FB ops of
+  paired_s (the two micro-batches' all-to-all hidden under each other's compute); both outputs are
+  sent at the end of the op (TransformerModelChunkSchedulePlan.run sends after its last layer).
 - bubble_fraction = 1 - mean(stage busy time) / makespan; with equal stages and p2p=0 it is
   idle / (idle + busy) of every rank, which is the closed forms' definition.
 - peak_inflight_microbatches: per rank, the most micro-batches whose forward activations are held,
@@ -47,20 +51,21 @@ Conventions:
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from .errors import InputError
 from .pipeline_closed_form import _schedule, bubble_closed_form, bubble_paper_s
+from .pipeline_orders import (
+    _B, _F, _I, _W, _X, _order_1f1b, _order_dualpipe, _order_gpipe, _order_interleaved, _order_zb_h1, combined_steps,
+)
 from .specs import Schedule
 
 __all__ = ["PipelineEvent", "PipelineResult", "SIMULATE_MAX_UNITS", "TIMELINE_MAX_UNITS", "bubble_closed_form",
-           "bubble_paper_s", "dualpipe_batch_ok", "interleaved_batch_ok", "render_ascii", "render_mermaid",
-           "simulate", "simulated_units"]
+           "bubble_paper_s", "combined_steps", "dualpipe_batch_ok", "interleaved_batch_ok", "render_ascii",
+           "render_mermaid", "simulate", "simulated_units"]
 
-# Op kinds: forward, full backward (B+W), input-grad backward only, weight grad, overlapped F + full B.
-_F, _B, _I, _W, _X = range(5)
+# Op kinds (pipeline_orders): forward, full backward (B+W), input-grad backward only, weight grad, F + full B.
 _KIND_NAME = ("F", "B", "B", "W", "FB")
 _NOT_DONE = -1.0
 
@@ -111,133 +116,6 @@ class PipelineResult:
         if include_timeline:
             out["timeline"] = [asdict(e) for e in self.timeline]
         return out
-
-
-# ----------------------------------------------------------------------------------------------
-# Per-rank op orders. An op is (kind, mb, vs, mb2, vs2): vs is the virtual stage on the
-# micro-batch's path (0..V-1); mb2/vs2 are the backward half of an overlapped 'FB' op.
-
-
-def _order_gpipe(pp: int, m: int, r: int) -> list[tuple]:
-    return [(_F, mb, r, -1, -1) for mb in range(m)] + [(_B, mb, r, -1, -1) for mb in range(m)]
-
-
-def _order_1f1b(pp: int, m: int, r: int) -> list[tuple]:
-    warm = min(pp - r - 1, m)
-    ops = [(_F, mb, r, -1, -1) for mb in range(warm)]
-    for k in range(m - warm):
-        ops += [(_F, warm + k, r, -1, -1), (_B, k, r, -1, -1)]
-    ops += [(_B, mb, r, -1, -1) for mb in range(m - warm, m)]
-    return ops
-
-
-def _order_interleaved(pp: int, m: int, v: int, r: int) -> list[tuple]:
-    """Megatron `forward_backward_pipelining_with_interleaving`: virtual micro-batch k runs chunk
-    (k // p) % v (reversed for backward) on micro-batch (k // (p*v))*p + k % p."""
-    total = m * v
-    warm = min((pp - r - 1) * 2 + (v - 1) * pp, total)
-
-    def op(kind: int, k: int) -> tuple:
-        chunk = (k // pp) % v
-        if kind == _B:
-            chunk = v - 1 - chunk
-        return (kind, (k // (pp * v)) * pp + k % pp, chunk * pp + r, -1, -1)
-
-    ops = [op(_F, k) for k in range(warm)]
-    for k in range(total - warm):
-        ops += [op(_F, warm + k), op(_B, k)]
-    ops += [op(_B, k) for k in range(total - warm, total)]
-    return ops
-
-
-def _order_zb_h1(pp: int, m: int, r: int) -> list[tuple]:
-    """ZB-H1 (Qi et al. 2024 Fig. 3): 1F1B's order with B split from W; stage r keeps up to r W's
-    waiting (so the last stage delays p-1 and stage 0 none) and flushes them at the end."""
-    warm = min(pp - r - 1, m)
-    ops = [(_F, mb, r, -1, -1) for mb in range(warm)]
-    waiting: deque[int] = deque()
-
-    def backward(mb: int) -> None:
-        ops.append((_I, mb, r, -1, -1))
-        waiting.append(mb)
-        if len(waiting) > r:
-            ops.append((_W, waiting.popleft(), r, -1, -1))
-
-    for k in range(m - warm):
-        ops.append((_F, warm + k, r, -1, -1))
-        backward(k)
-    for mb in range(m - warm, m):
-        backward(mb)
-    ops += [(_W, mb, r, -1, -1) for mb in waiting]
-    return ops
-
-
-def _order_dualpipe(pp: int, m: int, r: int) -> list[tuple]:
-    """deepseek-ai/DualPipe `DualPipe.step`, steps 1-8, for rank r. A local phase is 0 for the
-    rank's earlier stage and 1 for its later one; on the second half of the ranks phase 0 is the
-    reverse direction (phase ^= is_in_second_half)."""
-    half_ranks, half_m = pp // 2, m // 2
-    half_rank = min(r, pp - 1 - r)
-    second = int(r >= half_ranks)
-    middle = half_rank == half_ranks - 1
-    n_f, n_b = [0, 0], [0, 0]  # next micro-batch per direction (0: fed at rank 0, 1: at rank p-1)
-    waiting: deque[tuple[int, int]] = deque()
-    ops: list[tuple] = []
-
-    def target(phase: int, counter: list[int]) -> tuple[int, int]:
-        d = phase ^ second
-        mb = counter[d] + d * half_m
-        counter[d] += 1
-        return mb, (r if d == 0 else pp - 1 - r)
-
-    def fwd(phase: int) -> None:
-        ops.append((_F, *target(phase, n_f), -1, -1))
-
-    def bwd(phase: int, zb: bool = False) -> None:
-        mb, vs = target(phase, n_b)
-        ops.append((_I if zb else _B, mb, vs, -1, -1))
-        if zb:
-            waiting.append((mb, vs))
-
-    def weight() -> None:
-        ops.append((_W, *waiting.popleft(), -1, -1))
-
-    def fwd_bwd(phase0: int, phase1: int) -> None:
-        ops.append((_X, *target(phase0, n_f), *target(phase1, n_b)))
-
-    for _ in range((half_ranks - half_rank - 1) * 2):  # step 1: nF0
-        fwd(0)
-    for _ in range(half_rank + 1):  # step 2: nF0F1
-        fwd(0)
-        fwd(1)
-    for _ in range(half_ranks - half_rank - 1):  # step 3: nB1W1F1 (zero bubble)
-        bwd(1, zb=True)
-        weight()
-        fwd(1)
-    for i in range(half_m - pp + half_rank + 1):  # step 4 (main): nF0B1F1B0
-        if i == 0 and middle:  # the reference does not overlap these two on the middle ranks
-            fwd(0)
-            bwd(1)
-        else:
-            fwd_bwd(0, 1)
-        fwd_bwd(1, 0)
-    for _ in range(half_ranks - half_rank - 1):  # step 5: nB1F1B0
-        bwd(1)
-        fwd_bwd(1, 0)
-    step_6, zb = half_rank + 1, False  # step 6: nB1B0, second half with zero bubble
-    for i in range(step_6):
-        if i == step_6 // 2 and half_rank % 2 == 1:
-            zb = True
-        bwd(1, zb)
-        if i == step_6 // 2 and half_rank % 2 == 0:
-            zb = True
-        bwd(0, zb)
-    for _ in range(half_ranks - half_rank - 1):  # step 7: nWB0
-        weight()
-        bwd(0, zb=True)
-    for _ in range(half_rank + 1):  # step 8: nW
-        weight()
-    return ops
 
 
 # ----------------------------------------------------------------------------------------------
@@ -322,16 +200,20 @@ class _Plan:
 
     num_virtual: int                 # V: virtual stages on one micro-batch's path
     durations: tuple[list[float], ...]   # per op kind (_F, _B, _I, _W): seconds per virtual stage
+    paired: list[float] | None       # seconds of a combined op per virtual stage; None: its F + B
     owner: list[int]                 # owner[mb * V + vs]: the rank that runs it
     orders: list[list[tuple]]        # per rank, ops (kind, mb, vs, mb2, vs2) in issue order
 
 
 def _plan(s: Schedule, pp: int, m: int, vpp: int, fwd: list[float], bwd: list[float],
-          wgt: list[float]) -> _Plan:
-    """Virtual stages, durations, owners and op orders of a schedule (module doc, Conventions)."""
+          wgt: list[float], paired: list[float] | None = None) -> _Plan:
+    """Virtual stages, durations, owners and op orders of a schedule (module doc, Conventions).
+    paired: per stage, a combined step of Megatron's combined 1F1B (1f1b or interleaved)."""
+    combined = paired is not None
     if s is Schedule.dualpipe:
         # Every micro-batch passes all pp model stages; the first half enters at rank 0, the rest at rank pp-1.
         num_virtual, f_d, b_d, w_d = pp, fwd, bwd, wgt
+        combined = False   # DualPipe's FB op takes F + B (module doc)
         owner = [vs if mb < m // 2 else pp - 1 - vs for mb in range(m) for vs in range(pp)]
         orders = [_order_dualpipe(pp, m, r) for r in range(pp)]
     else:
@@ -342,13 +224,15 @@ def _plan(s: Schedule, pp: int, m: int, vpp: int, fwd: list[float], bwd: list[fl
         w_d = [wgt[vs % pp] / vpp for vs in range(num_virtual)]
         owner = [vs % pp for vs in range(num_virtual)] * m
         if s is Schedule.interleaved:
-            orders = [_order_interleaved(pp, m, vpp, r) for r in range(pp)]
+            orders = [_order_interleaved(pp, m, vpp, r, combined) for r in range(pp)]
+        elif s is Schedule.one_f_one_b:
+            orders = [_order_1f1b(pp, m, r, combined) for r in range(pp)]
         else:
-            build = {Schedule.gpipe: _order_gpipe, Schedule.one_f_one_b: _order_1f1b,
-                     Schedule.zb_h1: _order_zb_h1}[s]
+            build = {Schedule.gpipe: _order_gpipe, Schedule.zb_h1: _order_zb_h1}[s]
             orders = [build(pp, m, r) for r in range(pp)]
     i_d = [b - w for b, w in zip(b_d, w_d)]
-    return _Plan(num_virtual, (f_d, b_d, i_d, w_d), owner, orders)
+    x_d = [paired[vs % pp] / vpp for vs in range(num_virtual)] if combined else None
+    return _Plan(num_virtual, (f_d, b_d, i_d, w_d), x_d, owner, orders)
 
 
 def _run(plan: _Plan, pp: int, m: int, p2p_s: float, record_timeline: bool) -> tuple[list[float], list[list[tuple]]]:
@@ -361,7 +245,7 @@ def _run(plan: _Plan, pp: int, m: int, p2p_s: float, record_timeline: bool) -> t
     """
     V = plan.num_virtual
     dur, owner, orders = plan.durations, plan.owner, plan.orders
-    f_d, b_d, w_d = dur[_F], dur[_B], dur[_W]
+    f_d, b_d, w_d, x_d = dur[_F], dur[_B], dur[_W], plan.paired
     f_end = [_NOT_DONE] * (m * V)   # when (mb, vs)'s forward output exists, by mb * V + vs
     b_end = [_NOT_DONE] * (m * V)   # when (mb, vs)'s input gradient exists
     pos, free = [0] * pp, [0.0] * pp
@@ -398,7 +282,7 @@ def _run(plan: _Plan, pp: int, m: int, p2p_s: float, record_timeline: bool) -> t
                             ready += p2p_s
                         if ready > start:
                             start = ready
-                    end = start + f_d[vs] + b_d[vs2]
+                    end = start + (f_d[vs] + b_d[vs2] if x_d is None else x_d[vs])
                     b_end[k2] = end
                     if vs2:
                         awake.append(owner[k2 - 1])
@@ -440,13 +324,16 @@ def _run(plan: _Plan, pp: int, m: int, p2p_s: float, record_timeline: bool) -> t
 def _busy_and_peak(plan: _Plan, pp: int, unit: int) -> tuple[list[float], list[float]]:
     """Per rank: compute seconds, and the most micro-batches whose forward activations are held at
     once (module doc), counting `unit` chunks as one micro-batch; walked in each rank's op order."""
-    dur = plan.durations
+    dur, x_d = plan.durations, plan.paired
     f_d, b_d = dur[_F], dur[_B]
     busy, peak = [], []
     for r in range(pp):
         total, held, top = 0.0, 0, 0
         for kind, mb, vs, mb2, vs2 in plan.orders[r]:
-            total += f_d[vs] + b_d[vs2] if kind == _X else dur[kind][vs]
+            if kind == _X:
+                total += f_d[vs] + b_d[vs2] if x_d is None else x_d[vs]
+            else:
+                total += dur[kind][vs]
             if kind == _F or kind == _X:
                 held += 1
                 top = max(top, held)
@@ -472,12 +359,16 @@ def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int 
              backward_s: float | Sequence[float] = 2.0,
              weight_grad_s: float | Sequence[float] | None = None,
              p2p_s: float = 0.0,
-             record_timeline: bool = True) -> PipelineResult:
+             record_timeline: bool = True,
+             paired_s: float | Sequence[float] | None = None) -> PipelineResult:
     """Simulate one training step's pipeline schedule; see the module docstring for the model.
 
     forward_s, backward_s: per model stage (one number for all, or pp numbers), one micro-batch.
     weight_grad_s: the W part of backward_s (default backward_s/2); only zb-h1 and dualpipe run W
     apart. p2p_s: latency + transfer of one activation or gradient between adjacent ranks.
+    paired_s: Megatron's combined 1F1B (moe_a2a_overlap): per stage, one combined step of a forward and
+    a backward of two micro-batches; the steady state runs such 'FB' ops after one more warm-up
+    forward (warmup_forwards). Interleaved, or 1f1b without pipelining, as Megatron runs it.
     Sizes are bounded: pp x num_microbatches x vpp <= SIMULATE_MAX_UNITS (TIMELINE_MAX_UNITS with
     the timeline).
     """
@@ -494,7 +385,13 @@ def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int 
     if not (math.isfinite(p2p_s) and p2p_s >= 0):
         raise InputError(f"p2p_s must be finite and >= 0 seconds, got {p2p_s}")
 
-    plan = _plan(s, pp, m, vpp, fwd, bwd, wgt)
+    paired = None
+    if paired_s is not None:
+        if not (s is Schedule.interleaved or (s is Schedule.one_f_one_b and pp == 1)):
+            raise InputError(f"paired_s (Megatron's combined 1F1B) runs with schedule interleaved, or 1f1b with pp=1; "
+                             f"got {s.value} with pp={pp}")
+        paired = _per_stage("paired_s", paired_s, pp)
+    plan = _plan(s, pp, m, vpp, fwd, bwd, wgt, paired)
     free, raw = _run(plan, pp, m, p2p_s, record_timeline)
     busy, peak = _busy_and_peak(plan, pp, unit=1 if s is Schedule.dualpipe else vpp)
     makespan = max(free)

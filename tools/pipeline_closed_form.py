@@ -15,7 +15,8 @@ stages (bubble_paper_s):
 plus the p2p time c times a per-schedule count of exposed hops, read off the simulator on equal
 stages (d makespan / d p2p_s): gpipe 2(p-1); 1f1b (2 - 2/p) m + 2(p-2); interleaved 2(v p - 1);
 zb-h1 4(p-1); dualpipe (1 - 1/p) m + 1.5(p-1). tests/test_search.py checks them against the
-simulator within 4% with unequal stages and p2p.
+simulator within 4% with unequal stages and p2p. Megatron's combined 1F1B (moe_a2a_overlap) has its
+own form, combined_makespan (within 5% of the simulator; tests/test_combined_1f1b.py).
 """
 
 from __future__ import annotations
@@ -78,10 +79,45 @@ def bubble_paper_s(schedule: str | Schedule, pp: int, forward_s: float, backward
     return (pp / 2 - 1) * ((f + b) + b - 3 * w)
 
 
-def makespan_closed_form(schedule, pp, m, vpp, forward_s, backward_s, weight_grad_s, p2p_s) -> np.ndarray:
+def warmup_forwards(interleaved, pp, m, vpp, r, combined: bool = False):
+    """Forwards rank r runs before its first backward (1f1b and interleaved; numpy-friendly).
+    Megatron's get_pp_rank_microbatches: p - r - 1, or with interleaving 2(p - r - 1) + (v - 1) p;
+    with the combined 1F1B of moe_a2a_overlap one more, "to ensure the forward and backward
+    computations are independent in all 1f1b steps" (its pp = 1 form,
+    combined_1f1b_schedule_for_no_pipelining, runs the first forward alone). At most all m x vpp."""
+    warm = np.where(interleaved, (pp - r - 1) * 2 + (vpp - 1) * pp, pp - r - 1)
+    return np.minimum(warm + int(combined), m * vpp)
+
+
+def combined_makespan(pp, m, vpp, forward_s, backward_s, paired_s, p2p_s) -> np.ndarray:
+    """The simulator's makespan of Megatron's combined 1F1B (moe_a2a_overlap: interleaved, or pp = 1),
+    rows as makespan_closed_form's, paired_s (n, pp) the combined step of each stage. Rank r runs
+    W_r = warmup_forwards warm-up forwards and as many cool-down backwards alone and the rest as
+    combined steps, so it is busy T_r = (W_r (F + B) + (m v - W_r) P) / v, and it cannot start before
+    the forwards of the ranks before it nor end before their backwards: max_r T_r + sum_{s<r}(F + B)/v.
+    p2p: the interleaved count 2(v p - 1), plus one hop per combined step of the last rank, since a
+    combined step waits for the backward of the same step on the next rank (simulator, equal stages)."""
+    f, b, y = forward_s, backward_s, paired_s
+    x = f + b
+    m = m.astype(float)[:, None]
+    v = vpp.astype(float)[:, None]
+    ranks = np.arange(pp)[None, :]
+    warm = warmup_forwards(pp > 1, pp, m, v, ranks, combined=True)
+    busy = (warm * x + (m * v - warm) * y) / v
+    ideal = (busy + (np.cumsum(x, axis=1) - x) / v).max(axis=1)
+    steps_last = m[:, 0] * v[:, 0] - warm[:, -1]
+    hops = np.where(pp > 1, 2 * (v[:, 0] * pp - 1) + steps_last - 1, 0.0)
+    return ideal + hops * p2p_s
+
+
+def makespan_closed_form(schedule, pp, m, vpp, forward_s, backward_s, weight_grad_s, p2p_s,
+                         paired_s=None) -> np.ndarray:
     """The simulator's makespan in closed form, for rows of layouts sharing one pp (module doc).
 
-    schedule, m, vpp, p2p_s: shape (n,); forward_s, backward_s, weight_grad_s: shape (n, pp)."""
+    schedule, m, vpp, p2p_s: shape (n,); forward_s, backward_s, weight_grad_s: shape (n, pp).
+    paired_s (n, pp): Megatron's combined 1F1B (combined_makespan), for the rows that run it."""
+    if paired_s is not None:
+        return combined_makespan(pp, m, vpp, forward_s, backward_s, paired_s, p2p_s)
     p = float(pp)
     f, b, w = forward_s, backward_s, weight_grad_s
     x = f + b
