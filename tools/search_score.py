@@ -39,12 +39,12 @@ from .search_space import (
 from .specs import ClusterSpec, ModelSpec, ParallelConfig, Recompute, Schedule
 
 _DUAL = SCHEDULE_CODES[Schedule.dualpipe]
-_PIECES = ("forward_s", "backward_s", "weight_grad_s", "compute_s", "comm/tp", "comm/cp", "comm/ep")
+_PIECES = ("forward_s", "backward_s", "weight_grad_s", "compute_s", "comm/tp", "comm/cp", "comm/ep", "paired_s")
 
 
 def _stage_piece(work) -> list[float]:
     return [work.forward_s, work.backward_s, work.weight_grad_s, work.compute_s,
-            work.comm_s["tp"], work.comm_s["cp"], work.comm_s["ep"]]
+            work.comm_s["tp"], work.comm_s["cp"], work.comm_s["ep"], work.paired_s]
 
 
 def work_pieces(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key: tuple,
@@ -136,8 +136,12 @@ def vector_times(model: ModelSpec, job: SearchJob, rows: dict[str, np.ndarray]) 
         if job.blocking_p2p:   # step.blocking_p2p_s: the transfers occupy the ranks, none is left to wait for
             blocked_f, blocked_b = step.blocking_p2p_s(p2p, pp)
             forward_s, backward_s, p2p = forward_s + blocked_f, backward_s + blocked_b, np.zeros_like(p2p)
+        # Megatron's combined 1F1B (moe_a2a_overlap): the steady state's combined steps (combined_1f1b.py).
+        # A stage's piece replays its layers one at a time, so the overlap across a chunk's layers
+        # (stage_work's) is not in it: the ranking's figure; the candidates are re-estimated.
+        paired = stage[:, 7] + (blocked_f + blocked_b if job.blocking_p2p else 0.0) if job.moe_a2a_overlap else None
         makespan = makespan_closed_form(rows["schedule"][idx], pp, rows["m"][idx], rows["vpp"][idx],
-                                        forward_s, backward_s, weight_s, p2p)
+                                        forward_s, backward_s, weight_s, p2p, paired)
         out["makespan_s"][idx] = makespan
         out["comm/dp"][idx] = exposed
         out["optimizer"][idx] = optimizer

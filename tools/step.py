@@ -4,6 +4,10 @@ pipeline simulator, then the data-parallel gradient exchange and the optimizer s
     step_s = pipeline makespan (stage compute, exposed TP/CP/EP communication, bubbles, p2p)
            + exposed data-parallel communication + optimizer step
 
+With moe_a2a_overlap (Megatron's combined 1F1B) a stage also carries the all-to-all its micro-batch
+hides when it runs paired and when its backward runs alone (combined_1f1b.py); the simulator runs
+the steady state as combined steps (StageWork.paired_s) and the warm-up and cool-down alone.
+
 The breakdown is taken on the critical (busiest) stage and sums to step_s:
 compute + comm/tp + comm/cp + comm/ep + bubble + comm/dp + optimizer.
 
@@ -35,8 +39,9 @@ from .collectives import collective_time_s, group_layout
 from .counting import count_params, flops_per_token
 from .data_parallel import data_parallel_s, dp_exchange_s, fsdp_units, zero2_reduce_scatters
 from .layout import model_layers_per_stage
-from .moe import dispatch_comm_s
-from .pipeline import simulate
+from .combined_1f1b import LayerNodes, chunk_layers, hidden_per_microbatch_s, layer_nodes
+from .moe import dispatch_comm_parts, dispatch_comm_s
+from .pipeline import combined_steps, simulate
 from .offload import offloaded_stage_bytes
 from .overlap import overlapped_s
 from .recompute import recomputed_flops_per_token, recomputed_forward_s
@@ -62,6 +67,16 @@ class StageWork:
     weight_grad_s: float         # the W part of backward_s
     compute_s: float             # pure compute of forward + backward
     comm_s: dict[str, float] = field(default_factory=dict)   # exposed, per micro-batch
+    # Megatron's combined 1F1B (moe_a2a_overlap; combined_1f1b.py): seconds of the micro-batch's
+    # all-to-all hidden when its forward and its backward each run in a combined step with another
+    # micro-batch (paired), and when its backward runs alone (backward_s already has that one off).
+    paired_hidden_s: float = 0.0
+    alone_hidden_s: float = 0.0
+
+    @property
+    def paired_s(self) -> float:
+        """Seconds of one combined step: a forward and a backward of this stage, of two micro-batches."""
+        return self.forward_s + self.backward_s + self.alone_hidden_s - self.paired_hidden_s
 
 
 @dataclass
@@ -189,17 +204,27 @@ def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, g
         ring_forward = (cfg.cp - 1) * collective_time_s("p2p", kv_bytes, groups["cp"], cluster)
         comm["cp"] = float(overlapped_s(ring_forward, attention_s[0]) + overlapped_s(2 * ring_forward, attention_s[1]))
     if is_moe:
-        # Token dispatch and combine, expert-TP and shared-expert collectives (moe.py).
+        # Token dispatch and combine, expert-TP and shared-expert collectives (moe.py). Under
+        # moe_a2a_overlap all of it counts here, and stage_work takes off what Megatron's combined
+        # 1F1B hides (combined_1f1b.py), which depends on whether a chunk runs paired or alone.
         total = dispatch_comm_s(model, cfg, cluster, groups)
-        if cfg.schedule is Schedule.dualpipe or cfg.moe_a2a_overlap:
-            # DualPipe (DeepSeek-V3 report §3.2.1) and Megatron-Core's combined 1F1B
-            # (pipeline_parallel/combined_1f1b.py) run a forward chunk and a backward chunk together,
+        if cfg.schedule is Schedule.dualpipe:
+            # DualPipe (DeepSeek-V3 report §3.2.1) runs a forward chunk and a backward chunk together,
             # layer by layer, so each one's all-to-all hides under the other's compute; only the
-            # excess shows. The warm-up forwards and cool-down backwards run unpaired, which this
-            # per-layer term does not see: pp-1 (DualPipe) or 2(pp-1) + (vpp-1)pp chunks of m*vpp.
+            # excess shows. Its pp-1 unpaired warm-up forwards and cool-down backwards are not seen here.
             total = float(overlapped_s(total, compute_per_layer_s))
         comm["ep"] = total
     return comm
+
+
+def combined_nodes(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict, layer_index: int,
+                   layer: compute.OpTimes, layer_comm: dict[str, float]) -> LayerNodes:
+    """One layer's nodes in Megatron's combined 1F1B (combined_1f1b.layer_nodes): its compute, its
+    dispatch and combine, and its other exposed communication (TP, CP, the shared experts')."""
+    dispatch = combine = shared = 0.0
+    if layer_index in model.moe_layers:
+        dispatch, combine, shared = dispatch_comm_parts(model, cfg, cluster, groups)
+    return layer_nodes(layer, dispatch, combine, layer_comm["tp"] + layer_comm["cp"] + 2 * shared)
 
 
 def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
@@ -234,6 +259,7 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
 
     for index in layer_ids:
         add(*block(index))
+    nodes = [combined_nodes(model, cfg, cluster, groups, i, *block(i)) for i in layer_ids] if cfg.moe_a2a_overlap else []
     if stage == 0:
         times = times.merged(compute.embedding_times(model, cfg, gpu))
     if stage == cfg.pp - 1:
@@ -246,6 +272,9 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
                            model.hidden_size / cfg.tp, gpu, cfg.precision)
             times = times.merged(eh_proj).merged(compute.head_times(model, cfg, gpu))
             add(*block(model.num_layers - 1))
+            if cfg.moe_a2a_overlap:   # an MTP layer is one more layer of the chunk's schedule plan
+                nodes.append(combined_nodes(model, cfg, cluster, groups, model.num_layers - 1,
+                                            *block(model.num_layers - 1)))
 
     if finetune.is_lora(cfg.method):   # frozen base: no weight gradients; adapter GEMMs; NF4 dequantisation
         times = finetune.adapt_stage_times(times, model, cfg, gpu, layer_ids, set(model.moe_layers))
@@ -258,12 +287,17 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
         copy_s = offloaded_stage_bytes(model, cfg, layer_ids) / (PCIE_GB_S * 1e9)
         comm["offload"] = float(overlapped_s(copy_s, forward + backward))
     exposed = sum(comm.values())
+    paired_hidden = alone_hidden = 0.0
+    if nodes:   # the rank's chunks: its layers split over its virtual stages
+        paired_hidden, alone_hidden = hidden_per_microbatch_s(chunk_layers(nodes, cfg.vpp))
     return StageWork(
         forward_s=forward + exposed / 3,
-        backward_s=backward + 2 * exposed / 3,
+        backward_s=backward + 2 * exposed / 3 - alone_hidden,
         weight_grad_s=times.backward_weight,
         compute_s=forward + backward,
         comm_s=comm,
+        paired_hidden_s=paired_hidden,
+        alone_hidden_s=alone_hidden,
     )
 
 
@@ -402,10 +436,14 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     if cfg.blocking_p2p:   # the transfers occupy the ranks (blocking_p2p_s); none is left to wait for
         blocked_f, blocked_b = blocking_p2p_s(hop_s, cfg.pp)
         hop_s = 0.0
+    schedule = cfg.schedule if cfg.pp > 1 else Schedule.one_f_one_b
+    # Megatron's combined 1F1B: the steady state's forward and backward run as one op (combined_1f1b.py).
+    paired_s = list(np.array([w.paired_s for w in work]) + blocked_f + blocked_b) if cfg.moe_a2a_overlap else None
     result = simulate(
-        cfg.schedule if cfg.pp > 1 else Schedule.one_f_one_b, cfg.pp, m, vpp=cfg.vpp,
+        schedule, cfg.pp, m, vpp=cfg.vpp,
         forward_s=list(forward_s + blocked_f), backward_s=list(backward_s + blocked_b),
         weight_grad_s=[w.weight_grad_s for w in work], p2p_s=hop_s, record_timeline=record_timeline,
+        paired_s=paired_s,
     )
     makespan = result.makespan_s
 
@@ -423,6 +461,10 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
 
     compute_s = sum(n * work[s].compute_s for s, n in rank_stages)
     comm = {f"comm/{k}": sum(n * work[s].comm_s[k] for s, n in rank_stages) for k in work[critical].comm_s}
+    if cfg.moe_a2a_overlap:   # what the combined steps and the backwards that run alone hide, chunk by chunk
+        pairs = combined_steps(schedule, cfg.pp, m, cfg.vpp, critical)
+        alone = m * cfg.vpp - pairs
+        comm["comm/ep"] -= (pairs * work[critical].paired_hidden_s + alone * work[critical].alone_hidden_s) / cfg.vpp
     if cfg.blocking_p2p:
         comm["comm/pp"] = sum(n * (blocked_f[s] + blocked_b[s]) for s, n in rank_stages)
     bubble_s = makespan - compute_s - sum(comm.values())
