@@ -94,7 +94,10 @@ FAMILY_EFFICIENCY: dict[str, dict[str, Fitted]] = {
             held_out=_SC21_HELD,
             method="grid search jointly with MEMORY_BOUND_EFFICIENCY on SC21 Table 1 odd rows (full recompute, mbs 1, "
                    "1F1B, ZeRO-0, eager attention, no sequence parallelism, as in 2021); below the 85.9% that the "
-                   "best-shaped bf16 matmul reaches on A100 SXM (ml-engineering MAMF table, 267.9 of 312 TFLOP/s)",
+                   "best-shaped bf16 matmul reaches on A100 SXM (ml-engineering MAMF table, 267.9 of 312 TFLOP/s). "
+                   "benchmarks/bench_ampere_ceiling.py prints the value each A100 eval case implies: each family's "
+                   "median is near this fit; a few held-out MPT rows with activation checkpointing imply more, "
+                   "unexplained (README, known gaps)",
         ),
         "attention_efficiency": Fitted(
             value=0.6,
