@@ -424,7 +424,7 @@ def test_the_engine_enum_and_the_refusal_table_name_the_same_engines():
     assert set(EXPORTERS) | {Engine.accelerate} == set(Engine)
 
 
-def test_megatron_export_names_the_planned_recompute_modules_and_low_precision_storage():
+def test_exports_name_the_planned_recompute_modules_and_low_precision_storage():
     """A plan the search gave DeepSeek-V3's recipe (recompute modules, bf16 moments, FP8 activation
     caching) says what to add to the arguments, instead of silently dropping it."""
     from trainplan.tools.catalog import load_model
@@ -440,3 +440,7 @@ def test_megatron_export_names_the_planned_recompute_modules_and_low_precision_s
     assert "no flag for it" in notes
     plain = " ".join(export("megatron", model, resolve_config(model, 2048, **layout), model_ref=model.name).notes)
     assert "--recompute-modules" not in plain and "--exp-avg-dtype" not in plain and "no flag for it" not in plain
+    titan = " ".join(export("torchtitan", model, planned, model_ref=model.name).notes)
+    assert "no setting for" in titan and "low-precision storage" in titan
+    titan_plain = " ".join(export("torchtitan", model, resolve_config(model, 2048, **layout), model_ref=model.name).notes)
+    assert "low-precision storage" not in titan_plain
