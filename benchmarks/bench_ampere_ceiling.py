@@ -14,7 +14,10 @@
    with selective recompute and sequence parallelism, the same TP, PP and batch: the eta_max at which
    the model's gap equals the published one if all of the gap were GEMM time.
 
-Run: python benchmarks/bench_ampere_ceiling.py [--case ID-PREFIX] [--pairs-only]"""
+--family hopper (or blackwell) prints the table of part 1 for that family's cases instead: the MPT rows that
+ran on both A100 and H100 show whether a pattern belongs to the GPU or to the runs.
+
+Run: python benchmarks/bench_ampere_ceiling.py [--family ampere|hopper|blackwell] [--case ID-PREFIX] [--pairs-only]"""
 
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ FAMILY = "ampere"
 PREFERRED = ("step_s", "tokens_per_s_per_gpu", "hardware_tflops_per_gpu")
 NOT_SPEED = ("params_b", "peak_memory_gib")
 TIME_LIKE = ("step_s", "gpu_hours", "cost_usd", "days")
-# Families of runs: evals/runs file id -> label.
+# Labels of the run files (evals/runs file id -> label); other files print under their id.
 GROUPS = (("megatron-sc21", "SC21 2021 Megatron (eager)"),
           ("megatron-gpt3-175b", "Megatron GPT-3 175B README (eager)"),
           ("korthikanti-2022", "Korthikanti 2022 (eager, SP)"),
@@ -53,7 +56,7 @@ ETA_GRID = [x / 200 for x in range(100, 200)]   # 0.500 ... 0.995
 
 
 def set_eta(value: float) -> None:
-    """Replace the Ampere gemm_efficiency in the calibration table, as the refit does."""
+    """Replace FAMILY's gemm_efficiency in the calibration table, as the refit does."""
     fit_calibration._apply(FAMILY, {"gemm_efficiency": value})
 
 
@@ -105,10 +108,12 @@ def block_shares(case) -> dict[str, float]:
 def family_tables(dataset, prefix: str) -> None:
     table = calibration.FAMILY_EFFICIENCY[FAMILY]["gemm_efficiency"].value
     cases = [c for c in dataset.cases if c.kind == "prediction" and c.id.startswith(prefix)
-             and str(c.kwargs().get("gpu", "")).startswith("a100") and figure(c)]
-    print(f"A100 prediction cases: {len(cases)}; calibration table eta_max = {table:g}")
+             and catalog.load_gpu(c.kwargs()["gpu"]).architecture == FAMILY and figure(c)]
+    print(f"{FAMILY} prediction cases: {len(cases)}; calibration table eta_max = {table:g}")
     summary, above = [], []
-    for run, label in GROUPS:
+    labels = dict(GROUPS)
+    for run in [r.id for r in dataset.runs]:
+        label = labels.get(run, run)
         group = [c for c in cases if c.run == run]
         if not group:
             continue
@@ -233,15 +238,20 @@ def recompute_pairs(dataset) -> None:
 
 
 def main() -> None:
+    global FAMILY
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--family", choices=sorted(calibration.FAMILY_EFFICIENCY), default=FAMILY,
+                        help="the GPU family whose gemm_efficiency is solved for (the Korthikanti checks: ampere)")
     parser.add_argument("--case", default="", help="only cases whose id starts with this")
     parser.add_argument("--pairs-only", action="store_true", help="only the Korthikanti 2022 layer and pair checks")
     args = parser.parse_args()
+    FAMILY = args.family
     dataset = load_dataset()
     if not args.pairs_only:
         family_tables(dataset, args.case)
-    per_layer_times(dataset)
-    recompute_pairs(dataset)
+    if FAMILY == "ampere":
+        per_layer_times(dataset)
+        recompute_pairs(dataset)
 
 
 if __name__ == "__main__":
