@@ -34,7 +34,7 @@ LEAN_TOOLS = ("list_catalog", "describe_model", "search_configs", "estimate_step
 LEAN_DROPPED_KNOBS = ("gpus_per_node", "intra_node_bw", "inter_node_bw", "optimizer_offload", "bf16_grads",
                       "tp_comm_overlap", "headroom_gib", "allow_cross_node_tp", "max_gpus", "goodput", "etp",
                       "dispatcher", "capacity_factor", "force_balance", "grouped_gemm", "deallocate_pipeline_outputs",
-                      "save_mlp_act_output", "fused_kernels", "sequence_parallel", "bf16_moments",
+                      "save_mlp_act_output", "fused_kernels", "sequence_parallel", "bf16_moments", "fp32_params",
                       "fp8_activations", "offload_modules", "overlap_grad_reduce", "blocking_p2p")
 """Knobs left out when the context is small: null (the default) is what a plan mostly passes; so do the
 MoE engine knobs (null: expert TP = tp, alltoall, dropless, learned routing, per-expert GEMMs) and

@@ -37,6 +37,7 @@ JOBS = [  # (model, gpu, gpus, gbs, seq, precision, fixed knobs)
     ("deepseek-v2-lite", "h100", 16, 32, 4096, "bf16", {"recompute_modules": "layernorm,mla_up_proj,moe_act"}),
     ("llama3-8b", "h100", 8, 32, 4096, "bf16", {"method": "lora", "lora_rank": 16}),
     ("llama3-8b", "h100", 16, 64, 8192, "bf16", {"offload_modules": "core_attn"}),
+    ("llama3-70b", "h100", 64, 128, 8192, "bf16", {"fp32_params": True, "bf16_grads": True}),
 ]
 
 

@@ -376,6 +376,15 @@ class Layout(BaseModel):
         default=False, description="Adam moments m and v in bf16, master weights in fp32: 8 B/param of optimizer "
                                    "states instead of 12 (DeepSeek-V3 §3.3.3; Megatron --use-precision-aware-optimizer "
                                    "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
+    fp32_params: Annotated[bool, Cli("--fp32-params/--bf16-params")] = Field(
+        default=False, description="the parameters are kept in fp32 and are the optimizer's master copy, cast to "
+                                   "bf16 only as they are all-gathered for compute: 4 B/param where a bf16 copy and "
+                                   "an fp32 master take 2 + 4, so ZeRO-3 holds 16 B/param of sharded states (14 with "
+                                   "bf16_grads) instead of 18; as PyTorch FSDP and FSDP2 mixed precision run "
+                                   "(Composer/llm-foundry, fms-fsdp, torchtitan, Accelerate); false: bf16 parameters "
+                                   "beside an fp32 master in the optimizer, as Megatron's distributed optimizer and "
+                                   "DeepSpeed ZeRO store them (tools/memory.py); a search given an engine and no "
+                                   "value takes the engine's (tools/export/support.py FP32_PARAM_ENGINES)")
     fp8_activations: bool = Field(
         default=False, description="DeepSeek-V3's low-precision activation storage (§3.3.3), with precision=fp8: the "
                                    "MoE SwiGLU inputs cached in FP8 and their outputs recomputed, the attention output "

@@ -356,10 +356,16 @@ def model_states_sentence(config: dict) -> str:
         grads = memory.GRAD_BYTES_BF16 if config.get("bf16_grads") else memory.GRAD_BYTES
         states = memory.OPTIMIZER_BYTES_BF16_MOMENTS if config.get("bf16_moments") else memory.OPTIMIZER_BYTES
         moments = "bf16 Adam m + v" if config.get("bf16_moments") else "Adam m + v"
+        where = " on the CPU (optimizer offload)" if offload else ""
+        grads_text = f"{'bf16' if config.get('bf16_grads') else 'fp32'} gradients ({_bytes(grads)})"
+        if config.get("fp32_params"):
+            bf16_copy = ("gathered a layer at a time" if zero >= 3 else
+                         f"held unsharded ({_bytes(memory.WEIGHT_BYTES)} B/param)")
+            return (f"Model states follow PyTorch FSDP mixed precision: fp32 parameters that are the master copy "
+                    f"({_bytes(memory.MASTER_BYTES)} B/param{where}), bf16 copies {bf16_copy}, {grads_text}, "
+                    f"{moments} ({_bytes(states - memory.MASTER_BYTES)}){where}, sharded by ZeRO-{zero}.")
         return (f"Model states follow Megatron: bf16 weights ({_bytes(memory.WEIGHT_BYTES)} B/param), "
-                f"{'bf16' if config.get('bf16_grads') else 'fp32'} gradients ({_bytes(grads)}), fp32 master + "
-                f"{moments} ({_bytes(states)}){' on the CPU (optimizer offload)' if offload else ''}, "
-                f"sharded by ZeRO-{zero}.")
+                f"{grads_text}, fp32 master + {moments} ({_bytes(states)}){where}, sharded by ZeRO-{zero}.")
     targets = LoraTargets(config.get("lora_targets") or LoraTargets.all_linear)
     where = "the attention projections" if targets is LoraTargets.attention else "every linear layer of the blocks"
     if method is Method.qlora:

@@ -14,6 +14,23 @@ Model states (Megatron mixed precision, the DESIGN.md default):
   divided over ep (and over t: Megatron's expert tensor parallelism defaults to t) and their
   states sharded over the expert-data-parallel group dp*cp/ep.
   optimizer_offload moves the 12 B/param and the optimizer step to the CPU: GPU optimizer = 0.
+  That is how Megatron's distributed optimizer ("bf16 param, fp32 grads: 18, 6 + 12/d", Megatron-LM
+  README, Distributed Optimizer) and DeepSpeed ZeRO (a bf16 partition beside "a partition of the fp32
+  master weights", deepspeed/runtime/zero/stage3.py _create_fp32_partitions; the ZeRO paper's 2 + 2 +
+  12 with fp16 gradients) store them.
+  fp32_params (PyTorch FSDP and FSDP2 mixed precision): the parameters themselves stay fp32 and are
+  the master copy. FSDP's MixedPrecision: "Outside forward and backward, the *sharded* parameters are
+  kept in full precision (e.g. for the optimizer step)"; FSDP2's MixedPrecisionPolicy: "The optimizer
+  step uses the sharded parameter in the original dtype" and FSDP "does not require any extra memory
+  to keep a high-precision copy of the parameters" (torch/distributed/fsdp/api.py and
+  _fully_shard/_fsdp_api.py); param_dtype=bf16 sets only the unsharded, all-gathered copy. So the
+  optimizer keeps the moments (OPTIMIZER_BYTES - MASTER_BYTES), the fp32 parameters (MASTER_BYTES)
+  are sharded as the optimizer states are (weights/fp32_params; on the CPU with optimizer_offload,
+  FSDP's CPUOffload), and the bf16 copy exists only unsharded: through the step with ZeRO 0-2
+  (NO_SHARD, SHARD_GRAD_OP keep it from forward to backward), only the gathered layers with ZeRO-3
+  (weights/zero3_prefetch). ZeRO-3 then holds 4 + 4 + 8 = 16 B/param of sharded states (14 with
+  bf16_grads) where Megatron's layout holds 18 (Megatron-LM README: "fp32 param, fp32 grads: 16,
+  8 + 8/d"); ZeRO 0-2 hold the same bytes either way.
   Transients: ZeRO-3 holds two unsharded layers (the one computing and the prefetched next one);
   ZeRO-2/3 hold one unsharded layer of gradients before its reduce-scatter; with the interleaved
   schedule ZeRO-2 holds one model chunk's (it reduce-scatters per group of micro-batches,
@@ -71,6 +88,9 @@ OPTIMIZER_BYTES = 12.0
 """fp32 master copy 4 + Adam m 4 + Adam v 4, B/param"""
 OPTIMIZER_BYTES_BF16_MOMENTS = 8.0
 """fp32 master copy 4 + bf16 Adam m 2 + v 2, B/param (bf16_moments: DeepSeek-V3 §3.3.3)"""
+MASTER_BYTES = 4.0
+"""fp32 master copy of the parameters, B/param: part of OPTIMIZER_BYTES and OPTIMIZER_BYTES_BF16_MOMENTS,
+or the parameters themselves with fp32_params (module doc)"""
 FP8_WEIGHT_CACHE_BYTES = 2.0
 """Transformer Engine fp8 weight + fp8 transpose kept for every GEMM weight with precision=fp8, B/param"""
 
@@ -286,11 +306,18 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
         """Parameters per GPU once ZeRO stage >= min_zero shards them over their data-parallel group."""
         return ne / np.where(zero >= min_zero, group, 1) + ex / np.where(zero >= min_zero, expert_group, 1)
 
-    out: dict[str, np.ndarray] = {}
+    # fp32_params (module doc): the fp32 parameters are the master copy, sharded like the optimizer states;
+    # the bf16 copy is held only unsharded, and with ZeRO-3 only as weights/zero3_prefetch.
+    fp32_params, on_gpu = k["fp32_params"] > 0, k["optimizer_offload"] < 1
+    bf16_copy = np.where(fp32_params & (zero >= 3), 0.0, WEIGHT_BYTES)
+    out: dict[str, np.ndarray] = {"weights/fp32_params": 0.0}
     for name, (ne, ex) in modules.items():
-        out[f"weights/{name}"] = WEIGHT_BYTES * sharded(ne, ex, 3)
+        out[f"weights/{name}"] = bf16_copy * sharded(ne, ex, 3)
+        out["weights/fp32_params"] = out["weights/fp32_params"] + np.where(
+            fp32_params & on_gpu, MASTER_BYTES * sharded(ne, ex, 1), 0.0)
         out[f"gradients/{name}"] = grad_bytes * sharded(ne, ex, 2)
-        out[f"optimizer/{name}"] = np.where(k["optimizer_offload"] > 0, 0.0, optimizer_bytes * sharded(ne, ex, 1))
+        out[f"optimizer/{name}"] = np.where(on_gpu, (optimizer_bytes - np.where(fp32_params, MASTER_BYTES, 0.0))
+                                            * sharded(ne, ex, 1), 0.0)
     # fp8: TE's fp8 weight + transpose for GEMM weights (blocks and MTP), sharded like the weights.
     gemm_ne = layers_ne - rank["norm_router"] + last * (mtp_ne - m.mtp_parts["norm_router"])
     gemm_ex = layers_ex + last * mtp_ex
@@ -383,9 +410,8 @@ def _finetune_states(out, m: _Model, rank, k, modules, sharded, gemm_ne, gemm_ex
     adapters_ex = k["lora_rank"] * np.where(all_linear, rank["lora_1_ex"], rank["lora_0_ex"]) / (ep * et)
     total_ne = sum(ne for ne, _ in modules.values())
     total_ex = sum(ex for _, ex in modules.values())
-    for name in modules:
-        for component in ("weights", "gradients", "optimizer"):
-            out[f"{component}/{name}"] = np.where(lora, 0.0, out[f"{component}/{name}"])
+    for key in ("weights/fp32_params", *(f"{c}/{name}" for name in modules for c in ("weights", "gradients", "optimizer"))):
+        out[key] = np.where(lora, 0.0, out[key])
     out["weights/frozen_base"] = np.where(lora, finetune.frozen_weight_bytes(
         k["method"], sharded(gemm_ne, gemm_ex, 3), sharded(total_ne - gemm_ne, total_ex - gemm_ex, 3)), 0.0)
     weight_bytes = finetune.adapter_bytes(k["method"], finetune.ADAPTER_WEIGHT_BYTES)
@@ -448,7 +474,7 @@ def memory_breakdown(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, headro
 VECTOR_KEYS = ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbatches", "seq",
                "recompute", "schedule", "precision")
 """Required keys of memory_totals_vectorised; optional: sequence_parallel (default 1),
-optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp8_activations (0), deallocate_pipeline_outputs (1),
+optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp32_params (0), fp8_activations (0), deallocate_pipeline_outputs (1),
 save_mlp_act_output (1), fused_kernels (1), offload_modules (an integer mask of offload.OFFLOAD_BITS; 0), attention (0: flash;
 1: eager), recompute_modules (an integer mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where
 recompute is selective), etp (expert TP; default: tp),
@@ -465,7 +491,7 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
     memory_breakdown. Returns weights, gradients, optimizer, activations, other, total and
     worst_stage arrays; ``gpu`` is accepted for symmetry (capacity is gpu.memory_gib).
     """
-    defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0, "bf16_moments": 0,
+    defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0, "bf16_moments": 0, "fp32_params": 0,
                 "fp8_activations": 0, "deallocate_pipeline_outputs": 1, "save_mlp_act_output": 1,
                 "fused_kernels": 1, "offload_modules": 0,
                 "attention": ATTENTION_CODES[Attention.flash], "method": 0, "lora_rank": 0, "lora_targets": 1}

@@ -36,7 +36,7 @@ from .counting import count_params
 from .contract import SEARCH_CHOSEN_KNOBS, check_job_numbers, default_gbs, default_seq
 from .errors import InputError
 from .estimate import evaluate
-from .export.support import ENGINES, runs
+from .export.support import ENGINES, runs, stores_fp32_params
 from .finetune import is_lora
 from .contract import Layout
 from .layout import check_moe_a2a_overlap_job, resolve_config
@@ -158,6 +158,8 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
         vpp=_ints("vpp", vpp, 1), zero=_ints("zero", zero, 0, 3), mbs=_ints("mbs", mbs, 1),
         recompute=_codes("recompute", Recompute, recompute, _R), schedule=_codes("schedule", Schedule, schedule, _S),
     )
+    if engine is not None and fixed.get("fp32_params") is None:   # as the engine stores its parameters
+        fixed["fp32_params"] = stores_fp32_params(getattr(engine, "value", engine))
     fine_tune = names_lora(fixed.get("method"))
     seq = int(seq or default_seq(model_spec.max_seq_len, fine_tune))
     gbs = int(gbs or default_gbs(seq, int(gpus), count_params(model_spec).total, fine_tune))
@@ -392,7 +394,7 @@ def _engine_filter(job: SearchJob):
     def runs_rows(rows: dict[str, np.ndarray]) -> np.ndarray:
         knobs = SimpleNamespace(**{k: rows[k] for k in ("tp", "pp", "cp", "ep", "zero", "schedule")},
                                 precision=PRECISION_CODES[job.precision], optimizer_offload=int(job.optimizer_offload),
-                                adapter=int(is_lora(job.method)))
+                                adapter=int(is_lora(job.method)), fp32_params=int(job.fp32_params))
         return runs(job.engine, job.model, knobs)
     return runs_rows
 

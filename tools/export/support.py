@@ -22,6 +22,20 @@ from .common import ExportError
 HF_TRAINER_ENGINES = ("axolotl", "llamafactory", "trl")
 """Fine-tuning tools built on the Hugging Face Trainer: data-parallel only (DDP, FSDP or DeepSpeed ZeRO)."""
 ENGINES = ("megatron", "deepspeed", "torchtitan", "accelerate", *HF_TRAINER_ENGINES)
+FP32_PARAM_ENGINES = ("torchtitan", "accelerate")
+"""Engines whose parameters stay fp32 and are the optimizer's master copy (Layout.fp32_params, tools/memory.py):
+torchtitan shards an fp32 model with FSDP2 (MixedPrecisionPolicy param_dtype bf16, reduce_dtype fp32: "The
+optimizer step uses the sharded parameter in the original dtype"), Accelerate runs FSDP2 or DDP with bf16 mixed
+precision over fp32 parameters. The others keep bf16 parameters beside an fp32 master in the optimizer:
+Megatron's distributed optimizer, DeepSpeed ZeRO, and the Hugging Face Trainer tools as exported here (their
+ZeRO is a DeepSpeed file)."""
+
+
+def stores_fp32_params(engine: str) -> bool:
+    """Layout.fp32_params as `engine` stores the parameters (FP32_PARAM_ENGINES)."""
+    return engine in FP32_PARAM_ENGINES
+
+
 _1F1B, _INTER = SCHEDULE_CODES[Schedule.one_f_one_b], SCHEDULE_CODES[Schedule.interleaved]
 _FP8 = PRECISION_CODES[Precision.fp8]
 
@@ -63,7 +77,17 @@ def _adapter_refusal(engine: str, instead: str) -> Refusal:
                                  f"every weight: use --engine {instead}, or --method full"))
 
 
+def _param_storage_refusal(engine: str) -> Refusal:
+    """Full training planned with fp32 parameters as the master (16 B/param of ZeRO-3 states) on an engine that
+    keeps bf16 parameters beside an fp32 master (18): the plan would hold less memory than the run."""
+    return Refusal(engine, lambda m, k: (k.fp32_params != 0) & (k.adapter == 0),
+                   lambda m, k: (f"fp32_params: {engine} keeps bf16 parameters beside an fp32 master copy in its "
+                                 "optimizer, 2 B/param more than the layout was planned with: use --bf16-params, or "
+                                 f"--engine {' or '.join(FP32_PARAM_ENGINES)}"))
+
+
 REFUSALS: tuple[Refusal, ...] = (
+    *(_param_storage_refusal(engine) for engine in ENGINES if not stores_fp32_params(engine)),
     _adapter_refusal("megatron", "axolotl, llamafactory or trl"),
     _adapter_refusal("torchtitan", "axolotl, llamafactory or trl"),
     Refusal("megatron", lambda m, k: (k.pp > 1) & (k.schedule != _1F1B) & (k.schedule != _INTER),
@@ -106,7 +130,8 @@ def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:
     """A resolved layout as the refusals read it."""
     return SimpleNamespace(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, zero=cfg.zero,
                            schedule=SCHEDULE_CODES[cfg.schedule], precision=PRECISION_CODES[cfg.precision],
-                           optimizer_offload=int(cfg.optimizer_offload), adapter=int(is_lora(cfg.method)))
+                           optimizer_offload=int(cfg.optimizer_offload), adapter=int(is_lora(cfg.method)),
+                           fp32_params=int(cfg.fp32_params))
 
 
 def _check_engine(engine: str) -> None:
@@ -125,7 +150,7 @@ def refuse(engine: str, model: ModelSpec, cfg: ParallelConfig) -> None:
 
 def runs(engine: str, model: ModelSpec, knobs) -> np.ndarray:
     """True where `engine` runs the layouts: knobs holds numpy columns tp, pp, cp, ep, zero, schedule,
-    precision, optimizer_offload and adapter (1 for lora/qlora; codes as in codes.py)."""
+    precision, optimizer_offload, adapter (1 for lora/qlora) and fp32_params (codes as in codes.py)."""
     _check_engine(engine)
     ok = np.ones(np.broadcast(knobs.tp, knobs.pp, knobs.zero, knobs.schedule).shape, dtype=bool)
     for refusal in REFUSALS:

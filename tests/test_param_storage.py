@@ -1,0 +1,123 @@
+"""Parameter storage (Layout.fp32_params, tools/memory.py): PyTorch FSDP keeps the parameters in fp32 as
+the optimizer's master copy, Megatron and DeepSpeed keep bf16 parameters beside an fp32 master. The
+bytes per parameter of each, the engines that store each, and the search agreeing with estimate."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainplan.tools.catalog import load_gpu, load_model
+from trainplan.tools.counting import count_params
+from trainplan.tools.export import ExportError, export
+from trainplan.tools.export.support import ENGINES, FP32_PARAM_ENGINES, stores_fp32_params
+from trainplan.tools.finetune import model_states_sentence
+from trainplan.tools.layout import resolve_config
+from trainplan.tools.memory import GIB, MASTER_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, memory_breakdown
+from trainplan.tools.search import prepare, search
+
+H100 = load_gpu("h100-sxm-80gb")
+MODEL = load_model("llama3-8b")
+GPUS = 8
+TRANSIENTS = ("weights/zero3_prefetch", "gradients/zero2_bucket")
+
+
+def sharded_state_bytes_per_param(zero: int, **knobs) -> float:
+    """Model states per parameter on one GPU, transients apart, times the GPUs that shard them (the
+    B/param of the whole model's states for a stage that shards all three)."""
+    result = memory_breakdown(MODEL, resolve_config(MODEL, gpus=GPUS, zero=zero, **knobs), H100)
+    states = sum(v for key, v in result.breakdown.items()
+                 if key.split("/")[0] in ("weights", "gradients", "optimizer") and key not in TRANSIENTS)
+    return states * GIB * GPUS / count_params(MODEL).total
+
+
+def test_fsdp_full_shard_holds_16_bytes_per_param_and_megatron_18():
+    assert sharded_state_bytes_per_param(3, fp32_params=True) == pytest.approx(4 + 4 + 8, rel=1e-9)
+    assert sharded_state_bytes_per_param(3, fp32_params=True, bf16_grads=True) == pytest.approx(4 + 2 + 8, rel=1e-9)
+    assert sharded_state_bytes_per_param(3) == pytest.approx(2 + 4 + 12, rel=1e-9)
+    assert sharded_state_bytes_per_param(3, bf16_grads=True) == pytest.approx(16, rel=1e-9)   # DeepSpeed's
+
+
+def test_fsdp_parameters_are_the_master_copy():
+    """ZeRO-3 with fp32 parameters: no sharded bf16 copy, the fp32 shard in weights, the optimizer
+    holds the moments only; the all-gathered bf16 layers are the same transient either way."""
+    fsdp = memory_breakdown(MODEL, resolve_config(MODEL, gpus=GPUS, zero=3, fp32_params=True), H100).breakdown
+    megatron = memory_breakdown(MODEL, resolve_config(MODEL, gpus=GPUS, zero=3), H100).breakdown
+    n = count_params(MODEL).total / GPUS / GIB
+    assert fsdp["weights/fp32_params"] == pytest.approx(MASTER_BYTES * n, rel=1e-9)
+    assert "weights/layers" not in fsdp and megatron["weights/layers"] > 0
+    optimizer = sum(v for key, v in fsdp.items() if key.startswith("optimizer/"))
+    assert optimizer == pytest.approx((OPTIMIZER_BYTES - MASTER_BYTES) * n, rel=1e-9)
+    assert fsdp["weights/zero3_prefetch"] == megatron["weights/zero3_prefetch"] > 0
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2])
+def test_unsharded_bf16_copy_makes_zero_0_to_2_hold_the_same_bytes(zero):
+    """NO_SHARD and SHARD_GRAD_OP keep the unsharded bf16 parameters through the step, beside the fp32
+    master that the optimizer shards: the same 2 + 4 (+ moments) as a bf16 copy with a master."""
+    fsdp = memory_breakdown(MODEL, resolve_config(MODEL, gpus=GPUS, zero=zero, fp32_params=True), H100)
+    megatron = memory_breakdown(MODEL, resolve_config(MODEL, gpus=GPUS, zero=zero), H100)
+    assert fsdp.total == pytest.approx(megatron.total, rel=1e-12)
+    assert fsdp.weights > megatron.weights and fsdp.optimizer < megatron.optimizer
+    n = count_params(MODEL).total / GIB
+    assert fsdp.breakdown["weights/layers"] == pytest.approx(megatron.breakdown["weights/layers"], rel=1e-12)
+    assert sum(v for k, v in fsdp.breakdown.items() if k.startswith("weights/") and k != "weights/fp32_params") \
+        == pytest.approx(WEIGHT_BYTES * n, rel=1e-9)
+
+
+def test_offload_moves_the_fp32_parameters_to_the_cpu():
+    offload = memory_breakdown(MODEL, resolve_config(MODEL, gpus=GPUS, zero=3, fp32_params=True,
+                                                     optimizer_offload=True), H100)
+    assert offload.optimizer == 0 and "weights/fp32_params" not in offload.breakdown
+
+
+def test_lora_has_no_fp32_master_of_the_frozen_base():
+    lora = dict(method="lora", lora_rank=16)
+    with_fp32 = memory_breakdown(MODEL, resolve_config(MODEL, gpus=GPUS, zero=3, fp32_params=True, **lora), H100)
+    without = memory_breakdown(MODEL, resolve_config(MODEL, gpus=GPUS, zero=3, **lora), H100)
+    assert "weights/fp32_params" not in with_fp32.breakdown and with_fp32.total == pytest.approx(without.total)
+
+
+def test_the_engines_store_their_parameters_as_the_knob_says():
+    assert set(FP32_PARAM_ENGINES) == {"torchtitan", "accelerate"} and set(FP32_PARAM_ENGINES) <= set(ENGINES)
+    cfg = resolve_config(MODEL, gpus=GPUS, zero=3, fp32_params=True)
+    for engine in ENGINES:
+        if stores_fp32_params(engine):
+            assert export(engine, MODEL, cfg, model_ref="meta-llama/Meta-Llama-3-8B").content
+        else:
+            with pytest.raises(ExportError, match="--bf16-params"):
+                export(engine, MODEL, cfg, model_ref="meta-llama/Meta-Llama-3-8B")
+
+
+def test_a_search_for_an_engine_takes_its_parameter_storage():
+    torchtitan, _, _ = prepare("llama3-8b", "h100", 8, gbs=64, seq=4096, engine="torchtitan")
+    megatron, _, _ = prepare("llama3-8b", "h100", 8, gbs=64, seq=4096, engine="megatron")
+    anyone, _, _ = prepare("llama3-8b", "h100", 8, gbs=64, seq=4096)
+    pinned, _, _ = prepare("llama3-8b", "h100", 8, gbs=64, seq=4096, engine="torchtitan", fp32_params=False)
+    assert torchtitan.fp32_params and not megatron.fp32_params and not anyone.fp32_params
+    assert not pinned.fp32_params
+
+
+def test_megatron_search_with_fp32_parameters_finds_nothing_it_runs():
+    result = search("llama3-8b", "h100", 8, gbs=64, seq=4096, zero=3, engine="megatron", fp32_params=True)
+    assert not result["candidates"] and result["rejected"].get("the engine cannot run it", 0) > 0
+
+
+def test_a_torchtitan_search_charges_fsdp_storage():
+    """The layout a torchtitan search returns is charged 16 B/param of sharded states, as estimate
+    charges it with fp32_params (tests/test_search_agreement.py checks the vectorised path on random layouts)."""
+    best = search("llama3-8b", "h100", 8, gbs=64, seq=4096, zero=3, pp=1, engine="torchtitan")["candidates"][0]
+    config = best["config"]
+    assert config["fp32_params"]
+    layout = {k: config[k] for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute",
+                                     "recompute_modules", "schedule")}
+    fsdp = memory_breakdown(MODEL, resolve_config(MODEL, gpus=8, fp32_params=True, **layout), H100)
+    megatron = memory_breakdown(MODEL, resolve_config(MODEL, gpus=8, **layout), H100)
+    assert best["memory_gib"]["total"] == pytest.approx(fsdp.total, rel=1e-9)
+    # what FSDP does not keep: the sharded bf16 copy beside the fp32 master
+    assert megatron.total - fsdp.total == pytest.approx(WEIGHT_BYTES * count_params(MODEL).total / 8 / GIB, rel=1e-9)
+
+
+def test_the_report_sentence_states_fsdp_storage():
+    fsdp = model_states_sentence({"zero": 3, "fp32_params": True})
+    assert "fp32 parameters that are the master copy (4 B/param)" in fsdp and "Adam m + v (8)" in fsdp
+    assert "fp32 master + Adam m + v (12)" in model_states_sentence({"zero": 3})
