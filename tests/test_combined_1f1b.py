@@ -111,6 +111,15 @@ def test_the_interleaved_combined_schedule_is_megatrons(pp, m, vpp):
         assert all(e.end_s - e.start_s == pytest.approx(2.5 / vpp) for e in fb)
 
 
+@pytest.mark.parametrize("pp, m, vpp", [(4, 8, 2), (8, 16, 4)])
+def test_the_combined_schedule_holds_what_interleaved_1f1b_holds(pp, m, vpp):
+    """Its one extra warm-up chunk takes the place of the chunk 1F1B's steady forward adds before its
+    backward frees one; a combined step frees layer by layer as it fills."""
+    combined = simulate("interleaved", pp, m, vpp=vpp, forward_s=1.0, backward_s=2.0, paired_s=2.5)
+    plain = simulate("interleaved", pp, m, vpp=vpp, forward_s=1.0, backward_s=2.0)
+    assert combined.peak_inflight_microbatches == pytest.approx(plain.peak_inflight_microbatches)
+
+
 def test_without_pipelining_the_first_forward_and_last_backward_run_alone():
     """combined_1f1b_schedule_for_no_pipelining: F0, (F1, B0), ..., (F m-1, B m-2), B m-1."""
     result = simulate("1f1b", 1, 5, forward_s=1.0, backward_s=2.0, paired_s=2.2)

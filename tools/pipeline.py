@@ -46,6 +46,10 @@ Conventions:
   micro-batch = 1); a dualpipe chunk is a whole model stage and counts 1, so DualPipe reports
   p+1 on rank 0 (the paper's PP+1: inside an FB op the new forward and the old backward coexist).
   zb-h1 reports p on every stage: the W's held back keep their inputs alive, and p is 1F1B's peak.
+  Megatron's combined 1F1B holds its one extra warm-up chunk, and its combined step, which runs the
+  forward's layer i beside the backward's layer L-1-i, frees as it fills: the peak of interleaved
+  1F1B (Megatron-Core's guide: the forward-backward pairing "does not add the same activation-memory
+  penalty" as pairing like phases), up to a layer the chunk granularity does not see.
 """
 
 from __future__ import annotations
@@ -334,6 +338,10 @@ def _busy_and_peak(plan: _Plan, pp: int, unit: int) -> tuple[list[float], list[f
                 total += f_d[vs] + b_d[vs2] if x_d is None else x_d[vs]
             else:
                 total += dur[kind][vs]
+            if kind == _X and x_d is not None:
+                # Megatron's combined step frees the backward's layers as the forward fills its own (forward
+                # layer i beside backward layer L-1-i): at chunk granularity the held count does not rise.
+                continue
             if kind == _F or kind == _X:
                 held += 1
                 top = max(top, held)
