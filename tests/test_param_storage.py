@@ -64,6 +64,14 @@ def test_unsharded_bf16_copy_makes_zero_0_to_2_hold_the_same_bytes(zero):
         == pytest.approx(WEIGHT_BYTES * n, rel=1e-9)
 
 
+def test_zero3_on_one_rank_keeps_its_bf16_copy():
+    """Nothing to shard over (dp = 1): no all-gather frees the bf16 copy, as FSDP's NO_SHARD keeps it."""
+    one = dict(gpus=1, zero=3, seq=2048)
+    fsdp = memory_breakdown(MODEL, resolve_config(MODEL, fp32_params=True, **one), H100)
+    megatron = memory_breakdown(MODEL, resolve_config(MODEL, **one), H100)
+    assert fsdp.total == pytest.approx(megatron.total, rel=1e-12) and fsdp.breakdown["weights/layers"] > 0
+
+
 def test_offload_moves_the_fp32_parameters_to_the_cpu():
     offload = memory_breakdown(MODEL, resolve_config(MODEL, gpus=GPUS, zero=3, fp32_params=True,
                                                      optimizer_offload=True), H100)

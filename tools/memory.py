@@ -307,12 +307,18 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
         return ne / np.where(zero >= min_zero, group, 1) + ex / np.where(zero >= min_zero, expert_group, 1)
 
     # fp32_params (module doc): the fp32 parameters are the master copy, sharded like the optimizer states;
-    # the bf16 copy is held only unsharded, and with ZeRO-3 only as weights/zero3_prefetch.
+    # the bf16 copy is held only unsharded, and where ZeRO-3 shards over more than one rank only as the
+    # gathered layers (weights/zero3_prefetch; one rank gathers nothing and keeps its copy, as NO_SHARD does).
     fp32_params, on_gpu = k["fp32_params"] > 0, k["optimizer_offload"] < 1
-    bf16_copy = np.where(fp32_params & (zero >= 3), 0.0, WEIGHT_BYTES)
+    gathered_ne, gathered_ex = ((fp32_params & (zero >= 3) & (g > 1)).astype(float) for g in (group, expert_group))
+
+    def bf16_copy(ne, ex):
+        """The bf16 weights on this GPU: sharded by ZeRO-3, or, with fp32_params, gathered only per layer."""
+        return WEIGHT_BYTES * sharded(ne * (1 - gathered_ne), ex * (1 - gathered_ex), 3)
+
     out: dict[str, np.ndarray] = {"weights/fp32_params": 0.0}
     for name, (ne, ex) in modules.items():
-        out[f"weights/{name}"] = bf16_copy * sharded(ne, ex, 3)
+        out[f"weights/{name}"] = bf16_copy(ne, ex)
         out["weights/fp32_params"] = out["weights/fp32_params"] + np.where(
             fp32_params & on_gpu, MASTER_BYTES * sharded(ne, ex, 1), 0.0)
         out[f"gradients/{name}"] = grad_bytes * sharded(ne, ex, 2)
