@@ -210,7 +210,7 @@ def test_stage_pieces_and_dp_terms_match_step(model, gpu, gpus, gbs, seq, precis
                              zero=row["zero"], mbs=row["mbs"], gbs=gbs, seq=seq, precision=precision,
                              recompute=_RECOMPUTE_BY_CODE[row["recompute"]],
                              schedule=_SCHEDULE_BY_CODE[row["schedule"]])
-        dual = cfg.schedule is Schedule.dualpipe and cfg.pp > 1 and cfg.ep > 1 and job.model.is_moe
+        dual = cfg.schedule is Schedule.dualpipe and job.model.is_moe
         pieces = _work_pieces(job.model, cluster, job, (cfg.tp, cfg.cp, cfg.ep, cfg.mbs, row["recompute"], row["modules"],
                                                         dual))
         stages = np.einsum("kc,kj->jc", _stage_counts(job.model, cfg.pp), pieces)

@@ -109,7 +109,9 @@ def vector_times(model: ModelSpec, job: SearchJob, rows: dict[str, np.ndarray]) 
     if not n:
         return out
     cluster = job.cluster(int(rows["gpus"][0]))
-    dual = (rows["schedule"] == _DUAL) & (rows["pp"] > 1) & (rows["ep"] > 1) & model.is_moe
+    # step._layer_comm_s hides an MoE layer's dispatch comm under DualPipe whatever ep (with ep = 1 the
+    # expert-TP collectives remain), so every dualpipe row of an MoE model is keyed as DualPipe.
+    dual = (rows["schedule"] == _DUAL) & model.is_moe
     work_keys = np.stack([rows["tp"], rows["cp"], rows["ep"], rows["mbs"], rows["recompute"], rows["modules"], dual]).T
     unique_work, work_index = np.unique(work_keys, axis=0, return_inverse=True)
     work_index = work_index.reshape(-1)
