@@ -37,7 +37,7 @@ MEGATRON_FLAGS: dict[str, tuple | None] = {
     "--num-virtual-stages-per-pipeline-rank": (), "--context-parallel-size": (),
     "--use-distributed-optimizer": None, "--use-megatron-fsdp": None, "--use-torch-fsdp2": None,
     "--data-parallel-sharding-strategy": ("no_shard", "optim", "optim_grads", "optim_grads_params"),
-    "--overlap-grad-reduce": None, "--overlap-param-gather": None,
+    "--overlap-grad-reduce": None, "--overlap-param-gather": None, "--num-distributed-optimizer-instances": (),
     # _add_moe_args
     "--expert-model-parallel-size": (), "--expert-tensor-parallel-size": (), "--num-experts": (),
     "--moe-router-topk": (), "--moe-ffn-hidden-size": (), "--moe-shared-expert-intermediate-size": (),

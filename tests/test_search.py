@@ -163,8 +163,8 @@ def _scalar_valid(job, row) -> bool:
         return False
     try:
         cfg = resolve_config(job.model, row["gpus"], tp=row["tp"], pp=row["pp"], cp=row["cp"], ep=row["ep"],
-                             vpp=row["vpp"], zero=row["zero"], mbs=row["mbs"], gbs=job.gbs, seq=job.seq,
-                             recompute=_RECOMPUTE_BY_CODE[row["recompute"]],
+                             vpp=row["vpp"], zero=row["zero"], dp_shard=row["dp_shard"], mbs=row["mbs"], gbs=job.gbs,
+                             seq=job.seq, recompute=_RECOMPUTE_BY_CODE[row["recompute"]],
                              schedule=_SCHEDULE_BY_CODE[row["schedule"]], precision=job.precision)
         if cfg.pp > 1:
             _validate(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp)
@@ -178,6 +178,7 @@ def _scalar_valid(job, row) -> bool:
     ("qwen2.5-7b", 28, 56, 4096, {}),                        # 28 heads, 4 kv heads: tp=7 breaks the kv rule
     ("deepseek-v2-lite", 16, 32, 4096, {"zero": 1}),         # MoE: ep
     ("llama3-8b", 16, 48, 4096, {"tp": 16, "vpp": 3}),       # pins that break rules
+    ("deepseek-v2-lite", 16, 32, 4096, {"dp_shard": [2, 3]}),  # hybrid sharding: dp, zero and expert rules
 ])
 def test_validity_masks_match_resolve_config(model, gpus, gbs, seq, pins):
     job, _, _ = prepare(model, "h100", gpus, gbs=gbs, seq=seq, **pins)
@@ -222,7 +223,7 @@ def test_stage_pieces_and_dp_terms_match_step(model, gpu, gpus, gbs, seq, precis
         forward = np.array([[w.forward_s for w in work]])
         backward = np.array([[w.backward_s for w in work]])
         exposed, optimizer, p2p = dp_optimizer_p2p(
-            job.model, cluster, job, (cfg.tp, cfg.cp, cfg.dp, cfg.ep, cfg.pp),
+            job.model, cluster, job, (cfg.tp, cfg.cp, cfg.dp, cfg.ep, cfg.dp_shard_size, cfg.pp),
             {"zero": np.array([cfg.zero]), "m": np.array([cfg.num_microbatches]), "schedule": np.array([row["schedule"]]),
              "vpp": np.array([cfg.vpp]), "mbs": np.array([cfg.mbs])}, forward, backward)
         result = step.step_time(job.model, cfg, cluster)

@@ -47,7 +47,8 @@ def _scalar_verdicts(job, layout: dict) -> set[str]:
     verdicts = {scalar_policy_reason(job, layout)}
     try:
         resolve_config(job.model, layout["gpus"], tp=layout["tp"], pp=layout["pp"], cp=layout["cp"],
-                       ep=layout["ep"], vpp=layout["vpp"], zero=layout["zero"], mbs=layout["mbs"], gbs=job.gbs,
+                       ep=layout["ep"], vpp=layout["vpp"], zero=layout["zero"], dp_shard=layout["dp_shard"],
+                       mbs=layout["mbs"], gbs=job.gbs,
                        seq=job.seq, recompute=RECOMPUTE_BY_CODE[layout["recompute"]],
                        schedule=SCHEDULE_BY_CODE[layout["schedule"]], precision=job.precision,
                        **fixed_knobs(job, layout["tp"], RECOMPUTE_BY_CODE[layout["recompute"]]))
@@ -60,7 +61,8 @@ def _messages(job, layout: dict, reason: str) -> set[str]:
     """What the scalar path says for a layout the masks reject under `reason`: the reason itself
     (a search policy) or the message of a rule filed under it."""
     knobs = Knobs(gpus=layout["gpus"], tp=layout["tp"], pp=layout["pp"], cp=layout["cp"], ep=layout["ep"],
-                  vpp=layout["vpp"], mbs=layout["mbs"], seq=job.seq, gbs=job.gbs, schedule=layout["schedule"])
+                  vpp=layout["vpp"], mbs=layout["mbs"], seq=job.seq, gbs=job.gbs, schedule=layout["schedule"],
+                  dp_shard=layout["dp_shard"], zero=layout["zero"])
     return {reason} | {rule.message(job.model, knobs, job.policies) for rule in RULES if rule.reason == reason}
 
 

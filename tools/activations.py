@@ -221,7 +221,8 @@ def _stored(tensors: dict, recompute, modules, layer_input):
 
 
 def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
-    values = dict(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, etp=cfg.expert_tp, dp=cfg.dp, vpp=cfg.vpp, zero=cfg.zero, mbs=cfg.mbs,
+    values = dict(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, etp=cfg.expert_tp, dp=cfg.dp, dp_shard=cfg.dp_shard_size,
+                  vpp=cfg.vpp, zero=cfg.zero, mbs=cfg.mbs,
                   num_microbatches=cfg.num_microbatches, seq=cfg.seq,
                   recompute=RECOMPUTE_CODES[cfg.recompute], recompute_modules=recompute_rules.config_mask(cfg),
                   schedule=SCHEDULE_CODES[cfg.schedule],

@@ -105,6 +105,14 @@ def group_layout(cfg: ParallelConfig, gpus_per_node: int) -> dict[str, Group]:
     RankGenerator, order tp-ep-dp-pp with tp = etp). With etp = tp this carves ep out of dp*cp.
     'dp_cp' is the group that averages the dense gradients when cp > 1 (Megatron reduces over dp x cp);
     'ep_etp' is the allgather dispatcher's group.
+    Hybrid sharding (Layout.dp_shard) splits dp into dp_shard (inner) x replicas (outer), as torchtitan's
+    mesh orders dp_replicate outside dp_shard and Megatron's partial distributed optimizer builds its
+    intra-instance group from consecutive dp-cp ranks (parallel_state.py, intra_partial_data_parallel_size
+    = dp*cp / num_distributed_optimizer_instances): 'dp_shard' (dp_shard*cp ranks, stride tp) is where
+    ZeRO shards the dense states and gathers and reduce-scatters them, 'dp_replicate' (one rank of each
+    replica, stride tp*cp*dp_shard) all-reduces each shard's gradients. 'edp_shard' and 'edp_replicate'
+    split the expert-data-parallel group the same way. With full sharding dp_shard is dp: 'dp_shard' is
+    'dp_cp' and the replicate groups have one rank.
     """
     from .validity import R_EP_DP, RULES, Knobs
 
@@ -116,6 +124,7 @@ def group_layout(cfg: ParallelConfig, gpus_per_node: int) -> dict[str, Group]:
     grid = next(rule for rule in RULES if rule.reason == R_EP_DP)
     if grid.broken(None, knobs, None):
         raise InputError(grid.message(None, knobs, None))
+    shard, replicas = cfg.dp_shard_size, cfg.dp_replicas
     return {
         "tp": _group(tp, 1, gpus_per_node),
         "cp": _group(cp, tp, gpus_per_node),
@@ -125,6 +134,10 @@ def group_layout(cfg: ParallelConfig, gpus_per_node: int) -> dict[str, Group]:
         "ep": _group(ep, etp, gpus_per_node),
         "ep_etp": _group(ep * etp, 1, gpus_per_node),
         "edp": _group(cfg.expert_dp, etp * ep, gpus_per_node),
+        "dp_shard": _group(shard * cp, tp, gpus_per_node),
+        "dp_replicate": _group(replicas, tp * cp * shard, gpus_per_node),
+        "edp_shard": _group(max(1, cfg.expert_dp // replicas), etp * ep, gpus_per_node),
+        "edp_replicate": _group(replicas, tp * cp * shard, gpus_per_node),
         "pp": _group(cfg.pp, tp * cp * dp, gpus_per_node),
     }
 

@@ -233,7 +233,7 @@ MAX_GPUS = 2**20
 beyond it a count is a typo, and the vectorised search's int64 products stay exact."""
 MAX_SEQUENCES_OR_TOKENS = 2**26
 """The largest seq, mbs or gbs a request may name (67M: past any published context or batch)."""
-PARALLEL_SIZES = ("tp", "pp", "cp", "ep", "etp")
+PARALLEL_SIZES = ("tp", "pp", "cp", "ep", "etp", "dp_shard")
 
 
 def _whole_numbers(value: Any) -> list[Any]:
@@ -346,6 +346,12 @@ class Layout(BaseModel):
     vpp: int = Field(default=1, ge=1, description="virtual pipeline stages per rank (>1: the interleaved schedule)")
     zero: int = Field(default=1, ge=0, le=3, description="ZeRO stage 0-3: 1 shards optimizer states, 2 also "
                                                          "gradients, 3 also weights (FSDP)")
+    dp_shard: int | None = Field(
+        default=None, ge=1, description="data-parallel ranks one ZeRO shard spans (hybrid sharding, HSDP): what "
+        "zero shards (1: optimizer states, 2: also gradients, 3: also weights) is split over dp_shard*cp ranks and "
+        "replicated over dp/dp_shard groups, whose gradient shards are all-reduced (PyTorch FSDP HYBRID_SHARD, "
+        "torchtitan data_parallel_shard_degree, Megatron --num-distributed-optimizer-instances dp/dp_shard); must "
+        "divide dp, needs zero >= 1; null: dp (every data-parallel rank, full sharding)")
     mbs: int = Field(default=1, ge=1, description="micro-batch size, sequences")
     gbs: int | None = Field(default=None, ge=1, description="global batch size, sequences; sets the micro-batches "
                                                             f"per step, gbs / (dp*mbs); null: {DEFAULT_GBS_RULE}")
@@ -472,6 +478,16 @@ class ParallelConfig(Layout):
         return self.gbs // (self.dp * self.mbs)
 
     @property
+    def dp_shard_size(self) -> int:
+        """Data-parallel ranks one ZeRO shard spans: dp_shard, or dp when unset (full sharding)."""
+        return self.dp_shard or self.dp
+
+    @property
+    def dp_replicas(self) -> int:
+        """Replicas of each ZeRO shard (hybrid sharding): dp / dp_shard_size; 1 with full sharding."""
+        return self.dp // self.dp_shard_size
+
+    @property
     def expert_tp(self) -> int:
         """Expert tensor-parallel size: etp, or tp when unset (Megatron's default)."""
         return self.etp or self.tp
@@ -491,7 +507,7 @@ FINE_TUNING_KNOBS = ("method", "lora_rank", "lora_targets")
 """The Layout knobs that choose what is trained (full weights, or LoRA/QLoRA adapters of a rank on some
 targets): a plan that leaves them out plans full training."""
 
-SEARCHED_KNOBS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule")
+SEARCHED_KNOBS = ("tp", "pp", "cp", "ep", "vpp", "zero", "dp_shard", "mbs", "recompute", "schedule")
 """The Layout knobs a search varies unless pinned (tools/search.py Pins holds one slot per name)."""
 SEARCH_FIXED_KNOBS = tuple(name for name in Layout.model_fields if name not in SEARCHED_KNOBS)
 """The Layout knobs a search takes as given, every one it does not vary (null: the shared default

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from .codes import SCHEDULE_CODES
-from .collectives import collective_time_s
-from .overlap import overlapped_s
+from .collectives import Group, collective_time_s
+from .overlap import overlapped_s, side_by_side_s
 from .specs import ClusterSpec, Schedule
 
 
@@ -43,7 +43,25 @@ def fsdp_units(stages: list[list[int]]):
     return np.array([max(1, len(ids)) + (1 if s in (0, last) else 0) for s, ids in enumerate(stages)], dtype=float)
 
 
-def zero3_exchange_s(params, group, cluster: ClusterSpec, forward_s, backward_s, grad_bytes_per_param, units):
+NO_REPLICAS = Group(size=1, ranks_per_node=1)
+"""The replicate group of full sharding (every data-parallel rank in one ZeRO shard group): nothing to all-reduce."""
+
+
+def replica_all_reduce_s(grad_bytes, shard: Group, replicate: Group, cluster: ClusterSpec):
+    """Seconds to all-reduce one rank's gradient shard across the replicas of hybrid sharding (numpy-friendly).
+
+    `grad_bytes` is the gradient buffer the shard group reduce-scatters; each rank keeps grad_bytes /
+    shard.size of it, and the ranks holding the same shard in each replica all-reduce it: PyTorch FSDP
+    HYBRID_SHARD (reduce-scatter in the intra-node group, then all_reduce over _inter_node_pg,
+    torch/distributed/fsdp/_runtime_utils.py _reduce_grad), FSDP2 with a 2-D mesh (foreach_reduce's
+    all_reduce_group; torchtitan data_parallel_replicate_degree), Megatron's partial distributed
+    optimizer (intra-instance reduce-scatter, inter-instance all-reduce; --num-distributed-optimizer-
+    instances). Zero with full sharding (one replica)."""
+    return collective_time_s("all_reduce", np.asarray(grad_bytes, dtype=float) / shard.size, replicate, cluster)
+
+
+def zero3_exchange_s(params, group, cluster: ClusterSpec, forward_s, backward_s, grad_bytes_per_param, units,
+                     replicate: Group = NO_REPLICAS):
     """Exposed seconds of ZeRO-3 / FSDP for one micro-batch on one rank (numpy-friendly).
 
     Each of the `units` parameter groups (fsdp_units) is all-gathered before its forward, all-gathered
@@ -58,19 +76,33 @@ def zero3_exchange_s(params, group, cluster: ClusterSpec, forward_s, backward_s,
       forward compute only (gathers issued for the forward cannot run during the backward);
     - backward: the gathers and the reduce-scatters share the backward compute as their window, and
       the last reduce-scatter (the first unit's gradient) comes after the last backward compute.
+    Hybrid sharding (`group` the shard group, `replicate` the replicas): each unit's reduce-scatter is
+    followed by the all-reduce of its shard across the replicas (replica_all_reduce_s) on a stream of
+    its own, beside the gathers and scatters (overlap.side_by_side_s); the first unit's all-reduce
+    follows its reduce-scatter after the last backward compute. The forward's gathers stay inside the
+    shard group, a node when it fits in one (the IBM/PyTorch FSDP blog, appendix: with HSDP "there is no
+    inter-node traffic during the pre-fetch stage for forward pass").
     """
     weights = 2 * params / units
     grads = grad_bytes_per_param * params / units
     gather = collective_time_s("all_gather", weights, group, cluster)
     scatter = collective_time_s("reduce_scatter", grads, group, cluster) * (grad_bytes_per_param > 0)
+    reduce = replica_all_reduce_s(grads, group, replicate, cluster) * (grad_bytes_per_param > 0)
     forward = gather + overlapped_s((units - 1) * gather, forward_s)
-    backward = scatter + overlapped_s(units * gather + (units - 1) * scatter, backward_s)
+    backward = scatter + reduce + side_by_side_s([units * gather + (units - 1) * scatter, (units - 1) * reduce],
+                                                 backward_s)
     return forward + backward
 
 
 def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward_s, num_microbatches,
-                  grad_bytes_per_param: int = 4, reduce_scatters=None, units=1, overlap: bool = True):
+                  grad_bytes_per_param: int = 4, reduce_scatters=None, units=1, overlap: bool = True,
+                  replicate: Group = NO_REPLICAS):
     """Exposed data-parallel seconds per step for `params` parameters per rank reduced over `group`.
+
+    `group` is the ZeRO shard group; `replicate` the replicas of hybrid sharding (Layout.dp_shard),
+    whose ranks all-reduce their gradient shard after each reduce-scatter, beside it on their own
+    stream and link (replica_all_reduce_s, overlap.side_by_side_s). ZeRO-0 shards nothing, so it has no
+    replicas (validity's R_DP_SHARD_ZERO).
 
     numpy-friendly in zero, params, forward_s, backward_s, num_microbatches and units (the search
     passes arrays). forward_s/backward_s are one micro-batch's forward and backward on the stage.
@@ -86,7 +118,7 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
     - ZeRO-3 all-gathers weights for every forward and backward and reduce-scatters gradients every
       micro-batch, unit by unit (`units` per stage, fsdp_units): zero3_exchange_s.
     """
-    if group.size == 1:
+    if group.size == 1 and replicate.size == 1:
         return np.zeros_like(np.asarray(forward_s, dtype=float)) * 0.0
     if not overlap:
         forward_s, backward_s = np.zeros_like(forward_s), np.zeros_like(backward_s)
@@ -95,23 +127,27 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
     all_reduce = collective_time_s("all_reduce", grads, group, cluster)
     reduce_scatter = collective_time_s("reduce_scatter", grads, group, cluster)
     all_gather = collective_time_s("all_gather", weights, group, cluster)
+    replica_reduce = replica_all_reduce_s(grads, group, replicate, cluster)
     zero0 = overlapped_s(all_reduce, backward_s)
     gather_once = overlapped_s(all_gather, forward_s)
-    zero1 = overlapped_s(reduce_scatter, backward_s) + gather_once
+    zero1 = side_by_side_s([reduce_scatter, replica_reduce], backward_s) + gather_once
     runs = num_microbatches if reduce_scatters is None else reduce_scatters
-    zero2 = runs * overlapped_s(reduce_scatter, backward_s) + gather_once
+    zero2 = runs * side_by_side_s([reduce_scatter, replica_reduce], backward_s) + gather_once
     zero3 = num_microbatches * zero3_exchange_s(params, group, cluster, forward_s, backward_s, grad_bytes_per_param,
-                                                np.asarray(units, dtype=float))
+                                                np.asarray(units, dtype=float), replicate)
     exposed = np.select([zero == 0, zero == 1, zero == 2], [zero0, zero1, zero2], zero3)
     return exposed * (np.asarray(params) > 0)
 
 
 def data_parallel_s(zero, dense_params, expert_params, groups: dict, cluster: ClusterSpec, forward_s, backward_s,
                     num_microbatches, bf16_grads: bool = False, reduce_scatters=None, units=1, overlap: bool = True):
-    """Exposed data-parallel seconds of one rank: its dense parameters over dp*cp, its expert
-    parameters over the expert-data-parallel group (dp_exchange_s each). numpy-friendly in every
-    argument but the groups, cluster, bf16_grads and overlap: the scalar step and the search share it."""
+    """Exposed data-parallel seconds of one rank: its dense parameters over their ZeRO shard group
+    (dp_shard*cp; dp*cp with full sharding), its expert parameters over theirs (the expert-data-parallel
+    group, split the same way), each with its replicas (dp_exchange_s each; collectives.group_layout).
+    numpy-friendly in every argument but the groups, cluster, bf16_grads and overlap: the scalar step and
+    the search share it."""
     grad_bytes = 2 if bf16_grads else 4
-    return sum(dp_exchange_s(zero, params, group, cluster, forward_s, backward_s, num_microbatches, grad_bytes,
-                             reduce_scatters, units, overlap)
-               for params, group in ((dense_params, groups["dp_cp"]), (expert_params, groups["edp"])))
+    return sum(dp_exchange_s(zero, params, shard, cluster, forward_s, backward_s, num_microbatches, grad_bytes,
+                             reduce_scatters, units, overlap, replicate)
+               for params, shard, replicate in ((dense_params, groups["dp_shard"], groups["dp_replicate"]),
+                                                (expert_params, groups["edp_shard"], groups["edp_replicate"])))

@@ -134,6 +134,7 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     sequence_parallel, tp_comm_overlap = values["sequence_parallel"], values["tp_comm_overlap"]
     for name, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("vpp", vpp),
                         ("mbs", mbs), ("gbs", gbs), ("seq", seq), ("etp", values["etp"]),
+                        ("dp_shard", values["dp_shard"]),
                         ("capacity_factor", values["capacity_factor"])):
         _positive(name, value)
     if zero not in (0, 1, 2, 3):
@@ -172,13 +173,16 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
         check_moe_a2a_overlap_job(model, dispatcher)
     knobs = Knobs(gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, seq=seq, gbs=gbs,
                   schedule=SCHEDULE_CODES[schedule], sequence_parallel=sequence_parallel, etp=etp,
-                  moe_a2a_overlap=values["moe_a2a_overlap"], recompute=RECOMPUTE_CODES[recompute])
+                  moe_a2a_overlap=values["moe_a2a_overlap"], recompute=RECOMPUTE_CODES[recompute],
+                  dp_shard=values["dp_shard"], zero=zero)
     check(model, knobs)   # validity.RULES, the search's rules too (moe_a2a_overlap's ep, schedule, recompute)
     dp = int(knobs.dp)
+    dp_shard = values["dp_shard"] if values["dp_shard"] and values["dp_shard"] != dp else None   # null: dp
 
     values.update(dp=dp, seq=seq, recompute=recompute, recompute_modules=recompute_modules,
                   offload_modules=offload_modules, schedule=schedule,
-                  precision=precision, attention=attention, etp=etp, dispatcher=dispatcher, grouped_gemm=grouped_gemm,
+                  precision=precision, attention=attention, etp=etp, dp_shard=dp_shard, dispatcher=dispatcher,
+                  grouped_gemm=grouped_gemm,
                   sequence_parallel=sequence_parallel and tp > 1, tp_comm_overlap=tp_comm_overlap and tp > 1,
                   method=method, lora_rank=lora_rank, lora_targets=lora_targets)
     return ParallelConfig(**values)

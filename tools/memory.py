@@ -12,7 +12,10 @@ Model states (Megatron mixed precision, the DESIGN.md default):
   (Megatron's distributed optimizer shards over the data-parallel-with-context group); ZeRO-2 also
   shards the gradients, ZeRO-3 also the weights (FSDP full shard). Routed-expert parameters are
   divided over ep (and over t: Megatron's expert tensor parallelism defaults to t) and their
-  states sharded over the expert-data-parallel group dp*cp/ep.
+  states sharded over the expert-data-parallel group dp*cp/ep. Hybrid sharding (dp_shard < dp,
+  HSDP) shards over dp_shard*cp ranks only and keeps dp/dp_shard replicas of each shard, so the
+  sharded states are divided by dp_shard*cp (experts: by their group over the replicas), and the
+  replicas' all-reduce has a communicator of its own (one more NCCL group in "other").
   optimizer_offload moves the 12 B/param and the optimizer step to the CPU: GPU optimizer = 0.
   That is how Megatron's distributed optimizer ("bf16 param, fp32 grads: 18, 6 + 12/d", Megatron-LM
   README, Distributed Optimizer) and DeepSpeed ZeRO (a bf16 partition beside "a partition of the fp32
@@ -286,8 +289,12 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     model = m.spec
     t, ep, zero = k["tp"], k["ep"], k["zero"]
     et = k["etp"] if "etp" in k else t                      # expert TP (MoE Parallel Folding, moe.py)
-    group = k["dp"] * k["cp"]                               # non-expert data-parallel group
-    expert_group = np.maximum(np.floor(t * group / (ep * et)), 1.0)    # expert data-parallel group
+    # ZeRO shard groups: dp_shard*cp ranks for the non-expert states (dp*cp with full sharding), and the
+    # expert-data-parallel group over the dp/dp_shard replicas for the experts (hybrid sharding, Layout.dp_shard).
+    dp_shard = k["dp_shard"] if "dp_shard" in k else k["dp"]
+    replicas = k["dp"] / dp_shard
+    group = dp_shard * k["cp"]
+    expert_group = np.maximum(np.floor(t * k["dp"] * k["cp"] / (ep * et) / replicas), 1.0)
     first, last = rank["first"], rank["last"]
     embed_copy = last * (1 - first) * float(model.tie_word_embeddings or model.num_mtp_layers > 0)
     layers_ne, layers_ex = _per_rank_params(m, rank, t, ep, et)
@@ -396,7 +403,7 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
         out["activations/mtp"] = last * head_inflight * model.num_mtp_layers * mtp
 
     activations = sum(v for key, v in out.items() if key.startswith("activations/"))
-    groups = sum((k[n] > 1).astype(float) for n in ("tp", "pp", "cp", "dp", "ep"))
+    groups = sum((k[n] > 1).astype(float) for n in ("tp", "pp", "cp", "dp", "ep")) + (replicas > 1)
     out["other/cuda_context"] = CUDA_CONTEXT_GIB * GIB + 0 * first
     out["other/nccl"] = NCCL_GIB_PER_GROUP * GIB * groups + 0 * first
     out["other/allocator_reserve"] = ALLOCATOR_RESERVE_FRACTION * activations
@@ -483,7 +490,7 @@ VECTOR_KEYS = ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbat
 optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp32_params (0), fp8_activations (0), deallocate_pipeline_outputs (1),
 save_mlp_act_output (1), fused_kernels (1), offload_modules (an integer mask of offload.OFFLOAD_BITS; 0), attention (0: flash;
 1: eager), recompute_modules (an integer mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where
-recompute is selective), etp (expert TP; default: tp),
+recompute is selective), etp (expert TP; default: tp), dp_shard (ZeRO shard group in dp ranks; default: dp),
 method (0 full, 1 lora, 2 qlora), lora_rank (0), lora_targets (0 attention, 1 all-linear).
 Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
@@ -506,6 +513,7 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
         default_mask = np.where(np.asarray(given["recompute"]) == _SELECTIVE, recompute_rules.DEFAULT_MASK, 0)
         given["recompute_modules"] = arrays.get("recompute_modules", default_mask)
     given["etp"] = arrays.get("etp", given["tp"])   # expert TP; Megatron's default is tp
+    given["dp_shard"] = arrays.get("dp_shard", given["dp"])   # null: full sharding over dp
     missing = [key for key, v in given.items() if v is None]
     if missing:
         raise KeyError(f"memory_totals_vectorised needs arrays for: {', '.join(missing)}")

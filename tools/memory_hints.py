@@ -31,6 +31,10 @@ def memory_fixes(component: str, config: Mapping[str, Any], dense_mlp: bool = Fa
     dense_mlp: the model has a dense gated MLP, whose product a fused SwiGLU need not keep."""
     recompute, zero, mbs = config.get("recompute"), config.get("zero", 0), config.get("mbs", 1)
     fixes: list[str] = []
+    # hybrid sharding (dp_shard set): what ZeRO shards is split over dp_shard*cp ranks only
+    wider_shard = "a larger dp_shard (null: shard over all of dp)" if config.get("dp_shard") else None
+    if wider_shard and {"optimizer": 1, "gradients": 2, "weights": 3}.get(component, 4) <= zero:
+        fixes.append(wider_shard)
     if component == "activations":
         if recompute == "none":
             fixes.append("recompute=selective or full")

@@ -114,7 +114,7 @@ def names_lora(method: object) -> bool:
 def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int | None = None,
             tokens: str | float | None = None, price: float | None = None, precision: str | None = None,
             objective: str | None = None, top_k: int | None = None, tp=None, pp=None, cp=None, ep=None, vpp=None,
-            zero=None, mbs=None, recompute=None, schedule=None, max_gpus: int | None = None,
+            zero=None, dp_shard=None, mbs=None, recompute=None, schedule=None, max_gpus: int | None = None,
             deadline_days: float | None = None, budget_usd: float | None = None, headroom_gib: float | None = None,
             allow_cross_node_tp: bool | None = None, pareto: bool | None = None, goodput: float | None = None,
             gpus_per_node: int | None = None, intra_node_bw: float | None = None,
@@ -134,7 +134,8 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
     check_job_numbers({"price": price, "deadline_days": deadline_days, "budget_usd": budget_usd,
                        "intra_node_bw": intra_node_bw, "inter_node_bw": inter_node_bw, "headroom_gib": headroom_gib,
                        "goodput": goodput, "tokens": tokens, "gpus": gpus, "max_gpus": max_gpus, "gbs": gbs,
-                       "seq": seq, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "mbs": mbs},
+                       "seq": seq, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "mbs": mbs,
+                       "dp_shard": dp_shard},
                       gpu_spec.memory_gib)
     if engine is not None and getattr(engine, "value", engine) not in ENGINES:
         raise InputError(f"engine='{engine}' is not one of: {', '.join(ENGINES)}")
@@ -155,7 +156,8 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
             raise InputError(f"{name} needs the training tokens: pass tokens (e.g. 15.6T)")
     pins = Pins(
         tp=_ints("tp", tp, 1), pp=_ints("pp", pp, 1), cp=_ints("cp", cp, 1), ep=_ints("ep", ep, 1),
-        vpp=_ints("vpp", vpp, 1), zero=_ints("zero", zero, 0, 3), mbs=_ints("mbs", mbs, 1),
+        vpp=_ints("vpp", vpp, 1), zero=_ints("zero", zero, 0, 3), dp_shard=_ints("dp_shard", dp_shard, 1),
+        mbs=_ints("mbs", mbs, 1),
         recompute=_codes("recompute", Recompute, recompute, _R), schedule=_codes("schedule", Schedule, schedule, _S),
     )
     if engine is not None and fixed.get("fp32_params") is None:   # as the engine stores its parameters
@@ -267,8 +269,9 @@ def _finish(job: SearchJob, objective: Objective, out: dict, scored: list[dict],
 
 def search(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int | None = None, tokens: str | float | None = None,
            price: float | None = None, precision: str = "bf16", objective: str = "throughput", top_k: int = 5,
-           tp=None, pp=None, cp=None, ep=None, vpp=None, zero=None, mbs=None, recompute=None, schedule=None,
-           max_gpus: int | None = None, deadline_days: float | None = None, budget_usd: float | None = None,
+           tp=None, pp=None, cp=None, ep=None, vpp=None, zero=None, dp_shard=None, mbs=None, recompute=None,
+           schedule=None, max_gpus: int | None = None, deadline_days: float | None = None,
+           budget_usd: float | None = None,
            headroom_gib: float | None = None, allow_cross_node_tp: bool = False, pareto: bool = False,
            goodput: float | None = None, gpus_per_node: int | None = None, intra_node_bw: float | None = None,
            inter_node_bw: float | None = None, engine: str | None = None, **fixed) -> dict:
@@ -286,7 +289,7 @@ def search(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int 
     start = _time.perf_counter()
     job, objective_enum, counts = prepare(
         model, gpu, gpus, gbs=gbs, seq=seq, tokens=tokens, price=price, precision=precision, objective=objective,
-        top_k=top_k, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero=zero, mbs=mbs, recompute=recompute,
+        top_k=top_k, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero=zero, dp_shard=dp_shard, mbs=mbs, recompute=recompute,
         schedule=schedule, max_gpus=max_gpus, deadline_days=deadline_days, budget_usd=budget_usd,
         headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto, goodput=goodput,
         gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, engine=engine,
@@ -392,7 +395,9 @@ def _engine_filter(job: SearchJob):
         return None
 
     def runs_rows(rows: dict[str, np.ndarray]) -> np.ndarray:
-        knobs = SimpleNamespace(**{k: rows[k] for k in ("tp", "pp", "cp", "ep", "zero", "schedule")},
+        dp = np.maximum(rows["gpus"] // (rows["tp"] * rows["pp"] * rows["cp"]), 1)
+        knobs = SimpleNamespace(**{k: rows[k] for k in ("tp", "pp", "cp", "ep", "zero", "schedule", "dp_shard")},
+                                dp=dp,
                                 precision=PRECISION_CODES[job.precision], optimizer_offload=int(job.optimizer_offload),
                                 adapter=int(is_lora(job.method)), fp32_params=int(job.fp32_params))
         return runs(job.engine, job.model, knobs)
@@ -411,7 +416,8 @@ def exact(job: SearchJob, layout: dict) -> dict:
     recompute = RECOMPUTE_BY_CODE[layout["recompute"]]
     storage = {k: layout[k] for k in STORAGE_KNOBS if k in layout}
     cfg = resolve_config(job.model, layout["gpus"], tp=layout["tp"], pp=layout["pp"], cp=layout["cp"],
-                         ep=layout["ep"], vpp=layout["vpp"], zero=layout["zero"], mbs=layout["mbs"], gbs=job.gbs,
+                         ep=layout["ep"], vpp=layout["vpp"], zero=layout["zero"], dp_shard=layout["dp_shard"],
+                         mbs=layout["mbs"], gbs=job.gbs,
                          seq=job.seq, recompute=recompute, schedule=SCHEDULE_BY_CODE[layout["schedule"]],
                          precision=job.precision, fp8_supported=job.gpu.fp8_tflops is not None,
                          **fixed_knobs(job, layout["tp"], recompute, layout.get("modules"), storage))

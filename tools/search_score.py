@@ -88,11 +88,11 @@ def stage_counts(model: ModelSpec, pp: int) -> np.ndarray:
 
 def dp_optimizer_p2p(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key: tuple, rows: dict[str, np.ndarray],
                      forward_s: np.ndarray, backward_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(exposed DP seconds, optimizer seconds, p2p seconds) for rows sharing (tp, cp, dp, ep, pp):
+    """(exposed DP seconds, optimizer seconds, p2p seconds) for rows sharing (tp, cp, dp, ep, dp_shard, pp):
     step.data_parallel_and_optimizer_s and step.p2p_s, step_time's own terms, over rows x stages."""
-    tp, cp, dp, ep, pp = key
+    tp, cp, dp, ep, dp_shard, pp = key
     cfg = ParallelConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, seq=job.seq, precision=job.precision,
-                         **fixed_knobs(job, tp, Recompute.none))
+                         **{**fixed_knobs(job, tp, Recompute.none), "dp_shard": dp_shard})
     groups = group_layout(cfg, cluster.gpus_per_node)
     column = {k: rows[k][:, None] for k in ("zero", "m", "schedule", "vpp")}
     exposed, optimizer = step.data_parallel_and_optimizer_s(
@@ -124,7 +124,8 @@ def vector_times(model: ModelSpec, job: SearchJob, rows: dict[str, np.ndarray]) 
         counts = stage_counts(model, pp)                      # (4, pp)
         stage = np.einsum("kc,nkj->njc", counts, pieces[work_index[idx]])   # (n, pieces, pp)
         forward_s, backward_s, weight_s = stage[:, 0], stage[:, 1], stage[:, 2]
-        dp_keys = np.stack([rows["tp"][idx], rows["cp"][idx], rows["dp"][idx], rows["ep"][idx]]).T
+        dp_keys = np.stack([rows["tp"][idx], rows["cp"][idx], rows["dp"][idx], rows["ep"][idx],
+                            rows["dp_shard"][idx]]).T
         unique_dp, dp_index = np.unique(dp_keys, axis=0, return_inverse=True)
         dp_index = dp_index.reshape(-1)
         exposed, optimizer, p2p = np.zeros(idx.size), np.zeros(idx.size), np.zeros(idx.size)
@@ -161,7 +162,8 @@ def vector_memory(job: SearchJob, rows: dict[str, np.ndarray]) -> dict[str, np.n
     probe = ParallelConfig(seq=job.seq, precision=job.precision, recompute=Recompute.selective,
                            **{k: getattr(job, k) for k in FIXED_KNOBS})
     arrays = {k: np.full(n, float(v.reshape(()))) for k, v in knob_arrays(probe).items()}
-    arrays.update({k: rows[k] for k in ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "recompute", "schedule",
+    arrays.update({k: rows[k] for k in ("tp", "pp", "cp", "ep", "dp", "dp_shard", "vpp", "zero", "mbs", "recompute",
+                                        "schedule",
                                         *STORAGE_KNOBS) if k in rows})
     arrays["num_microbatches"] = rows["m"]
     arrays["sequence_parallel"] = ((rows["tp"] > 1) & job.sequence_parallel).astype(float)

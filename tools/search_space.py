@@ -10,6 +10,8 @@ the pinned value(s):
     ep    MoE: divisors of the routed experts that divide gpus; dense: 1
     mbs   divisors of gbs up to MAX_MBS
     zero  0-3
+    dp_shard  dp (full sharding); with zero 3 and a data-parallel group wider than a node, also the
+          shard group of one node, gpus_per_node/(tp*cp) ranks (hybrid sharding, HSDP: node_dp_shard)
     recompute  SearchJob.recompute_options, (recompute code, module mask) pairs: the least recompute
           that fits (the ladder search_recipes.recompute_choices builds: none, then selective with
           ever more modules; the row is resolved when memory is scored), selective with Megatron's
@@ -38,7 +40,7 @@ from .validity import CP_MIN_TOKENS, REASONS as RULE_REASONS, Knobs, Policies, f
 MAX_MBS = 8
 """Largest micro-batch tried: GEMMs reach their efficiency by T = mbs*seq of a few thousand tokens."""
 
-KNOBS = ("gpus", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "modules", "schedule")
+KNOBS = ("gpus", "tp", "pp", "cp", "ep", "vpp", "zero", "dp_shard", "mbs", "recompute", "modules", "schedule")
 """Columns of a layout table (recompute and schedule as codes.py's integer codes, modules as a
 recompute.MODULE_BITS mask, 0 unless recompute is selective)."""
 STORAGE_KNOBS = ("bf16_moments", "fp8_activations")
@@ -73,6 +75,7 @@ class Pins:
     ep: tuple[int, ...] | None = None
     vpp: tuple[int, ...] | None = None
     zero: tuple[int, ...] | None = None
+    dp_shard: tuple[int, ...] | None = None
     mbs: tuple[int, ...] | None = None
     recompute: tuple[int, ...] | None = None
     schedule: tuple[int, ...] | None = None
@@ -191,6 +194,19 @@ def _schedule_options(pp: int, num_layers: int, pins: Pins) -> list[tuple[int, i
     return options
 
 
+def node_dp_shard(tp, cp, dp, gpus_per_node: int):
+    """The hybrid-sharding shard size whose ZeRO shard group (dp_shard*cp ranks of tp) fills one node,
+    gpus_per_node/(tp*cp), where it is a proper split of dp into at least 2 ranks per shard and 2
+    replicas; 0 where there is none (numpy-friendly). The IBM/PyTorch FSDP runs shard each 7B and 13B
+    model inside a node this way (fms-fsdp docs/configurations.md: "HSDP will only shard your model
+    across devices within the same node"), as PyTorch FSDP's HYBRID_SHARD does by default."""
+    tp, cp, dp = (np.asarray(x) for x in (tp, cp, dp))
+    ranks = tp * cp
+    shard = np.where(gpus_per_node % ranks == 0, gpus_per_node // ranks, 0)
+    ok = (shard >= 2) & (shard < dp) & (dp % np.maximum(shard, 1) == 0)
+    return np.where(ok, shard, 0)
+
+
 def enumerate_space(model: ModelSpec, gpus: int, gbs: int, seq: int, gpus_per_node: int,
                     allow_cross_node_tp: bool = False, pins: Pins = Pins(),
                     recompute_options: tuple[tuple[int, int], ...] | None = None) -> dict[str, np.ndarray]:
@@ -227,10 +243,33 @@ def enumerate_space(model: ModelSpec, gpus: int, gbs: int, seq: int, gpus_per_no
         block["schedule"], block["vpp"] = options[flat[5], 0], options[flat[5], 1]
         block["pp"] = np.full(flat[0].size, pp, dtype=np.int64)
         block["gpus"] = np.full(flat[0].size, gpus, dtype=np.int64)
-        blocks.append(block)
+        blocks.append(_with_dp_shard(block, gpus, gpus_per_node, pins))
     if not blocks:
         return {k: np.zeros(0, dtype=np.int64) for k in KNOBS}
     return {k: np.concatenate([b[k] for b in blocks]) for k in KNOBS}
+
+
+def _with_dp_shard(block: dict[str, np.ndarray], gpus: int, gpus_per_node: int, pins: Pins) -> dict[str, np.ndarray]:
+    """The block's rows with their dp_shard column: each pinned value (validity rejects those that do
+    not divide dp), or dp (full sharding) plus, for the ZeRO-3 rows that have one, a copy at the node's
+    shard size (node_dp_shard). Only ZeRO-3 gets the copy: its weight gathers on every micro-batch are
+    what one-node shard groups keep off the network; for ZeRO-1 and 2 hybrid sharding moves more bytes
+    across nodes than it saves (an all-reduce of the shard, 2x its gradients, against a reduce-scatter and
+    one gather), so the search leaves it to a pin."""
+    dp = np.maximum(gpus // (block["tp"] * block["pp"] * block["cp"]), 1)
+    if pins.dp_shard is not None:
+        copies = [{**{k: v for k, v in block.items()}, "dp_shard": np.full(dp.size, value, dtype=np.int64)}
+                  for value in pins.dp_shard]
+        return {k: np.concatenate([c[k] for c in copies]) for k in copies[0]}
+    node = node_dp_shard(block["tp"], block["cp"], dp, gpus_per_node)
+    # experts replicate with the dense states (validity's R_DP_SHARD_EXPERTS; expert TP = tp here, a job's
+    # other etp is left to validity): only copies whose replicas divide the expert-data-parallel group
+    expert_dp = np.maximum(block["cp"] * dp // block["ep"], 1)
+    fits = (node > 0) & (expert_dp % np.maximum(dp // np.maximum(node, 1), 1) == 0)
+    hybrid = np.nonzero((block["zero"] == 3) & fits)[0]
+    full = {**block, "dp_shard": dp.astype(np.int64)}
+    return {k: np.concatenate([full[k], (node if k == "dp_shard" else full[k])[hybrid].astype(np.int64)])
+            for k in full}
 
 
 def validity(model: ModelSpec, space: dict[str, np.ndarray], gbs: int, seq: int, gpus_per_node: int,
@@ -241,7 +280,7 @@ def validity(model: ModelSpec, space: dict[str, np.ndarray], gbs: int, seq: int,
     knobs = Knobs(gpus=space["gpus"], tp=space["tp"], pp=space["pp"], cp=space["cp"], ep=space["ep"],
                   vpp=space["vpp"], mbs=space["mbs"], seq=seq, gbs=gbs, schedule=space["schedule"],
                   sequence_parallel=sequence_parallel, etp=etp, moe_a2a_overlap=moe_a2a_overlap,
-                  recompute=space["recompute"])
+                  recompute=space["recompute"], dp_shard=space["dp_shard"], zero=space["zero"])
     reason = first_broken(model, knobs, Policies(gpus_per_node, allow_cross_node_tp))
     return reason, knobs.dp, knobs.m
 

@@ -301,14 +301,17 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
     )
 
 
-def optimizer_s(zero, dense_params, expert_params, dp_cp: int, expert_dp: int, gpu, offload: bool = False):
+def optimizer_s(zero, dense_params, expert_params, dense_shard: int, expert_shard: int, gpu, offload: bool = False):
     """Seconds of one rank's optimizer step on the parameters it owns: ZeRO >= 1 shards dense
-    parameters over dp*cp and expert parameters over the expert-data-parallel group.
+    parameters over `dense_shard` ranks and expert parameters over `expert_shard` ranks, their ZeRO shard groups
+    (dp_shard*cp and the expert-data-parallel group over the replicas; dp*cp and the whole
+    expert-data-parallel group with full sharding).
 
     On the GPU: a memory-bound pass of ADAM_BYTES_PER_PARAM. With optimizer_offload (ZeRO-Offload):
     fp32 gradients down and bf16 weights up over PCIe, and a CPU Adam. numpy-friendly in zero and
     the parameter counts."""
-    sharded = dense_params / np.where(zero >= 1, dp_cp, 1) + expert_params / np.where(zero >= 1, expert_dp, 1)
+    sharded = (dense_params / np.where(zero >= 1, dense_shard, 1)
+               + expert_params / np.where(zero >= 1, expert_shard, 1))
     if offload:
         pcie_s = sharded * (4 + 2) / (PCIE_GB_S * 1e9)
         return pcie_s + sharded / CPU_ADAM_PARAMS_PER_S
@@ -410,11 +413,11 @@ def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster
         scale = finetune.frozen_bytes_per_param(cfg) / 2
         frozen = sum(dp_exchange_s(3, params * scale, group, cluster, forward_s, backward_s, num_microbatches, 0,
                                    units=units, overlap=cfg.overlap_grad_reduce)
-                     for params, group in ((dense, groups["dp_cp"]), (expert, groups["edp"])))
+                     for params, group in ((dense, groups["dp_shard"]), (expert, groups["edp_shard"])))
         exposed = exposed + np.where(np.asarray(zero) >= 3, frozen, 0.0)
-    zero_shards = np.where(np.asarray(zero) >= 1, cfg.dp * cfg.cp, 1)
-    optimizer = (optimizer_s(zero, train_dense, train_expert, cfg.dp * cfg.cp, cfg.expert_dp, cluster.gpu,
-                             cfg.optimizer_offload)
+    zero_shards = np.where(np.asarray(zero) >= 1, groups["dp_shard"].size, 1)
+    optimizer = (optimizer_s(zero, train_dense, train_expert, groups["dp_shard"].size, groups["edp_shard"].size,
+                             cluster.gpu, cfg.optimizer_offload)
                  + finetune.paged_optimizer_s((train_dense + train_expert) / zero_shards, cfg.method))
     shape = np.broadcast_shapes(np.shape(forward_s), np.shape(exposed), np.shape(optimizer))
     return (np.max(np.broadcast_to(exposed, shape), axis=-1), np.max(np.broadcast_to(optimizer, shape), axis=-1))

@@ -56,6 +56,9 @@ R_DUAL_M = "invalid schedule: dualpipe needs an even number of micro-batches >= 
 R_INTER_M = "invalid schedule: interleaved needs micro-batches divisible by pp"
 R_SIM_SIZE = "invalid batch: too many micro-batches to simulate"
 R_A2A_OVERLAP = "invalid schedule: moe_a2a_overlap needs ep > 1, interleaving with pp > 1, and no full recompute"
+R_DP_SHARD = "invalid split: dp_shard does not divide dp"
+R_DP_SHARD_ZERO = "invalid split: dp_shard < dp needs zero >= 1"
+R_DP_SHARD_EXPERTS = "invalid split: the replicas dp/dp_shard do not divide the expert-data-parallel size"
 
 _INTER, _DUAL = SCHEDULE_CODES[Schedule.interleaved], SCHEDULE_CODES[Schedule.dualpipe]
 _FULL = RECOMPUTE_CODES[Recompute.full]
@@ -64,10 +67,11 @@ _FULL = RECOMPUTE_CODES[Recompute.full]
 class Knobs:
     """The knobs the rules read, as ints (one layout) or numpy arrays (many), with dp and the
     micro-batches m derived. schedule is a SCHEDULE_CODES code, recompute a RECOMPUTE_CODES code (None:
-    not known, its rules pass); gbs None skips the batch rules."""
+    not known, its rules pass); gbs None skips the batch rules. dp_shard None is dp (full sharding);
+    zero None is not known (the rule that needs it passes)."""
 
     def __init__(self, *, gpus, tp, pp, cp, ep, vpp, mbs, seq, schedule, gbs=None, sequence_parallel=True,
-                 etp=None, moe_a2a_overlap=False, recompute=None):
+                 etp=None, moe_a2a_overlap=False, recompute=None, dp_shard=None, zero=None):
         self.gpus, self.tp, self.pp, self.cp, self.ep, self.vpp, self.mbs, self.seq = (
             np.asarray(x) for x in (gpus, tp, pp, cp, ep, vpp, mbs, seq))
         self.schedule = np.asarray(schedule)
@@ -77,6 +81,11 @@ class Knobs:
         self.recompute = np.asarray(-1 if recompute is None else recompute)
         self.gbs = gbs
         self.dp = np.maximum(self.gpus // (self.tp * self.pp * self.cp), 1)
+        self.dp_shard = self.dp if dp_shard is None else np.asarray(dp_shard)
+        self.zero = np.asarray(-1 if zero is None else zero)
+        # replicas of a ZeRO shard; 1 where dp_shard does not divide dp (R_DP_SHARD rejects those)
+        self.replicas = np.where(self.dp % self.dp_shard == 0, self.dp // np.maximum(self.dp_shard, 1), 1)
+        self.expert_dp = np.maximum(self.tp * self.cp * self.dp // (self.etp * self.ep), 1)
         self.m = None if gbs is None else np.maximum(gbs // (self.dp * self.mbs), 1)
 
 
@@ -146,6 +155,20 @@ RULES: tuple[Rule, ...] = (
          lambda m, k, p: (k.tp > 1) & (k.sequence_parallel == 0) & ((k.ep > 1) | (k.etp != k.tp)),
          lambda m, k, p: (f"ep={k.ep} or etp={k.etp} with tp={k.tp} needs sequence parallelism (Megatron: the "
                           f"MoE layer's tokens are split over the TP ranks): drop --no-sequence-parallel")),
+    # Hybrid sharding (contract.Layout.dp_shard): ZeRO shards over dp_shard*cp ranks, replicated dp/dp_shard times.
+    Rule(R_DP_SHARD, "layout",
+         lambda m, k, p: k.dp % k.dp_shard != 0,
+         lambda m, k, p: (f"dp_shard={k.dp_shard} must divide dp={k.dp} (gpus/(tp*pp*cp)): a ZeRO shard group is "
+                          f"dp_shard data-parallel ranks, replicated dp/dp_shard times; use a divisor of {k.dp}")),
+    Rule(R_DP_SHARD_ZERO, "layout",
+         lambda m, k, p: (k.dp_shard < k.dp) & (k.zero == 0),
+         lambda m, k, p: (f"dp_shard={k.dp_shard} splits the ZeRO shards, and zero=0 shards nothing: use --zero 1 "
+                          "or more, or drop --dp-shard")),
+    Rule(R_DP_SHARD_EXPERTS, "layout",
+         lambda m, k, p: (k.replicas > 1) & (k.expert_dp % k.replicas != 0),
+         lambda m, k, p: (f"dp/dp_shard={k.replicas} replicas must divide the expert-data-parallel size "
+                          f"tp*cp*dp/(etp*ep)={k.expert_dp}: the expert shards replicate with the dense ones "
+                          "(Megatron's intra_expt_dp group); use a larger --dp-shard")),
     Rule(R_CP_SEQ, "layout",
          lambda m, k, p: (k.cp > 1) & (k.seq % (2 * k.cp) != 0),
          lambda m, k, p: (f"seq={k.seq} must be divisible by 2*cp={_i(2 * k.cp)} for load-balanced "

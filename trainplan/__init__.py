@@ -32,8 +32,8 @@ def estimate(
     gpus_per_node: int | None = None, intra_node_bw: float | None = None, inter_node_bw: float | None = None,
     headroom_gib: float | None = None, ramp_start_gbs: int | None = None, ramp_tokens: float | str | None = None,
     # Layout: every parallelism, memory and kernel knob.
-    tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, vpp: int = 1, zero: int = 1, mbs: int = 1,
-    gbs: int | None = None, seq: int | None = None, recompute: Recompute | str = "selective",
+    tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, vpp: int = 1, zero: int = 1, dp_shard: int | None = None,
+    mbs: int = 1, gbs: int | None = None, seq: int | None = None, recompute: Recompute | str = "selective",
     recompute_modules: tuple[RecomputeModule | str, ...] | str | None = None,
     offload_modules: tuple[OffloadModule | str, ...] | str | None = None,
     schedule: Schedule | str | None = None, precision: Precision | str = "bf16",
@@ -68,7 +68,7 @@ def search(
     headroom_gib: float | None = None,
     # Layout: None searches the knob; a value (or a list of values) pins it.
     tp: Any = None, pp: Any = None, cp: Any = None, ep: Any = None, vpp: Any = None, zero: Any = None,
-    mbs: Any = None, recompute: Any = None, schedule: Any = None,
+    dp_shard: Any = None, mbs: Any = None, recompute: Any = None, schedule: Any = None,
     gbs: int | None = None, seq: int | None = None, precision: Precision | str | None = None,
     attention: str | None = None, sequence_parallel: bool | None = None, optimizer_offload: bool | None = None,
     bf16_grads: bool | None = None, bf16_moments: bool | None = None, fp32_params: bool | None = None,

@@ -6,6 +6,9 @@ keys) and its launch parser (tests/test_export_engines.py).
 
 Mapping: zero=3 -> fsdp_reshard_after_forward true (full shard); zero=1/2 -> false (FSDP2 has no
 ZeRO-1; ZeRO-2 shards gradients as well and needs no more memory); zero=0 -> MULTI_GPU (DDP).
+Hybrid sharding (dp_shard < dp) -> parallelism_config with parallelism_config_dp_shard_size dp_shard and
+parallelism_config_dp_replicate_size dp/dp_shard (Accelerate's ParallelismConfig, FSDP2 only: its launcher
+refuses a parallelism config without fsdp_version 2).
 The YAML holds no batch sizes: the training script sets them (per-device batch and
 Accelerator(gradient_accumulation_steps=...)), so the header comment states the batch identity.
 """
@@ -54,6 +57,9 @@ def export_accelerate(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
             "fsdp_sync_module_states": True,
             "fsdp_activation_checkpointing": cfg.recompute is Recompute.full,
         }
+        if cfg.dp_replicas > 1:
+            config["parallelism_config"] = {"parallelism_config_dp_replicate_size": cfg.dp_replicas,
+                                            "parallelism_config_dp_shard_size": cfg.dp_shard_size}
         if cfg.zero == 1:
             notes.append("FSDP2 has no ZeRO-1: zero=1 is written as ZeRO-2 (fsdp_reshard_after_forward: false),"
                          " which also shards gradients and needs no more memory")

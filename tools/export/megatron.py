@@ -11,6 +11,10 @@ Mapping decisions (and why):
   keeps a full fp32 gradient buffer, so it is not ZeRO-2 in memory.
 - Megatron-FSDP's guide documents TP/CP/EP but not pipeline parallelism, so ZeRO-2/3 with pp > 1 is
   refused rather than guessed.
+- Hybrid sharding (dp_shard < dp) is --num-distributed-optimizer-instances dp/dp_shard: the distributed
+  optimizer (and Megatron-FSDP, whose HSDP mode replicates across the instances unless
+  --enable-full-sharding-in-hsdp) shards over dp*cp/instances consecutive ranks and all-reduces the
+  shards across the instances (megatron/core/parallel_state.py, intra_partial_data_parallel_size).
 - Megatron-LM schedules: 1F1B without interleaving, and interleaved 1F1B. GPipe, ZB-H1 and DualPipe
   are not Megatron-LM schedules and are refused.
 - Layers per stage follow trainplan's split (layout.layers_per_stage): even splits need no flag,
@@ -200,6 +204,8 @@ def _sharding_flags(cfg: ParallelConfig, notes: list[str]) -> list[tuple[str, ob
                  ("--ckpt-format", "fsdp_dtensor")]
         notes.append(f"zero={cfg.zero} is Megatron-FSDP ({strategy}); its user guide recommends unsetting"
                      " CUDA_DEVICE_MAX_CONNECTIONS")
+    if cfg.dp_replicas > 1:
+        flags.append(("--num-distributed-optimizer-instances", cfg.dp_replicas))
     if cfg.optimizer_offload:
         flags += [("--optimizer-cpu-offload", None), ("--use-precision-aware-optimizer", None)]
     if cfg.bf16_grads:

@@ -56,6 +56,24 @@ def _model_parallel(m, k) -> np.ndarray:
     return (k.tp > 1) | (k.pp > 1) | (k.cp > 1) | (k.ep > 1)
 
 
+def _hybrid(m, k) -> np.ndarray:
+    """Layouts with hybrid sharding (dp_shard < dp: ZeRO shard groups replicated dp/dp_shard times)."""
+    return k.dp_shard < k.dp
+
+
+def _no_hybrid_refusal(engine: str, how: str) -> Refusal:
+    """Engines whose ZeRO shards over every data-parallel rank: DeepSpeed ZeRO (and the fine-tuning tools'
+    DeepSpeed files). ZeRO++'s hpZ (zero_hpz_partition_size) is not hybrid sharding: it keeps a secondary
+    copy of the weights inside a node for the backward gathers, while gradients, optimizer states and the
+    primary weights stay sharded over all ranks; MiCS, DeepSpeed's hybrid sharding, was removed
+    (DeepSpeed 0.19 refuses zero_optimization.mics_shard_size)."""
+    return Refusal(engine, _hybrid,
+                   lambda m, k: (f"dp_shard={k.dp_shard} (hybrid sharding over dp={k.dp}): {how} shards ZeRO over "
+                                 "every data-parallel rank (ZeRO++ hpZ only keeps a second copy of the weights per node, "
+                                 "and MiCS was removed): use --engine torchtitan, accelerate or megatron, or drop "
+                                 "--dp-shard"))
+
+
 def _hf_trainer_refusals(engine: str) -> tuple[Refusal, ...]:
     """What the Hugging Face Trainer based fine-tuning tools cannot run: one rule set for all three."""
     return (
@@ -67,6 +85,7 @@ def _hf_trainer_refusals(engine: str) -> tuple[Refusal, ...]:
                 lambda m, k: f"precision=fp8: the {engine} export writes bf16 training only: use --precision bf16"),
         Refusal(engine, lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
                 lambda m, k: f"optimizer offload in {engine} is DeepSpeed ZeRO offload: use --zero 1 or more"),
+        _no_hybrid_refusal(engine, f"{engine}'s export writes DeepSpeed ZeRO, which"),
     )
 
 
@@ -112,6 +131,7 @@ REFUSALS: tuple[Refusal, ...] = (
                           "only: use --zero 1 or --pp 1")),
     Refusal("deepspeed", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
             lambda m, k: "optimizer offload in DeepSpeed is part of ZeRO: use --zero 1 or more"),
+    _no_hybrid_refusal("deepspeed", "DeepSpeed"),
     Refusal("torchtitan", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
             lambda m, k: "optimizer offload in torchtitan is FSDP CPU offload: use --zero 1 or more"),
     Refusal("torchtitan", lambda m, k: (k.ep > 1) & (k.zero == 0) & (k.cp % k.ep != 0),
@@ -128,7 +148,8 @@ REFUSALS: tuple[Refusal, ...] = (
 
 def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:
     """A resolved layout as the refusals read it."""
-    return SimpleNamespace(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, zero=cfg.zero,
+    return SimpleNamespace(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, zero=cfg.zero, dp=cfg.dp,
+                           dp_shard=cfg.dp_shard_size,
                            schedule=SCHEDULE_CODES[cfg.schedule], precision=PRECISION_CODES[cfg.precision],
                            optimizer_offload=int(cfg.optimizer_offload), adapter=int(is_lora(cfg.method)),
                            fp32_params=int(cfg.fp32_params))
@@ -149,8 +170,8 @@ def refuse(engine: str, model: ModelSpec, cfg: ParallelConfig) -> None:
 
 
 def runs(engine: str, model: ModelSpec, knobs) -> np.ndarray:
-    """True where `engine` runs the layouts: knobs holds numpy columns tp, pp, cp, ep, zero, schedule,
-    precision, optimizer_offload, adapter (1 for lora/qlora) and fp32_params (codes as in codes.py)."""
+    """True where `engine` runs the layouts: knobs holds numpy columns tp, pp, cp, ep, zero, dp, dp_shard,
+    schedule, precision, optimizer_offload, adapter (1 for lora/qlora) and fp32_params (codes as in codes.py)."""
     _check_engine(engine)
     ok = np.ones(np.broadcast(knobs.tp, knobs.pp, knobs.zero, knobs.schedule).shape, dtype=bool)
     for refusal in REFUSALS:

@@ -9,7 +9,9 @@ Mapping decisions:
 - ZeRO: torchtitan shards with FSDP2 over data_parallel_shard_degree. zero=3 reshards weights after
   forward ("always"); zero=1/2 keep them gathered between forward and backward ("never", which is
   ZeRO-2: FSDP2 has no ZeRO-1, and ZeRO-2 needs no more memory); zero=0 is DDP
-  (data_parallel_replicate_degree).
+  (data_parallel_replicate_degree). Hybrid sharding (dp_shard < dp) is HSDP: data_parallel_shard_degree
+  dp_shard and data_parallel_replicate_degree dp/dp_shard (torchtitan's ParallelDims, dp_replicate x
+  dp_shard = dp).
 - Batch: torchtitan's gradient-accumulation steps are global / (local x dp). With pp > 1 the
   local batch is split into pipeline micro-batches of pipeline_parallel_microbatch_size, so
   local = mbs x m and there is one accumulation step.
@@ -122,7 +124,7 @@ def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) 
         if cfg.cp > 1:
             notes.append("torchtitan applies FSDP over the context-parallel ranks even with zero=0")
     else:
-        parallelism.update(data_parallel_replicate_degree=1, data_parallel_shard_degree=cfg.dp,
+        parallelism.update(data_parallel_replicate_degree=cfg.dp_replicas, data_parallel_shard_degree=cfg.dp_shard_size,
                            fsdp_reshard_after_forward="always" if cfg.zero == 3 else "never")
         if cfg.zero == 1:
             notes.append("FSDP2 has no ZeRO-1: zero=1 is written as ZeRO-2 (fsdp_reshard_after_forward=never),"
