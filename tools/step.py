@@ -220,7 +220,10 @@ def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, g
 def combined_nodes(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict, layer_index: int,
                    layer: compute.OpTimes, layer_comm: dict[str, float]) -> LayerNodes:
     """One layer's nodes in Megatron's combined 1F1B (combined_1f1b.layer_nodes): its compute, its
-    dispatch and combine, and its other exposed communication (TP, CP, the shared experts')."""
+    dispatch and combine, and its other exposed communication (TP, CP, the shared experts'). A frozen
+    base (LoRA, QLoRA) has no weight gradients to run beside the all-to-all."""
+    if finetune.is_lora(cfg.method):
+        layer = compute.OpTimes(layer.forward_s, layer.backward_input_s, {})
     dispatch = combine = shared = 0.0
     if layer_index in model.moe_layers:
         dispatch, combine, shared = dispatch_comm_parts(model, cfg, cluster, groups)
