@@ -129,3 +129,12 @@ def test_the_report_sentence_states_fsdp_storage():
     fsdp = model_states_sentence({"zero": 3, "fp32_params": True})
     assert "fp32 parameters that are the master copy (4 B/param)" in fsdp and "Adam m + v (8)" in fsdp
     assert "fp32 master + Adam m + v (12)" in model_states_sentence({"zero": 3})
+
+
+@pytest.mark.parametrize("engine", FP32_PARAM_ENGINES)
+def test_an_fsdp_export_of_a_layout_planned_with_bf16_parameters_says_so(engine):
+    planned_bf16 = export(engine, MODEL, resolve_config(MODEL, gpus=GPUS, zero=3), model_ref="m").notes
+    planned_fp32 = export(engine, MODEL, resolve_config(MODEL, gpus=GPUS, zero=3, fp32_params=True), model_ref="m").notes
+    zero1 = export(engine, MODEL, resolve_config(MODEL, gpus=GPUS, zero=1), model_ref="m").notes
+    assert any("--fp32-params" in note for note in planned_bf16)
+    assert not any("--fp32-params" in note for note in planned_fp32 + zero1)   # ZeRO 0-2 hold the same bytes

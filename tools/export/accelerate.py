@@ -22,7 +22,7 @@ import yaml
 from ..specs import ModelSpec, ParallelConfig, Precision, Recompute
 from .common import (ExportResult, batch_of, comment_block, fusion_note, header, hf_attention_note,
                      selective_recompute_note, slug)
-from .support import refuse
+from .support import param_storage_note, refuse
 
 
 def export_accelerate(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
@@ -76,6 +76,8 @@ def export_accelerate(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
         notes.append(selective_recompute_note("accelerate"))
     notes.append(hf_attention_note(cfg))
     if (note := fusion_note(cfg, fused_by_default=False)):
+        notes.append(note)
+    if (note := param_storage_note("accelerate", cfg)):
         notes.append(note)
     if cfg.bf16_grads:
         notes.append("FSDP2 in accelerate reduces gradients in fp32 by default; bf16 gradients are not a setting here")

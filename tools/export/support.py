@@ -36,6 +36,16 @@ def stores_fp32_params(engine: str) -> bool:
     return engine in FP32_PARAM_ENGINES
 
 
+def param_storage_note(engine: str, cfg: ParallelConfig) -> str | None:
+    """The note of an FP32_PARAM_ENGINES export of a full-training ZeRO-3 layout planned with bf16 parameters
+    beside an fp32 master: the engine holds less than planned (None otherwise)."""
+    if not stores_fp32_params(engine) or cfg.fp32_params or cfg.zero < 3 or is_lora(cfg.method):
+        return None
+    return (f"{engine} keeps fp32 parameters as the optimizer's master copy (FSDP mixed precision): with ZeRO-3 it "
+            "holds 2 B/param of sharded state less than this layout was planned with (bf16 parameters beside an "
+            "fp32 master); --fp32-params plans it as it runs")
+
+
 _1F1B, _INTER = SCHEDULE_CODES[Schedule.one_f_one_b], SCHEDULE_CODES[Schedule.interleaved]
 _FP8 = PRECISION_CODES[Precision.fp8]
 

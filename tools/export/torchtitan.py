@@ -29,7 +29,7 @@ import json
 from ..layout import model_layers_per_stage
 from ..specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
 from .common import ExportError, ExportResult, batch_of, comment_block, fusion_note, header, slug
-from .support import refuse
+from .support import param_storage_note, refuse
 
 # trainplan catalog name -> (torchtitan model name, flavor), for the flavors torchtitan ships.
 FLAVORS = {
@@ -164,6 +164,8 @@ def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) 
     if cfg.attention is Attention.eager:
         notes.append("attention=eager has no torchtitan setting: its models call scaled_dot_product_attention,"
                      " whose flash/cuDNN backends skip masked blocks; step time will be shorter than trainplan's")
+    if (note := param_storage_note("torchtitan", cfg)):
+        notes.append(note)
     if cfg.bf16_grads:
         notes.append("torchtitan reduces gradients in fp32 (mixed_precision_reduce); bf16 gradients are not a setting")
 
