@@ -193,3 +193,12 @@ def test_memory_hint_offers_a_wider_shard_group_only_where_it_shrinks_the_part()
     assert "a larger dp_shard" in memory_fixes("weights", {"zero": 3, "dp_shard": 8})[0]
     assert not any("dp_shard" in fix for fix in memory_fixes("weights", {"zero": 3}))
     assert not any("dp_shard" in fix for fix in memory_fixes("gradients", {"zero": 1, "dp_shard": 8}))
+
+
+def test_layout_label_names_the_shard_group():
+    from trainplan.tools.search_explain import label
+
+    base = {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1, "vpp": 1, "schedule": "1f1b", "zero": 3, "mbs": 1,
+            "recompute": "full"}
+    assert "zero3/shard8" in label({**base, "dp_shard": 8})
+    assert "shard" not in label({**base, "dp_shard": None})

@@ -11,11 +11,12 @@ from .validity import R_BATCH
 
 def label(config: dict) -> str:
     """A short layout name: 'TP8 PP16 DP128 interleaved/v2 zero1 mbs1 selective' (CP and EP
-    shown when above 1)."""
+    shown when above 1; hybrid sharding as 'zero3/shard8', ZeRO over dp_shard=8 ranks)."""
     parts = [f"TP{config['tp']}", f"PP{config['pp']}", f"DP{config['dp']}"]
     parts += [f"{k.upper()}{config[k]}" for k in ("cp", "ep") if config[k] > 1]
     schedule = config["schedule"] + (f"/v{config['vpp']}" if config["vpp"] > 1 else "")
-    return " ".join(parts + [schedule, f"zero{config['zero']}", f"mbs{config['mbs']}", config["recompute"]])
+    zero = f"zero{config['zero']}" + (f"/shard{config['dp_shard']}" if config.get("dp_shard") else "")
+    return " ".join(parts + [schedule, zero, f"mbs{config['mbs']}", config["recompute"]])
 
 
 def explain_runner_up(best: dict, runner: dict, objective: Objective | str = Objective.throughput) -> str:
