@@ -62,7 +62,7 @@ def _messages(job, layout: dict, reason: str) -> set[str]:
     (a search policy) or the message of a rule filed under it."""
     knobs = Knobs(gpus=layout["gpus"], tp=layout["tp"], pp=layout["pp"], cp=layout["cp"], ep=layout["ep"],
                   vpp=layout["vpp"], mbs=layout["mbs"], seq=job.seq, gbs=job.gbs, schedule=layout["schedule"],
-                  dp_shard=layout["dp_shard"], zero=layout["zero"])
+                  dp_shard=layout["dp_shard"], zero=layout["zero"], etp=job.etp or None)
     return {reason} | {rule.message(job.model, knobs, job.policies) for rule in RULES if rule.reason == reason}
 
 
