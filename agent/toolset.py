@@ -35,10 +35,11 @@ LEAN_DROPPED_KNOBS = ("gpus_per_node", "intra_node_bw", "inter_node_bw", "optimi
                       "tp_comm_overlap", "headroom_gib", "allow_cross_node_tp", "max_gpus", "goodput", "etp",
                       "dispatcher", "capacity_factor", "force_balance", "grouped_gemm", "deallocate_pipeline_outputs",
                       "save_mlp_act_output", "fused_kernels", "sequence_parallel", "bf16_moments", "fp32_params",
-                      "fp8_activations", "offload_modules", "overlap_grad_reduce", "blocking_p2p", "dp_shard")
+                      "fp8_activations", "offload_modules", "overlap_grad_reduce", "blocking_p2p", "dp_shard",
+                      "moe_a2a_overlap")
 """Knobs left out when the context is small: null (the default) is what a plan mostly passes (dp_shard:
 full sharding; the search still tries one-node shard groups for ZeRO-3); so do the MoE engine knobs
-(null: expert TP = tp, alltoall, dropless, learned routing, per-expert GEMMs) and
+(null: expert TP = tp, alltoall, dropless, learned routing, per-expert GEMMs, no all-to-all overlap) and
 DeepSeek-V3's FP8 activation storage and fine-grained activation offloading. The fine-tuning knobs
 (contract.FINE_TUNING_KNOBS: method, lora_rank, lora_targets) stay, so that a small-context model can
 plan "QLoRA on two RTX 4090s" as QLoRA."""

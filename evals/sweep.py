@@ -27,7 +27,7 @@ def random_layout(rng: random.Random) -> dict:
     layout = dict(model=rng.choice(MODELS), gpu=rng.choice(GPUS), gpus=gpus, tp=tp, pp=pp, cp=cp,
                   seq=rng.choice(SEQS), mbs=rng.choice((1, 2)), zero=rng.choice((0, 1, 2, 3)),
                   recompute=rng.choice(("none", "selective", "full")),
-                  attention=rng.choice(("flash", "flash", "eager", "flash1")), fused_kernels=rng.random() < 0.7)
+                  attention=rng.choice(("flash", "flash", "eager", "flash1", "flash2")), fused_kernels=rng.random() < 0.7)
     if layout["gpu"] != "a100-sxm-80gb" and rng.random() < 0.3:
         layout["precision"] = "fp8"
     dp = gpus // max(1, tp * pp * cp)

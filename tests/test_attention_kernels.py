@@ -1,4 +1,5 @@
-"""The attention kernel's generation: flash1 (FlashAttention 1 and its Triton port) does flash's work, more slowly."""
+"""The attention kernel's generation: flash1 (FlashAttention 1 and its Triton port) does flash's work, more slowly;
+flash2 (FlashAttention-2, PyTorch SDPA's kernel) is flash on Ampere and runs Ampere's instructions on Hopper."""
 
 import pytest
 
@@ -46,7 +47,9 @@ def test_on_hopper_a_first_generation_kernel_loses_the_new_instructions():
 def test_every_kernel_stays_under_the_family_ceiling():
     for name in ("a100-sxm-80gb", "a100-sxm-40gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200", "mi300x", "l4"):
         gpu = load_gpu(name)
-        for kernel in (Attention.flash, Attention.flash1):
+        for kernel in Attention:
+            if not kernel.fused:
+                continue
             forward, backward = compute.attention_efficiencies(gpu, kernel)
             assert 0 < backward <= forward <= compute.efficiency_ceiling(gpu), (name, kernel)
 
@@ -79,3 +82,41 @@ def test_exports_say_the_engine_runs_a_faster_kernel():
     for engine in ("megatron", "torchtitan", "deepspeed", "accelerate"):
         notes = " ".join(export(engine, model, cfg, model_ref=model.name).notes)
         assert "attention=flash1" in notes and "shorter than estimated" in notes, engine
+
+
+def test_flash_attention_2_is_flash_on_ampere_and_ampere_bound_on_hopper():
+    """FlashAttention-2 peaks at 230 of A100's 312 TFLOP/s and, with the same Ampere instructions, at 335
+    of H100's 989 (Dao 2023 §4.1): on H100 it runs at the Ampere share scaled by that ratio, below
+    the Hopper kernel, and still faster than flash1."""
+    a100, h100 = load_gpu("a100-sxm-80gb"), load_gpu("h100-sxm-80gb")
+    assert compute.attention_efficiencies(a100, Attention.flash2) == compute.attention_efficiencies(a100, Attention.flash)
+    forward, backward = compute.attention_efficiencies(h100, Attention.flash2)
+    assert forward == backward == pytest.approx(a100.attention_efficiency * (335 / 989) / (230 / 312))
+    assert forward < h100.attention_efficiency
+    hopper, fa2, fa1 = (_attention("h100-sxm-80gb", k) for k in (Attention.flash, Attention.flash2, Attention.flash1))
+    assert hopper[0] < fa2[0] < fa1[0] and hopper[1] < fa2[1] < fa1[1]
+
+
+def test_flash2_step_on_h100_is_slower_than_flash_with_the_same_flops_and_memory():
+    job = dict(model="llama3-8b", gpu="h100-sxm-80gb", gpus=8, zero=3, recompute="none", mbs=1, seq=8192, gbs=8)
+    flash, fa2 = trainplan.estimate(**job), trainplan.estimate(**job, attention="flash2")
+    assert fa2["memory_gib"]["total"] == flash["memory_gib"]["total"]
+    assert fa2["time"]["step_s"] > flash["time"]["step_s"]
+    assert fa2["time"]["mfu"] * fa2["time"]["step_s"] == pytest.approx(flash["time"]["mfu"] * flash["time"]["step_s"])
+    a100 = dict(job, gpu="a100-sxm-80gb")
+    assert trainplan.estimate(**a100, attention="flash2")["time"]["step_s"] == trainplan.estimate(**a100)["time"]["step_s"]
+
+
+def test_flash2_exports_load_flash_attention_2_and_megatron_says_it_runs_faster():
+    from trainplan.tools.catalog import load_model
+    from trainplan.tools.export import export
+    from trainplan.tools.layout import resolve_config
+
+    model = load_model("llama3-8b")
+    cfg = resolve_config(model, 8, zero=3, attention="flash2")
+    assert "attention=flash2" in " ".join(export("megatron", model, cfg, model_ref=model.name).notes)
+    for engine in ("torchtitan", "deepspeed", "accelerate"):
+        notes = " ".join(export(engine, model, cfg, model_ref=model.name).notes)
+        assert "attention=flash2 has no setting" not in notes, engine
+    assert 'attn_implementation="flash_attention_2"' in " ".join(export("accelerate", model, cfg,
+                                                                          model_ref=model.name).notes)

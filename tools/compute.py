@@ -13,7 +13,8 @@ gradient B = F, weight gradient W = F). The layout's `attention` knob picks the 
 config's dropout. Flash attention (Dao 2023) stores only the output and log-sum-exp, its backward
 recomputes the scores and costs 2.5x the forward FLOPs (five matmuls against two), and causal
 masking halves the work; the first-generation kernels (flash1: FlashAttention 1 and its Triton port) do
-the same work more slowly (attention_efficiencies). Eager attention (Megatron 2021-22, HF "eager") runs full s x s GEMMs plus
+the same work more slowly, and FlashAttention-2 (flash2, PyTorch SDPA's kernel) runs Ampere's instructions on
+newer GPUs (attention_efficiencies). Eager attention (Megatron 2021-22, HF "eager") runs full s x s GEMMs plus
 the memory-bound softmax (and dropout when the recipe has it): eager_attention_time_s. The FLOPs
 that step.py counts as hardware FLOPs are the FLOPs timed here (causal for flash, full for eager).
 
@@ -159,17 +160,20 @@ AMPERE_KERNEL_SHARE_RATIO = {"hopper": (335 / 989) / (230 / 312)}
 def attention_efficiencies(gpu: GPUSpec, kernel: Attention = Attention.flash) -> tuple[float, float]:
     """(forward, backward) share of the dense BF16 peak that a fused attention kernel sustains on this GPU.
 
-    flash: the family's attention_efficiency (calibration table) both ways. flash1: the FlashAttention-2 level of
-    the family, divided by FLASH1_FORWARD_SLOWDOWN and FLASH1_BACKWARD_SLOWDOWN. That level is the family's own
-    efficiency on Ampere (set from FlashAttention-2), and on a family in AMPERE_KERNEL_SHARE_RATIO the Ampere level
-    scaled by the ratio (a first-generation kernel uses Ampere's instructions), never above the family's own.
+    flash: the family's attention_efficiency (calibration table) both ways. flash2: the FlashAttention-2 level of
+    the family both ways. That level is the family's own efficiency on Ampere (set from FlashAttention-2), and on a
+    family in AMPERE_KERNEL_SHARE_RATIO the Ampere level scaled by the ratio (FlashAttention-2 uses Ampere's
+    instructions), never above the family's own. flash1: the FlashAttention-2 level divided by
+    FLASH1_FORWARD_SLOWDOWN and FLASH1_BACKWARD_SLOWDOWN.
     """
-    if kernel is not Attention.flash1:
+    if kernel not in (Attention.flash1, Attention.flash2):
         return gpu.attention_efficiency, gpu.attention_efficiency
     level = gpu.attention_efficiency
     if gpu.architecture in AMPERE_KERNEL_SHARE_RATIO:
         ampere = calibration.FAMILY_EFFICIENCY["ampere"]["attention_efficiency"].value
         level = min(level, ampere * AMPERE_KERNEL_SHARE_RATIO[gpu.architecture])
+    if kernel is Attention.flash2:
+        return level, level
     return level / FLASH1_FORWARD_SLOWDOWN, level / FLASH1_BACKWARD_SLOWDOWN
 
 

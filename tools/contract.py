@@ -145,6 +145,12 @@ class Attention(str, Enum):
     attn_impl triton): the memory and causal block skipping of flash, at the lower speed Dao 2023 measured against
     FlashAttention-2 (compute.attention_efficiencies), and Ampere instructions only on newer GPUs."""
 
+    flash2 = "flash2"
+    """FlashAttention-2 itself (Dao 2023), as PyTorch's SDPA and Hugging Face's flash_attention_2 run it: the speed
+    of flash on Ampere, and on newer GPUs only Ampere's instructions (no TMA, no wgmma), 335 of H100's 989 TFLOP/s
+    (Dao 2023 §4.1; FlashAttention-3 names it "only 35% utilization on H100"), where flash is the family's own
+    fused kernel (Transformer Engine's cuDNN attention on Hopper)."""
+
     @property
     def fused(self) -> bool:
         """A fused kernel: no s x s tensor in HBM, the causal mask skips the masked blocks (every kernel but eager)."""
@@ -367,8 +373,9 @@ class Layout(BaseModel):
                                       "(needs vpp>1), zb-h1, dualpipe (even pp); null: 1f1b, or interleaved when vpp>1")
     precision: Precision = Field(default=Precision.bf16, description="GEMM precision: bf16 or fp8 (Hopper and newer)")
     attention: Attention = Field(default=Attention.flash, description="attention kernel: flash (fused, causal blocks "
-                                 "skipped), eager (unfused s x s scores, as 2021-22 Megatron) or flash1 (fused, "
-                                 "first generation: FlashAttention 1 or its Triton port, as MPT ran in 2023)")
+                                 "skipped; the GPU's own, e.g. Transformer Engine), flash2 (FlashAttention-2, as "
+                                 "PyTorch SDPA runs it: Ampere instructions on newer GPUs), eager (unfused s x s "
+                                 "scores, 2021-22 Megatron) or flash1 (FlashAttention 1 or its Triton port, MPT 2023)")
     fused_kernels: Annotated[bool, Cli("--fused-kernels/--unfused-kernels")] = Field(
         default=True, description="fused norm, rotary and activation kernels (Megatron, Transformer Engine, "
                                   "torch.compile); false: PyTorch eager ops, as Hugging Face models or FSDP without "

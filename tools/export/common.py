@@ -92,6 +92,10 @@ def fusion_note(cfg: ParallelConfig, fused_by_default: bool) -> str | None:
     elif cfg.fused_kernels != fused_by_default:
         notes.append("fused_kernels=false has no setting here: this engine fuses norms, rotary and SwiGLU, so the"
                      " step will be shorter than estimated")
+    if cfg.attention is Attention.flash2 and fused_by_default:
+        notes.append("attention=flash2 (FlashAttention-2) has no setting here: the engine runs Transformer Engine's"
+                     " fused attention, which uses the GPU's own instructions, so on Hopper and newer the step will"
+                     " be shorter than estimated")
     if cfg.attention is Attention.flash1:
         notes.append("attention=flash1 (a first-generation flash kernel) has no setting here: the engine runs its"
                      " current flash kernel, so the step will be shorter than estimated")
@@ -103,7 +107,7 @@ def fusion_note(cfg: ParallelConfig, fused_by_default: bool) -> str | None:
 
 
 HF_ATTN_IMPLEMENTATION = {Attention.flash: "flash_attention_2", Attention.eager: "eager",
-                          Attention.flash1: "flash_attention_2"}
+                          Attention.flash1: "flash_attention_2", Attention.flash2: "flash_attention_2"}
 """The layout's attention kernel as Hugging Face models name it (from_pretrained's attn_implementation; Axolotl's
 attn_implementation key takes the same names). Transformers has no first-generation kernel: flash1 loads
 FlashAttention-2, which runs faster than the plan (fusion_note says so)."""
