@@ -375,7 +375,9 @@ class Layout(BaseModel):
     attention: Attention = Field(default=Attention.flash, description="attention kernel: flash (fused, causal blocks "
                                  "skipped; the GPU's own, e.g. Transformer Engine), flash2 (FlashAttention-2, as "
                                  "PyTorch SDPA runs it: Ampere instructions on newer GPUs), eager (unfused s x s "
-                                 "scores, 2021-22 Megatron) or flash1 (FlashAttention 1 or its Triton port, MPT 2023)")
+                                 "scores, 2021-22 Megatron) or flash1 (FlashAttention 1 or its Triton port, MPT 2023); a "
+                                 "search given an engine and no value takes the engine's (tools/export/support.py "
+                                 "ENGINE_ATTENTION)")
     fused_kernels: Annotated[bool, Cli("--fused-kernels/--unfused-kernels")] = Field(
         default=True, description="fused norm, rotary and activation kernels (Megatron, Transformer Engine, "
                                   "torch.compile); false: PyTorch eager ops, as Hugging Face models or FSDP without "

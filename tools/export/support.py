@@ -31,6 +31,20 @@ Megatron's distributed optimizer, DeepSpeed ZeRO, and the Hugging Face Trainer t
 ZeRO is a DeepSpeed file)."""
 
 
+ENGINE_ATTENTION = {"megatron": "flash", "deepspeed": "flash2", "torchtitan": "flash2", "accelerate": "flash2",
+                    **{engine: "flash2" for engine in HF_TRAINER_ENGINES}}
+"""Layout.attention as each engine runs it: Megatron runs Transformer Engine's fused attention (cuDNN, the GPU's own
+instructions: flash); the others run FlashAttention-2 itself (flash2), written for Ampere's instructions:
+torchtitan through PyTorch's F.scaled_dot_product_attention, whose flash backend is FlashAttention-2, and the
+Hugging Face models that DeepSpeed, Accelerate and the Trainer tools load with attn_implementation
+"flash_attention_2" (common.HF_ATTN_IMPLEMENTATION)."""
+
+
+def engine_attention(engine: str) -> str:
+    """Layout.attention as `engine` runs it (ENGINE_ATTENTION)."""
+    return ENGINE_ATTENTION[engine]
+
+
 def stores_fp32_params(engine: str) -> bool:
     """Layout.fp32_params as `engine` stores the parameters (FP32_PARAM_ENGINES)."""
     return engine in FP32_PARAM_ENGINES
