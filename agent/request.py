@@ -25,8 +25,9 @@ What it reads (case and word order do not matter; full-width and CJK text is rea
 - precision: "fp8" or "bf16"; "not fp8" -> bf16;
 - pins of the layout: "TP8", "tp=8", "8-way TP", "PP 4", "ZeRO-3", "FSDP" (ZeRO-3), "vpp 2",
   "EP 64", "CP2", "full recompute", the schedule ("DualPipe", "interleaved 1F1B", "1F1B", "zero bubble",
-  "ZB-H1", "GPipe"); negations pin a feature off: "no tensor parallelism" -> tp 1,
-  "without pipeline parallelism" -> pp 1, "no activation checkpointing" -> recompute none.
+  "ZB-H1", "GPipe"), the attention kernel ("FlashAttention-2", "SDPA", "eager attention", "FA3"); negations
+  pin a feature off: "no tensor parallelism" -> tp 1, "without pipeline parallelism" -> pp 1,
+  "no activation checkpointing" -> recompute none, "without flash attention" -> attention eager.
 
 - gpus as a lower bound: "at least 256 H100s", "256 GPUs or more" (gpus_at_least: the search has no
   lower bound, so the plan uses 256 and says so);
@@ -58,7 +59,7 @@ from .request_text import RequestText
 
 EXAMPLE = rules.EXAMPLE
 
-PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule", "dispatcher")
+PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule", "dispatcher", "attention")
 """Layout knobs a request may pin (the search keeps them fixed)."""
 _JOB = ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")
 _LAYOUT = ("seq", "gbs", "precision", *PINS, *FINE_TUNING_KNOBS)
@@ -97,6 +98,8 @@ PlanRequest = optional_model(
     descriptions={**{k: f"pinned {Layout.model_fields[k].description}; null: the search chooses" for k in PINS},
                   "dispatcher": f"{Layout.model_fields['dispatcher'].description}; null: "
                                 f"{Layout.model_fields['dispatcher'].default.value} (the search does not choose it)",
+                  "attention": f"{Layout.model_fields['attention'].description}; null: the engine's kernel, or "
+                               f"{Layout.model_fields['attention'].default.value} (the search does not choose it)",
                   "gpus": "total GPUs; null: the planner chooses up to max_gpus, or to meet deadline_days or "
                           "budget_usd"})
 """The fields of tools/contract.py's Job, Layout and SearchOptions that a request may state, each
@@ -111,6 +114,7 @@ def parse_partial(text: str) -> PlanRequest:
     rules.read_paths(t, found)
     steering.read_engine(t, found)  # before the model: 'LLaMA-Factory' is no Llama, 'ZB-H1' no GPU
     steering.read_schedule(t, found)
+    steering.read_attention(t, found)
     rules.read_model_name(t, found)
     rules.read_gpu(t, found)
     rules.read_tokens(t, found)

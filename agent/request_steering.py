@@ -47,9 +47,10 @@ FEATURES = {
     "vpp": (r"interleav(?:ing|ed)(?:\s+schedule)?|virtual[\s-]*pipeline(?:[\s-]*stages)?|vpp", 1),
     "zero": (r"zero|optimi[sz]er[\s-]*(?:state[\s-]*)?sharding", 0),
     "recompute": (r"(?:activation[\s-]*|gradient[\s-]*)?(?:recompute|recomputation|checkpointing)", "none"),
+    "attention": (r"flash[\s-]*(?:attention|attn)(?![\s-]*(?:v|version)?[\s-]*[0-9])", "eager"),
 }
 """Layout features a negation pins off: 'no tensor parallelism' -> tp=1, 'without pipeline' -> pp=1,
-'no activation checkpointing' -> recompute=none."""
+'no activation checkpointing' -> recompute=none, 'without flash attention' -> attention=eager."""
 
 
 def read_negations(t: RequestText, found: dict[str, Any]) -> set[str]:
@@ -180,6 +181,33 @@ def read_engine(t: RequestText, found: dict[str, Any]) -> None:
         for other, match, refusal in refused:  # 'not DeepSpeed but Megatron': the choice honours the refusal
             if other != engine:
                 t.mark(match.start() - len(t.before(match.start(), 40)) + refusal.start(), match.end())
+
+
+_FLASH = r"flash[\s-]*(?:attention|attn)"
+ATTENTION_KERNELS = {
+    "eager": r"(?:eager|unfused|naive|vanilla)[\s-]*(?:attention|attn)|attn[\s_-]*implementation\W*eager",
+    "flash2": rf"{_FLASH}[\s-]*(?:v|version[\s-]*)?2(?:\.[0-9x]+)?|fa[\s-]*2|sdpa|scaled[\s-]*dot[\s-]*product[\s-]*attention",
+    "flash1": rf"{_FLASH}[\s-]*(?:v|version[\s-]*)?1(?:\.[0-9x]+)?|fa[\s-]*1|triton[\s-]*{_FLASH}",
+    "flash": rf"{_FLASH}[\s-]*(?:v|version[\s-]*)?3|fa[\s-]*3|cudnn[\s-]*(?:fused[\s-]*)?(?:attention|attn)|"
+             rf"(?:te|transformer[\s-]*engine)[\s-]*(?:fused[\s-]*)?(?:attention|attn)|{_FLASH}",
+}
+"""How the attention kernels of tools/contract.py's Attention are written: 'eager attention', 'FlashAttention-2',
+'FA2', 'SDPA' (PyTorch's flash backend is FlashAttention-2), 'FlashAttention 1', 'Triton flash attention',
+'FlashAttention-3', 'cuDNN attention', 'Transformer Engine attention', and plain 'flash attention' (the GPU's own
+fused kernel); the more specific first."""
+
+
+def read_attention(t: RequestText, found: dict[str, Any]) -> None:
+    """attention: the first kernel the text names, as `estimate --attention` sets it. A refused one
+    ('no FlashAttention-2') sets nothing and stays unread; 'without flash attention' is read by
+    read_negations (attention=eager)."""
+    for name, pattern in ATTENTION_KERNELS.items():
+        for match in t.matches(rf"(?<![a-z0-9])(?:{pattern})(?![a-z0-9])"):
+            if (re.search(rf"{_NEGATION}$", t.before(match.start(), 40), re.IGNORECASE)
+                    or re.match(_DISABLED_AFTER, t.text[match.end():], re.IGNORECASE)):
+                continue   # 'no FlashAttention-2'; 'flash attention off' is read_negations' (eager)
+            t.mark(*match.span())
+            found.setdefault("attention", name)
 
 
 SCHEDULES = {

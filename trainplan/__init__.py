@@ -111,6 +111,7 @@ def plan(
     precision: str | None = None, tp: int | None = None, pp: int | None = None, cp: int | None = None,
     ep: int | None = None, vpp: int | None = None, zero: int | None = None, mbs: int | None = None,
     recompute: str | None = None, schedule: str | None = None, dispatcher: str | None = None,
+    attention: str | None = None,
     objective: str | None = None, max_gpus: int | None = None, gpus_at_least: bool | None = None, deadline_days: float | None = None,
     budget_usd: float | None = None, method: str | None = None, lora_rank: int | None = None,
     lora_targets: str | None = None, fine_tuning: bool | None = None, model_from_size: str | None = None,
