@@ -183,6 +183,20 @@ def read_engine(t: RequestText, found: dict[str, Any]) -> None:
                 t.mark(match.start() - len(t.before(match.start(), 40)) + refusal.start(), match.end())
 
 
+def _read_named(t: RequestText, found: dict[str, Any], field: str, names: dict[str, str], suffix: str = "",
+                refused_after: bool = False) -> None:
+    """found[field]: the first of `names` (value -> pattern, the more specific first) that the text names and
+    does not refuse ('no DualPipe'; with refused_after also 'flash attention off'); a refused mention sets
+    nothing and stays unread, so that the report lists it."""
+    for name, pattern in names.items():
+        for match in t.matches(rf"(?<![a-z0-9])(?:{pattern}){suffix}(?![a-z0-9])"):
+            if (re.search(rf"{_NEGATION}$", t.before(match.start(), 40), re.IGNORECASE)
+                    or (refused_after and re.match(_DISABLED_AFTER, t.text[match.end():], re.IGNORECASE))):
+                continue
+            t.mark(*match.span())
+            found.setdefault(field, name)
+
+
 _FLASH = r"flash[\s-]*(?:attention|attn)"
 ATTENTION_KERNELS = {
     "eager": r"(?:eager|unfused|naive|vanilla)[\s-]*(?:attention|attn)|attn[\s_-]*implementation\W*eager",
@@ -201,13 +215,7 @@ def read_attention(t: RequestText, found: dict[str, Any]) -> None:
     """attention: the first kernel the text names, as `estimate --attention` sets it. A refused one
     ('no FlashAttention-2') sets nothing and stays unread; 'without flash attention' is read by
     read_negations (attention=eager)."""
-    for name, pattern in ATTENTION_KERNELS.items():
-        for match in t.matches(rf"(?<![a-z0-9])(?:{pattern})(?![a-z0-9])"):
-            if (re.search(rf"{_NEGATION}$", t.before(match.start(), 40), re.IGNORECASE)
-                    or re.match(_DISABLED_AFTER, t.text[match.end():], re.IGNORECASE)):
-                continue   # 'no FlashAttention-2'; 'flash attention off' is read_negations' (eager)
-            t.mark(*match.span())
-            found.setdefault("attention", name)
+    _read_named(t, found, "attention", ATTENTION_KERNELS, refused_after=True)   # 'flash attention off': eager
 
 
 SCHEDULES = {
@@ -225,9 +233,4 @@ SCHEDULES = {
 def read_schedule(t: RequestText, found: dict[str, Any]) -> None:
     """schedule: the first schedule the text names, pinned as `estimate --schedule` pins it. A refused
     one ('no DualPipe') sets nothing and stays unread."""
-    for name, pattern in SCHEDULES.items():
-        for match in t.matches(rf"(?<![a-z0-9])(?:{pattern})(?:[\s-]+(?:pipeline[\s-]+)?schedule)?(?![a-z0-9])"):
-            if re.search(rf"{_NEGATION}$", t.before(match.start(), 40), re.IGNORECASE):
-                continue
-            t.mark(*match.span())
-            found.setdefault("schedule", name)
+    _read_named(t, found, "schedule", SCHEDULES, suffix=r"(?:[\s-]+(?:pipeline[\s-]+)?schedule)?")

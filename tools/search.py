@@ -36,7 +36,7 @@ from .counting import count_params
 from .contract import SEARCH_CHOSEN_KNOBS, check_job_numbers, default_gbs, default_seq
 from .errors import InputError
 from .estimate import evaluate
-from .export.support import ENGINES, engine_attention, runs, stores_fp32_params
+from .export.support import ENGINES, engine_knobs, runs
 from .finetune import is_lora
 from .contract import Layout
 from .layout import check_moe_a2a_overlap_job, resolve_config
@@ -160,10 +160,10 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
         mbs=_ints("mbs", mbs, 1),
         recompute=_codes("recompute", Recompute, recompute, _R), schedule=_codes("schedule", Schedule, schedule, _S),
     )
-    if engine is not None and fixed.get("fp32_params") is None:   # as the engine stores its parameters
-        fixed["fp32_params"] = stores_fp32_params(getattr(engine, "value", engine))
-    if engine is not None and fixed.get("attention") is None:   # as the engine runs attention
-        fixed["attention"] = engine_attention(getattr(engine, "value", engine))
+    if engine is not None:   # as the engine stores its parameters and runs attention, unless the request says
+        for name, value in engine_knobs(getattr(engine, "value", engine)).items():
+            if fixed.get(name) is None:
+                fixed[name] = value
     fine_tune = names_lora(fixed.get("method"))
     seq = int(seq or default_seq(model_spec.max_seq_len, fine_tune))
     gbs = int(gbs or default_gbs(seq, int(gpus), count_params(model_spec).total, fine_tune))

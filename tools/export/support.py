@@ -40,14 +40,15 @@ Hugging Face models that DeepSpeed, Accelerate and the Trainer tools load with a
 "flash_attention_2" (common.HF_ATTN_IMPLEMENTATION)."""
 
 
-def engine_attention(engine: str) -> str:
-    """Layout.attention as `engine` runs it (ENGINE_ATTENTION)."""
-    return ENGINE_ATTENTION[engine]
-
-
 def stores_fp32_params(engine: str) -> bool:
     """Layout.fp32_params as `engine` stores the parameters (FP32_PARAM_ENGINES)."""
     return engine in FP32_PARAM_ENGINES
+
+
+def engine_knobs(engine: str) -> dict:
+    """The Layout knobs an engine decides by how it runs: its parameter storage (FP32_PARAM_ENGINES) and its
+    attention kernel (ENGINE_ATTENTION). A search given the engine takes these where the request sets none."""
+    return {"fp32_params": stores_fp32_params(engine), "attention": ENGINE_ATTENTION[engine]}
 
 
 def param_storage_note(engine: str, cfg: ParallelConfig) -> str | None:
