@@ -36,10 +36,12 @@ from trainplan.tools.estimate import estimate
 from trainplan.tools.finetune import DEFAULT_LORA_RANK, LoraTargets, Method, is_lora
 from trainplan.tools.contract import FINE_TUNING_KNOBS, default_seq
 from trainplan.tools.plan_defaults import DEFAULT_HEADROOM, FINETUNE_SOURCE, default_gbs, default_gbs_reason
+from trainplan.tools.file_access import user_named_files
 from trainplan.tools.registry import dispatch, estimate_kwargs
 
 from . import sizing
 from .report import Grounding, PlanReport, build_report, launch_settings
+from .request_rules import json_paths_in
 from .request import PINS, PlanRequest, merge, parse_partial, require_complete, resolve_gbs
 from .toolset import SUBMIT_PLAN, agent_tools, lean_agent_tools, lean_result, submitted_layout
 
@@ -442,11 +444,16 @@ def run_llm(request_text: str, *, llm_model: str | None = None, client: Any = No
     from .llm import run_agent
 
     settings = settings or load_settings()
-    return run_agent(request_text, system_prompt=system_prompt(), tools=agent_tools(strict=True),
-                     dispatch=dispatch, client=client, model=llm_model or settings.model,
-                     max_turns=max_turns, stream=stream, on_event=on_event, history=history, settings=settings,
-                     require_tool=SUBMIT_PLAN if require_submit else None,
-                     small_context_tools=lean_agent_tools(strict=True), small_context_view=lean_result)
+    # The LLM's tool calls may open the files the user's own words named (this request and earlier
+    # turns); any other file only under the allowed roots (tools/file_access.py).
+    user_text = [request_text, *(m.get("content") for m in history or ()
+                                 if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str))]
+    with user_named_files([path for text in user_text for path in json_paths_in(text)]):
+        return run_agent(request_text, system_prompt=system_prompt(), tools=agent_tools(strict=True),
+                         dispatch=dispatch, client=client, model=llm_model or settings.model,
+                         max_turns=max_turns, stream=stream, on_event=on_event, history=history, settings=settings,
+                         require_tool=SUBMIT_PLAN if require_submit else None,
+                         small_context_tools=lean_agent_tools(strict=True), small_context_view=lean_result)
 
 
 def plan_openai(request_text: str, partial: PlanRequest, *, llm_model: str | None = None, client: Any = None,

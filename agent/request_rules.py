@@ -59,9 +59,18 @@ def _written(t: RequestText, start: int, end: int) -> str:
 # --- names --------------------------------------------------------------------------------------------
 
 
+JSON_PATH_PATTERN = r"(?<![^\s(\"'])((?:[~.]{0,2}/)?[\w./~-]+\.json)(?![\w/])"
+"""A path to a JSON file as a request writes it (group 1)."""
+
+
+def json_paths_in(text: str) -> list[str]:
+    """The JSON file paths a text names: the files a user's request asks the tools to open."""
+    return [match.group(1) for match in re.finditer(JSON_PATH_PATTERN, text)]
+
+
 def read_paths(t: RequestText, found: dict[str, Any]) -> None:
     """Paths to JSON files: a GPU file (it holds bf16_tflops) or a model's HF config.json."""
-    for match in t.matches(r"(?<![^\s(\"'])((?:[~.]{0,2}/)?[\w./~-]+\.json)(?![\w/])"):
+    for match in t.matches(JSON_PATH_PATTERN):
         path = match.group(1)
         field = "gpu" if _is_gpu_file(path) else "model"
         if field not in found:

@@ -13,6 +13,8 @@ time.step_s, training.cost_usd, config, ...). Argument names are the DESIGN.md v
 - `dispatch(name, arguments_json)` validates and calls. An invalid call (unknown tool, bad JSON,
   validation error, the project's InputError) returns ``{"error": "..."}`` with one actionable
   line, and never raises: the agent loop sends it back to the model as the tool's reply.
+- Every call runs as an untrusted caller (tools/file_access.py): a model or GPU argument opens a file
+  only under the allowed roots, and an error about a file quotes none of its content.
 
 The default global batch (`default_gbs`) lives in plan_defaults, shared with the offline planner
 and the prompts.
@@ -33,6 +35,7 @@ from . import catalog
 from .cost import DEFAULT_GOODPUT, parse_tokens, training_cost
 from .counting import count_params, flops_per_token
 from .errors import InputError
+from .file_access import untrusted_caller
 from .estimate import estimate
 from .memory import memory_breakdown
 from .pipeline import render_ascii, simulate
@@ -449,7 +452,8 @@ def dispatch(name: str, arguments_json: str | dict | None) -> dict:
     except ValidationError as exc:
         return {"error": _validation_line(name, exc)}
     try:
-        return tool.function(args)
+        with untrusted_caller():
+            return tool.function(args)
     except InputError as exc:
         return {"error": f"{name}: {exc}"}
     except Exception as exc:  # the loop must go on; a bug shows as a tool error, named, and in the log

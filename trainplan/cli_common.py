@@ -109,3 +109,15 @@ def merged_options(fields: dict[str, Any], values: dict[str, Any], source: Path 
     merged = saved_config(source, fields) if source is not None else {}
     merged.update(given(values))
     return merged
+
+
+DataDirOpt = Annotated[Optional[list[str]], typer.Option(
+    "--data-dir", help="a folder whose model and GPU JSON files tool calls (the LLM's, an MCP client's) may open, "
+                       "besides the working directory and TRAINPLAN_DATA_DIRS; repeatable")]
+
+
+def allow_data_dirs(folders: list[str] | None) -> None:
+    """--data-dir: let tool calls open files under these folders (tools/file_access.py)."""
+    from trainplan.tools.file_access import add_data_dirs
+
+    add_data_dirs(folders or [])

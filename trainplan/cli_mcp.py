@@ -13,6 +13,8 @@ import sys
 
 import typer
 
+from trainplan.cli_common import DataDirOpt, allow_data_dirs
+
 SERVER_NAME = "trainplan"
 
 
@@ -59,8 +61,9 @@ async def serve_stdio() -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("mcp")
-    def mcp_command() -> None:
+    def mcp_command(data_dir: DataDirOpt = None) -> None:
         """Serve the agent's tools over MCP on stdio (the official MCP Python SDK)."""
+        allow_data_dirs(data_dir)
         try:
             import anyio
             import mcp  # noqa: F401

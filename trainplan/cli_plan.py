@@ -12,6 +12,7 @@ from trainplan.tools.export import Engine
 
 import typer
 
+from trainplan.cli_common import DataDirOpt, allow_data_dirs
 from trainplan.output import write_output
 from rich.console import Console
 
@@ -78,10 +79,13 @@ def register(app: typer.Typer) -> None:
         engine: Annotated[Optional[Engine], typer.Option(
             "--engine", help="search only layouts this engine runs, and carry its launch settings "
                              "(default: any layout, Megatron-LM launch settings)")] = None,
+        data_dir: DataDirOpt = None,
     ) -> None:
         """Plan a training run from plain language: layout, memory, step time, MFU, days and cost."""
         from trainplan.agent.llm import AgentError
         from trainplan.agent.planner import plan, resolve_backend
+
+        allow_data_dirs(data_dir)
 
         err = Console(stderr=True)
         chosen = resolve_backend(backend.value)
@@ -115,8 +119,11 @@ def register(app: typer.Typer) -> None:
     def chat_command(
         backend: BackendOpt = Backend.auto,
         llm_model: LlmModelOpt = None,
+        data_dir: DataDirOpt = None,
     ) -> None:
         """An interactive planning session; follow-ups revise the plan. /help lists the commands."""
         from trainplan.agent.chat import run_chat
+
+        allow_data_dirs(data_dir)
 
         run_chat(sys.stdin, sys.stdout, backend=backend.value, llm_model=llm_model)

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from trainplan.cli_common import DataDirOpt, allow_data_dirs
 from trainplan.output import write_output
 
 
@@ -66,9 +67,12 @@ def register(app: typer.Typer) -> None:
         name: Annotated[str, typer.Argument(help="tool name (see `trainplan tools list`)")],
         args: Annotated[str, typer.Option("--args", help="arguments as a JSON object; '-' reads standard input, "
                                                          "@FILE reads a file")] = "{}",
+        data_dir: DataDirOpt = None,
     ) -> None:
         """Call one tool and print its JSON result; an invalid call prints `error: ...` and exits 2."""
         from trainplan.tools.registry import dispatch
+
+        allow_data_dirs(data_dir)
 
         result = dispatch(name, _read_args(args))
         if set(result) == {"error"}:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from .. import file_access
 from ..errors import InputError, unknown_name
 from ..specs import GPUSpec, ModelSpec
 
@@ -91,20 +92,9 @@ def _gpu_written(name: str) -> str | None:
     return None
 
 
-def _resolve(name: str, directory: Path, aliases: dict[str, str], kind: str, known: list[str]) -> Path:
-    """A catalog name, an alias, or a path to a JSON file -> the file's path."""
-    if not name or not name.strip():
-        raise InputError(f"{kind} is empty: pass a catalog name ({', '.join(known)}) or a path to a JSON file")
-    candidate = Path(name).expanduser()
-    if candidate.is_dir():
-        if (candidate / "config.json").is_file():
-            return candidate / "config.json"
-        raise InputError(f"{kind} '{name}' is a directory with no config.json in it: pass the JSON file itself")
-    if candidate.suffix == ".json" or "/" in name or candidate.is_file():
-        if not candidate.is_file():
-            raise InputError(f"{kind} file '{name}' does not exist: check the path")
-        return candidate
-    if (directory / f"{name}.json").is_file():
+def _catalog_entry(name: str, directory: Path, aliases: dict[str, str], kind: str, known: list[str]) -> Path | None:
+    """The catalog file a name or alias names, or None (no file outside the package is opened)."""
+    if (directory / f"{name}.json").is_file() and "/" not in name and name not in (".", ".."):
         return directory / f"{name}.json"
     key = _normalise(name)
     for known_name in known:
@@ -116,8 +106,65 @@ def _resolve(name: str, directory: Path, aliases: dict[str, str], kind: str, kno
         written = _gpu_written(name)
         if written:
             return directory / f"{written}.json"
-        raise unknown_gpu(name)
-    raise unknown_name(kind, name, known)
+    return None
+
+
+def _unknown(name: str, kind: str, known: list[str]) -> InputError:
+    return unknown_gpu(name) if kind == "gpu" else unknown_name(kind, name, known)
+
+
+def _resolve(name: str, directory: Path, aliases: dict[str, str], kind: str, known: list[str]) -> Path:
+    """A catalog name, an alias, or a path to a JSON file -> the file's path. For a tool call
+    (file_access.untrusted_caller) the catalog is looked up first and a path must lie under an
+    allowed root; a missing file then reads as an unusable one."""
+    if not name or not name.strip():
+        raise InputError(f"{kind} is empty: pass a catalog name ({', '.join(known)}) or a path to a JSON file")
+    if file_access.is_untrusted():
+        entry = _catalog_entry(name, directory, aliases, kind, known)
+        if entry is not None:
+            return entry
+        if not (name.endswith(".json") or "/" in name):
+            raise _unknown(file_access.shown(name), kind, known)
+        file_access.require_allowed(name, kind)
+        candidate = Path(name).expanduser()
+        if candidate.is_dir() and (candidate / "config.json").is_file():
+            return candidate / "config.json"
+        if not candidate.is_file():
+            raise file_access.unreadable(kind, name, _WHAT[kind])
+        return candidate
+    candidate = Path(name).expanduser()
+    if candidate.is_dir():
+        if (candidate / "config.json").is_file():
+            return candidate / "config.json"
+        raise InputError(f"{kind} '{name}' is a directory with no config.json in it: pass the JSON file itself")
+    if candidate.suffix == ".json" or "/" in name or candidate.is_file():
+        if not candidate.is_file():
+            raise InputError(f"{kind} file '{name}' does not exist: check the path")
+        return candidate
+    entry = _catalog_entry(name, directory, aliases, kind, known)
+    if entry is None:
+        raise _unknown(name, kind, known)
+    return entry
+
+
+_WHAT = {"model": "an HF config.json", "gpu": "a GPU JSON file with the fields of a catalog entry"}
+
+
+def _guarded(name_or_path: str, kind: str, load):
+    """load(name) for the user; for a tool call, the path is checked first (outside a cache, so a file
+    the user opened earlier is not handed to a tool call from the cache) and any error about a file's
+    content becomes file_access.unreadable."""
+    if not file_access.is_untrusted():
+        return load(name_or_path)
+    directory, aliases, known = ((MODELS_DIR, MODEL_ALIASES, model_names()) if kind == "model"
+                                 else (GPUS_DIR, GPU_ALIASES, gpu_names()))
+    path = _resolve(name_or_path, directory, aliases, kind, known)
+    if path.parent == directory:
+        return load(name_or_path)
+    try:
+        return load(name_or_path)
+    except Exception:   # whatever the content provoked, none of it is quoted back
+        raise file_access.unreadable(kind, name_or_path, _WHAT[kind]) from None
 
 
 def _reject_constant(name: str):
@@ -149,18 +196,32 @@ def model_config(name_or_path: str) -> tuple[str, dict]:
     return name, read_json_object(path, "model config")
 
 
-@lru_cache(maxsize=256)
 def load_model(name_or_path: str) -> ModelSpec:
     """A catalog name or a path to an HF config.json -> ModelSpec."""
+    return _guarded(name_or_path, "model", _load_model)
+
+
+load_model.cache_clear = lambda: _load_model.cache_clear()  # type: ignore[attr-defined]
+
+
+@lru_cache(maxsize=256)
+def _load_model(name_or_path: str) -> ModelSpec:
     from ..hf import spec_from_config
 
     name, config = model_config(name_or_path)
     return spec_from_config(config, name=name)
 
 
-@lru_cache(maxsize=64)
 def load_gpu(name_or_path: str) -> GPUSpec:
     """A catalog name or a path to a GPU JSON -> GPUSpec."""
+    return _guarded(name_or_path, "gpu", _load_gpu)
+
+
+load_gpu.cache_clear = lambda: _load_gpu.cache_clear()  # type: ignore[attr-defined]
+
+
+@lru_cache(maxsize=64)
+def _load_gpu(name_or_path: str) -> GPUSpec:
     path = _resolve(name_or_path, GPUS_DIR, GPU_ALIASES, "gpu", gpu_names())
     data = read_json_object(path, "gpu")
     data.setdefault("name", path.stem)
