@@ -33,6 +33,7 @@ from trainplan.tools.errors import InputError
 
 from .planner import (calls_from_messages, grounding_of, plan_offline, report_from_conversation,
                       resolve_backend, run_llm)
+from .prose import neutralise_line, strip_terminal_controls
 from .report import PlanReport, summary_line
 from .request import PlanRequest, merge, parse_partial
 
@@ -271,7 +272,7 @@ class ChatSession:
                 if not streamed["text"]:
                     status.stop()
                     streamed["text"] = True
-                self.console.print(data["text"], end="", markup=False, highlight=False)
+                self.console.print(strip_terminal_controls(data["text"]), end="", markup=False, highlight=False)
             elif kind == "tool_call":
                 if streamed["text"]:
                     self.console.print()
@@ -307,7 +308,7 @@ class ChatSession:
             # A turn that fails changes nothing: the conversation, the request and the plan stay as they were.
             if streamed["text"]:
                 self.console.print()
-            self.error(f"{exc} (the plan is unchanged)")
+            self.error(f"{neutralise_line(str(exc))} (the plan is unchanged)")
             return
         finally:
             status.stop()

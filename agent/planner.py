@@ -40,6 +40,7 @@ from trainplan.tools.file_access import user_named_files
 from trainplan.tools.registry import dispatch, estimate_kwargs
 
 from . import sizing
+from .prose import neutralise, neutralise_line
 from .report import Grounding, PlanReport, build_report, launch_settings
 from .request_rules import json_paths_in
 from .request import PINS, PlanRequest, merge, parse_partial, require_complete, resolve_gbs
@@ -388,9 +389,9 @@ def grounding_of(report: Any, reasked: bool = False, called_tools: bool = True) 
     if not called_tools and share is not None:
         share = 0.0  # no tool result grounds anything: numbers echoed from the request check nothing
     return Grounding(ok=report.ok and called_tools, status=status, share_grounded=share,
-                     grounded=len(report.grounded), weak=[g.mention.text for g in report.weak],
-                     from_request=[g.mention.text for g in report.from_request],
-                     ungrounded=[m.text for m in report.ungrounded], reasked=reasked)
+                     grounded=len(report.grounded), weak=[neutralise_line(g.mention.text) for g in report.weak],
+                     from_request=[neutralise_line(g.mention.text) for g in report.from_request],
+                     ungrounded=[neutralise_line(m.text) for m in report.ungrounded], reasked=reasked)
 
 
 def _parsed_arguments(arguments: Any) -> dict:
@@ -414,7 +415,8 @@ def report_from_conversation(request_text: str, partial: PlanRequest, *, text: s
         said = ("the LLM called no tool, so it gave no grounded plan" if not calls else
                 "the LLM did not submit a layout with submit_plan")
         return report.model_copy(update={
-            "backend": "openai", "llm_model": llm_model, "llm_status": status, "llm_answer": text,
+            "backend": "openai", "llm_model": neutralise_line(llm_model) or None, "llm_status": status,
+            "llm_answer": neutralise(text),
             "grounding": grounding, "tool_calls": tool_calls, "truncated": truncated,
             "assumptions": [*report.assumptions, f"{said}: the recommended layout and every number in this "
                             "report are the offline planner's (search + estimate)"]})
@@ -430,8 +432,9 @@ def report_from_conversation(request_text: str, partial: PlanRequest, *, text: s
             except InputError:
                 continue
     others = _distinct(sorted(others, key=lambda r: -r.get("time", {}).get("tokens_per_s", 0.0)), recommended)
-    report = build_report(backend="openai", llm_model=llm_model, request_text=request_text, request=_shown(job),
-                          recommended=recommended, alternatives=others[:ALTERNATIVES], rationale=text,
+    report = build_report(backend="openai", llm_model=neutralise_line(llm_model) or None, request_text=request_text,
+                          request=_shown(job), recommended=recommended, alternatives=others[:ALTERNATIVES],
+                          rationale=neutralise(text),
                           assumptions=assumptions, grounding=grounding, tool_calls=tool_calls)
     return report.model_copy(update={"llm_status": "submitted", "truncated": truncated})
 
@@ -472,7 +475,8 @@ def offline_after_llm_failure(request: PlanRequest, request_text: str, error: Ex
                               llm_model: str | None, engine: str | None = None) -> PlanReport:
     """The offline plan of a complete request whose LLM run failed, labelled with the LLM's error."""
     report = plan_offline(request, request_text, engine=engine)
-    return report.model_copy(update={"llm_model": llm_model, "llm_status": "failed", "llm_error": str(error)})
+    return report.model_copy(update={"llm_model": neutralise_line(llm_model) or None, "llm_status": "failed",
+                                     "llm_error": neutralise_line(str(error))})
 
 
 def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: str | None = None,

@@ -31,6 +31,8 @@ from trainplan.tools.memory_hints import largest_component, memory_fixes, phrase
 from trainplan.tools.pipeline import PipelineEvent, PipelineResult, render_ascii, render_mermaid
 from trainplan.tools.plan_defaults import DEFAULT_HEADROOM
 
+from .prose import neutralise_line
+
 HEADROOM_RISK = DEFAULT_HEADROOM
 """memory headroom below this share of capacity is a risk (fragmentation, spikes, longer sequences):
 the headroom search and plan keep by default (tools.plan_defaults)"""
@@ -144,6 +146,7 @@ class PlanReport(BaseModel):
         comm_s = sum(row.seconds for row in self.time_table if row.part.startswith("comm/"))
         config = recommended.get("config")
         text = render("report.md.j2", report=self, r=self.recommended, config=config, comm_s=comm_s,
+                      request_quote=neutralise_line(self.request_text, max_chars=4000),
                       states_sentence=model_states_sentence(config) if config else "")
         return re.sub(r"\n{3,}", "\n\n", text)
 

@@ -198,7 +198,8 @@ def test_llm_plan_is_built_from_the_tool_results(openai_server, monkeypatch):
                   on_event=lambda kind, data: events.append(kind))
     assert report.backend == "openai" and report.llm_model == "scripted-model" and report.llm_status == "submitted"
     assert report.grounding is not None and report.grounding.ok and report.grounding.share_grounded == 1.0
-    assert report.rationale == answer
+    # The LLM's prose, its heading demoted so that only the report has sections (agent/prose.py).
+    assert report.rationale == answer.replace("## Recommended layout", "**Recommended layout**")
     assert report.recommended["config"] == best
     data = json.loads(report.to_json())
     assert data["recommended"] == rerun(data)

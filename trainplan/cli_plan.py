@@ -94,8 +94,10 @@ def register(app: typer.Typer) -> None:
             try:
                 report = plan(request, backend=chosen, llm_model=llm_model, on_event=on_event, engine=engine.value if engine else None)
             except AgentError as exc:
+                from trainplan.agent.prose import neutralise_line
+
                 status.stop()
-                _fail(str(exc), 1)
+                _fail(neutralise_line(str(exc), max_chars=2000), 1)
         text = (report.to_json() if as_json else report.to_markdown()).rstrip("\n") + "\n"
         if out is not None:
             write_output(out, text)
@@ -110,7 +112,10 @@ def register(app: typer.Typer) -> None:
             backend_line += f" (the LLM failed: {report.llm_error})"
         elif report.llm_status in ("no_submission", "no_tool_calls"):
             backend_line += " (it handed over no layout: the layout is the offline planner's)"
-        err.print(f"[dim]backend: {backend_line}" + (f"; report written to {out}" if out else "") + "[/dim]",
+        from rich.markup import escape
+
+        err.print(f"[dim]backend: {escape(backend_line)}" + (f"; report written to {escape(str(out))}" if out else "")
+                  + "[/dim]",
                   soft_wrap=True)
         if report.recommended is None:
             _fail(f"no layout fits: {report.risks[-1] if report.risks else 'see the report'}", 1)
