@@ -499,6 +499,14 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
     text = request_text or _describe(parsed)
     engine = engine or parsed.engine  # an explicit engine (trainplan plan --engine) wins over the text
     adapters = engine is None and parsed.method is not None and is_lora(parsed.method)
+
+    def step(line: str) -> None:
+        if on_event:
+            on_event("step", {"text": line})
+
+    if chosen == "offline":   # the LLM path's first line is its own (a configuration error is the only line)
+        step(f"understood the request: {_describe(parsed)}")
+        step("searching layouts (offline planner)")
     if chosen == "offline" and adapters:
         report = plan_offline(parsed, text, engine=ADAPTER_ENGINE)
         report = report if report.recommended else plan_offline(parsed, text)
@@ -514,10 +522,15 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
             if on_event:
                 on_event("fallback", {"error": str(exc)})
             report = offline_after_llm_failure(parsed, text, exc, llm_model or _settings_model(), engine)
+    if report.search:
+        step(f"searched {report.search['evaluated']:,} layouts, {report.search['feasible']:,} feasible")
     if report.recommended:
         launcher = engine or (ADAPTER_ENGINE if adapters else launch_engine(report.request["model"],
                                                                            report.recommended["config"]))
+        step(f"recommended {report.layout}; writing {launcher} launch settings")
         report.launch = launch_settings(report.request["model"], report.recommended["config"], launcher)
+    else:
+        step("no layout fits: the report says what would")
     return report
 
 

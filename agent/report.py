@@ -42,6 +42,8 @@ BUBBLE_RISK = 0.10
 """a pipeline bubble above this share of the step is a risk"""
 MERMAID_MAX_EVENTS = 240
 """ops drawn in the Mermaid gantt; more are left out with a note"""
+SUMMARY_RISKS = 3
+"""risks the summary lists (the full report lists all)"""
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "other")
 
 
@@ -70,6 +72,8 @@ class Timeline(BaseModel):
     mermaid_events: int = Field(description="ops drawn in the gantt")
     mermaid_window_s: float | None = Field(default=None, description="the gantt shows ops starting before this "
                                                                      "time on every rank; None: the whole step")
+    bars: list[tuple[int, str, float, float]] = Field(
+        default_factory=list, description="the ops the gantt draws, as (rank, kind F/B/W/FB, start_s, end_s)")
 
 
 class Alternative(BaseModel):
@@ -150,6 +154,11 @@ class PlanReport(BaseModel):
                       states_sentence=model_states_sentence(config) if config else "")
         return re.sub(r"\n{3,}", "\n\n", text)
 
+    def to_summary(self) -> str:
+        """The short report: layout, memory, step, MFU, days, cost, launch engine and the top risks."""
+        text = render("summary.md.j2", report=self, r=self.recommended, SUMMARY_RISKS=SUMMARY_RISKS)
+        return re.sub(r"\n{3,}", "\n\n", text)
+
 
 # --- pieces --------------------------------------------------------------------------------------
 
@@ -193,7 +202,8 @@ def timeline_from(pipeline: dict) -> Timeline:
                     vpp=result.vpp, makespan_s=result.makespan_s, bubble_fraction=result.bubble_fraction,
                     ascii=render_ascii(result), mermaid=render_mermaid(shown, max_events=MERMAID_MAX_EVENTS),
                     mermaid_window_s=window_s, num_events=len(result.timeline),
-                    mermaid_events=len(shown.timeline))
+                    mermaid_events=len(shown.timeline),
+                    bars=[(e.stage, e.kind, e.start_s, e.end_s) for e in shown.timeline])
 
 
 def risks_of(result: dict, request: dict) -> list[str]:

@@ -128,8 +128,16 @@ def test_cli_plan_writes_the_report(tmp_path):
     out = tmp_path / "plan.md"
     result = run_cli("plan", SMALL, "--out", str(out))
     assert result.returncode == 0, result.stderr
-    assert out.read_text() == result.stdout
-    assert "```mermaid" in result.stdout and "backend: offline planner" in result.stderr
+    full = out.read_text()
+    assert "```mermaid" in full and "backend: offline planner" in result.stderr
+    # stdout: the summary (layout, memory, step, training, launch), a fraction of the whole report
+    assert "```mermaid" not in result.stdout and "--full" in result.stdout
+    layout_line = next(line for line in full.splitlines() if line.startswith("**TP"))
+    assert layout_line in result.stdout and len(result.stdout) < len(full) / 3
+    assert run_cli("plan", SMALL, "--full").stdout == full
+    # off a terminal, one progress line per planning step on stderr
+    steps = [line for line in result.stderr.splitlines() if line.startswith("trainplan: ")]
+    assert [s.split(":")[1].split()[0] for s in steps] == ["understood", "searching", "searched", "recommended"]
     as_json = run_cli("plan", SMALL, "--backend", "offline", "--json")
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout)["recommended"]["config"]["gpus"] == 64

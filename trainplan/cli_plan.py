@@ -8,6 +8,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
+from trainplan.tools.errors import InputError
 from trainplan.tools.export import Engine
 
 import typer
@@ -40,8 +41,8 @@ def _fail(message: str, code: int) -> None:
 
 
 def _progress(status: Any, to_lines: bool) -> Callable[[str, dict], None]:
-    """The LLM loop's events as the spinner's text; when stderr is not a terminal (no spinner), as one
-    line each on stderr, so that a log shows what a long plan is waiting for."""
+    """The planner's steps and the LLM loop's events as the spinner's text; when stderr is not a terminal
+    (no spinner), as one line each on stderr, so that a log shows what a long plan is waiting for."""
 
     def on_event(kind: str, data: dict) -> None:
         if kind == "request":
@@ -58,9 +59,16 @@ def _progress(status: Any, to_lines: bool) -> Callable[[str, dict], None]:
                 "with the lean tool set" if data.get("tools") else "without earlier tool results")
         elif kind == "fallback":
             line = f"the LLM failed ({data['error']}): the offline planner answers"
+        elif kind == "step":
+            line = data["text"]
         else:
             return
-        status.update(line + "...")
+        from rich.markup import escape
+
+        from trainplan.agent.prose import strip_terminal_controls
+
+        line = " ".join(strip_terminal_controls(line).split())    # server text among it: no escape sequences
+        status.update(escape(line) + "...")
         if to_lines:
             print(f"trainplan: {line}", file=sys.stderr, flush=True)
 
@@ -74,8 +82,11 @@ def register(app: typer.Typer) -> None:
         backend: BackendOpt = Backend.auto,
         llm_model: LlmModelOpt = None,
         as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
-        out: Annotated[Optional[Path], typer.Option("--out", help="also write the report to this file "
+        full: Annotated[bool, typer.Option("--full", help="print the whole report, not its summary")] = False,
+        out: Annotated[Optional[Path], typer.Option("--out", help="also write the whole report to this file "
                                                                    "(Markdown; JSON with --json)")] = None,
+        html_out: Annotated[Optional[Path], typer.Option("--html", help="also write the report as a self-contained "
+                                                                        "HTML page with charts (needs matplotlib)")] = None,
         engine: Annotated[Optional[Engine], typer.Option(
             "--engine", help="search only layouts this engine runs, and carry its launch settings "
                              "(default: any layout, Megatron-LM launch settings)")] = None,
@@ -101,12 +112,20 @@ def register(app: typer.Typer) -> None:
         text = (report.to_json() if as_json else report.to_markdown()).rstrip("\n") + "\n"
         if out is not None:
             write_output(out, text)
+        if html_out is not None:
+            from trainplan.agent.report_html import to_html
+
+            try:
+                write_output(html_out, to_html(report), flag="--html")
+            except InputError as exc:
+                _fail(str(exc), 2)
+        shown = text if as_json or full else report.to_summary().rstrip("\n") + "\n"
         if as_json or not sys.stdout.isatty():
-            sys.stdout.write(text)
+            sys.stdout.write(shown)
         else:
             from rich.markdown import Markdown
 
-            Console().print(Markdown(text))
+            Console().print(Markdown(shown))
         backend_line = ("LLM agent " + (report.llm_model or "")) if report.backend == "openai" else "offline planner"
         if report.llm_status == "failed":
             backend_line += f" (the LLM failed: {report.llm_error})"
@@ -114,8 +133,9 @@ def register(app: typer.Typer) -> None:
             backend_line += " (it handed over no layout: the layout is the offline planner's)"
         from rich.markup import escape
 
-        err.print(f"[dim]backend: {escape(backend_line)}" + (f"; report written to {escape(str(out))}" if out else "")
-                  + "[/dim]",
+        written = [str(path) for path in (out, html_out) if path is not None]
+        err.print(f"[dim]backend: {escape(backend_line)}"
+                  + (f"; report written to {escape(' and '.join(written))}" if written else "") + "[/dim]",
                   soft_wrap=True)
         if report.recommended is None:
             _fail(f"no layout fits: {report.risks[-1] if report.risks else 'see the report'}", 1)
