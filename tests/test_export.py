@@ -5,7 +5,9 @@ from its source and are checked here with argparse (names, arity and choices):
     NVIDIA/Megatron-LM, megatron/training/arguments.py, commit 000c4ac24f61159c138b0975def722c65245983c
     (groups: _add_distributed_args, _add_training_args, _add_network_size_args, _add_data_args,
     _add_mixed_precision_args, _add_transformer_engine_args, _add_moe_args, _add_mla_args,
-    _add_checkpointing_args, _add_experimental_args).
+    _add_checkpointing_args, _add_experimental_args); --rotary-base (type=int), --use-rope-scaling,
+    --rope-scaling-factor, --norm-epsilon, --vocab-size and --recompute-modules (nargs='*') were read from
+    a 2026 copy of the same file.
 Megatron-FSDP's required flags: NVIDIA/Megatron-LM docs/discussions/megatron-fsdp-user-guide/
 megatron-fsdp-user-guide.md (commit 1775482cc9dab49e38325f03c915767e3a90ca58).
 """
@@ -17,6 +19,7 @@ import json
 import random
 import re
 import shlex
+import subprocess
 import sys
 import tomllib
 
@@ -48,14 +51,15 @@ MEGATRON_FLAGS: dict[str, tuple | None] = {
     # _add_training_args
     "--sequence-parallel": None, "--micro-batch-size": (), "--global-batch-size": (),
     "--recompute-granularity": ("full", "selective"), "--recompute-method": ("uniform", "block"),
-    "--recompute-num-layers": (), "--no-gradient-accumulation-fusion": None, "--disable-bias-linear": None,
+    "--recompute-num-layers": (), "--recompute-modules": ("*",), "--no-gradient-accumulation-fusion": None, "--disable-bias-linear": None,
     "--add-qkv-bias": None, "--optimizer-cpu-offload": None,
     # _add_regularization_args; _add_training_args (AttnBackend names)
     "--attention-dropout": (), "--attention-backend": ("flash", "fused", "unfused", "local", "auto"),
     # _add_network_size_args
     "--num-layers": (), "--hidden-size": (), "--ffn-hidden-size": (), "--num-attention-heads": (),
     "--kv-channels": (), "--group-query-attention": None, "--num-query-groups": (),
-    "--max-position-embeddings": (),
+    "--max-position-embeddings": (), "--rotary-base": (), "--use-rope-scaling": None, "--rope-scaling-factor": (),
+    "--norm-epsilon": (),
     "--position-embedding-type": ("learned_absolute", "rope", "mrope", "relative", "none"),
     "--normalization": ("LayerNorm", "RMSNorm"), "--swiglu": None, "--squared-relu": None,
     "--untie-embeddings-and-output-weights": None, "--multi-latent-attention": None, "--mtp-num-layers": (),
@@ -64,8 +68,8 @@ MEGATRON_FLAGS: dict[str, tuple | None] = {
     # _add_mla_args
     "--q-lora-rank": (), "--kv-lora-rank": (), "--qk-head-dim": (), "--qk-pos-emb-head-dim": (),
     "--v-head-dim": (),
-    # _add_data_args
-    "--seq-length": (),
+    # _add_data_args (--vocab-size: "Size of vocab before EOD or padding")
+    "--seq-length": (), "--vocab-size": (),
     # _add_mixed_precision_args / _add_transformer_engine_args
     "--bf16": None, "--grad-reduce-in-bf16": None, "--tp-comm-overlap": None, "--fp8-format": ("e4m3", "hybrid"),
     "--fp8-recipe": ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
@@ -85,6 +89,8 @@ def megatron_parser() -> argparse.ArgumentParser:
     for flag, choices in MEGATRON_FLAGS.items():
         if choices is None:
             parser.add_argument(flag, action="store_true")
+        elif choices == ("*",):       # nargs='*' (--recompute-modules)
+            parser.add_argument(flag, nargs="*")
         else:
             parser.add_argument(flag, choices=choices or None)
     return parser
@@ -434,13 +440,70 @@ def test_exports_name_the_planned_recompute_modules_and_low_precision_storage():
                   fp8_supported=True)
     planned = resolve_config(model, 2048, **layout, recompute_modules="layernorm,mla_up_proj,moe_act",
                              fp8_activations=True, bf16_moments=True)
-    notes = " ".join(export("megatron", model, planned, model_ref=model.name).notes)
-    assert "--recompute-modules layernorm mla_up_proj moe_act" in notes
+    written = export("megatron", model, planned, model_ref=model.name)
+    notes = " ".join(written.notes)
+    assert parse_args_text(written.content)["--recompute-modules"] == "layernorm mla_up_proj moe_act"
     assert "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16" in notes
     assert "no flag for it" in notes
-    plain = " ".join(export("megatron", model, resolve_config(model, 2048, **layout), model_ref=model.name).notes)
-    assert "--recompute-modules" not in plain and "--exp-avg-dtype" not in plain and "no flag for it" not in plain
+    plain_export = export("megatron", model, resolve_config(model, 2048, **layout), model_ref=model.name)
+    plain = " ".join(plain_export.notes)
+    assert "--recompute-modules" not in plain_export.content and "--exp-avg-dtype" not in plain and "no flag for it" not in plain
     titan = " ".join(export("torchtitan", model, planned, model_ref=model.name).notes)
     assert "no setting for" in titan and "low-precision storage" in titan
     titan_plain = " ".join(export("torchtitan", model, resolve_config(model, 2048, **layout), model_ref=model.name).notes)
     assert "low-precision storage" not in titan_plain
+
+
+def test_megatron_export_carries_the_rope_base_scaling_and_norm_epsilon_of_the_config():
+    import copy
+
+    from trainplan.tools.catalog import MODELS_DIR
+    from trainplan.tools.hf import spec_from_config
+
+    config = json.loads((MODELS_DIR / "llama3-8b.json").read_text())
+    base = spec_from_config(config, "llama3-8b")
+    flags = parse_args_text(export("megatron", base, resolve_config(base, 8), model_ref="llama3-8b").content)
+    assert (flags["--rotary-base"], flags["--norm-epsilon"], flags["--vocab-size"]) == ("500000", "1e-06", "128256")
+    assert "--use-rope-scaling" not in flags
+    extended = copy.deepcopy(config) | {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                         "high_freq_factor": 4.0,
+                                                         "original_max_position_embeddings": 8192}}
+    spec = spec_from_config(extended, "llama31-8b")
+    written = export("megatron", spec, resolve_config(spec, 8), model_ref="llama31-8b")
+    flags = parse_args_text(written.content)
+    assert "--use-rope-scaling" in flags and flags["--rope-scaling-factor"] == "8"
+    megatron_parser().parse_args(shlex.split(written.content.split("=(", 1)[1].rsplit(")", 1)[0], comments=True))
+    yarn = spec_from_config(copy.deepcopy(config) | {"rope_scaling": {"type": "yarn", "factor": 4}}, "y")
+    notes = " ".join(export("megatron", yarn, resolve_config(yarn, 8), model_ref="y").notes)
+    assert "yarn RoPE scaling (factor 4)" in notes
+    gpt = parse_args_text(export("megatron", load_model_spec("gpt3-175b"), resolve_config(load_model_spec("gpt3-175b"), 1024, tp=8, pp=16),
+                                 model_ref="gpt3-175b").content)
+    assert gpt["--position-embedding-type"] == "learned_absolute" and "--rotary-base" not in gpt
+
+
+def load_model_spec(name):
+    from trainplan.tools.catalog import load_model
+
+    return load_model(name)
+
+
+@pytest.mark.parametrize("field, value", [("rope_theta", "10000"), ("rope_theta", -1), ("rms_norm_eps", True),
+                                          ("rope_scaling", "llama3"), ("rope_scaling", {"rope_type": 3})])
+def test_a_malformed_rope_or_norm_field_is_one_input_error(field, value):
+    from trainplan.tools.catalog import MODELS_DIR
+    from trainplan.tools.hf import spec_from_config
+
+    config = json.loads((MODELS_DIR / "llama3-8b.json").read_text()) | {field: value}
+    with pytest.raises(InputError, match=field.split(".")[0]):
+        spec_from_config(config, "bad")
+
+
+def test_cli_export_warns_in_one_line_when_the_layout_does_not_fit():
+    args = [sys.executable, "-m", "trainplan.cli", "export", "--engine", "megatron", "--model", "llama3-70b",
+            "--gpu", "h100", "--gpus", "8"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "TP_SIZE" not in result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "does not fit in memory: needs" in warnings[0]
+    fits = subprocess.run(args[:-2] + ["--gpus", "64", "--tp", "8", "--pp", "2", "--recompute", "full"], capture_output=True, text=True, timeout=120)
+    assert fits.returncode == 0 and "warning:" not in fits.stderr

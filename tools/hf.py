@@ -516,6 +516,40 @@ def _attention_dropout(config: dict, model_type: str) -> float:
     return ATTENTION_DROPOUT_DEFAULTS.get(model_type, 0.0)
 
 
+NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")
+"""Where HF configs keep the norms' epsilon (Llama/Qwen/Mistral, GPT-NeoX/OPT, GPT-2/Falcon/BLOOM, Nemotron)."""
+
+
+def _positive_number(config: dict, key: str, name: str) -> float | None:
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise InputError(f"model config '{name}': field '{key}' must be a positive finite number")
+    return float(value)
+
+
+def _position_and_norm(config: dict, name: str) -> dict:
+    """The fields an engine's launch settings need beside the shapes: RoPE base and scaling, norm epsilon
+    (transformers' configs: rope_theta, rope_scaling {rope_type or type, factor}; newer ones nest both in
+    rope_parameters)."""
+    rope = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
+    scaling = config.get("rope_scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise InputError(f"model config '{name}': field 'rope_scaling' must be an object or null")
+    scaling = scaling or (rope if rope.get("rope_type") not in (None, "default") else {})
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind is not None and not isinstance(kind, str):
+        raise InputError(f"model config '{name}': field 'rope_scaling.rope_type' must be a string")
+    eps = next((_positive_number(config, key, name) for key in NORM_EPS_KEYS if config.get(key) is not None), None)
+    return dict(
+        rope_theta=_positive_number(config, "rope_theta", name) or _positive_number(rope, "rope_theta", name),
+        rope_scaling_type=kind[:40] if kind and kind != "default" else None,
+        rope_scaling_factor=_positive_number(scaling, "factor", name) if kind and kind != "default" else None,
+        norm_eps=eps,
+    )
+
+
 def spec_from_config(config: dict, name: str) -> ModelSpec:
     """Read an HF config.json (as a dict) into a ModelSpec; ``name`` is reported and used in errors."""
     if not isinstance(config, dict):
@@ -534,6 +568,7 @@ def spec_from_config(config: dict, name: str) -> ModelSpec:
     fields = reader(c)
     _check(fields, c)
     fields["attention_dropout"] = _attention_dropout(config, model_type)
+    fields.update(_position_and_norm(config, name))
     if fields.get("num_experts") and c.count("n_group", default=1) > 1:
         fields["routing_group_limit"] = c.count("topk_group", default=0)
     try:

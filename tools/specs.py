@@ -77,6 +77,13 @@ class ModelSpec(BaseModel):
         default=0, description="word-embedding width when it differs from h (OPT word_embed_proj_dim); 0: h"
     )
     learned_position_embeddings: int = Field(default=0, description="rows of a learned position table")
+    rope_theta: float | None = Field(default=None, gt=0, description="RoPE base (HF rope_theta); None: not in the "
+                                                                      "config (the engine's default)")
+    rope_scaling_type: str | None = Field(default=None, description="HF rope_scaling's rope_type (llama3, yarn, "
+                                                                     "linear, ...); None: no scaling")
+    rope_scaling_factor: float | None = Field(default=None, gt=0, description="HF rope_scaling's factor")
+    norm_eps: float | None = Field(default=None, gt=0, description="epsilon of the norms (HF rms_norm_eps or "
+                                                                    "layer_norm_eps); None: not in the config")
     attention_dropout: float = Field(
         default=0.0, ge=0, lt=1,
         description="attention-probability dropout of the recipe; it adds dropout work and masks but never "

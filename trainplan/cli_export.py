@@ -17,11 +17,14 @@ from trainplan.tools import catalog
 from trainplan.tools.errors import InputError
 from trainplan.tools.export import Engine, export
 from trainplan.tools.layout import resolve_with_batch
+from trainplan.tools.memory import memory_breakdown
 
 EngineOpt = Annotated[Engine, typer.Option("--engine", help="engine to write launch settings for")]
 Out = Annotated[Optional[Path], typer.Option("--out", help="write the file here instead of printing it")]
 From = opt.From
 
+DOES_NOT_FIT = "this layout does not fit in memory: "
+"""The note an export of a layout that runs out of memory starts with; the CLI prints it as a warning."""
 EXPORT_JOB_FIELDS = ("model", "gpu", "gpus", "gpus_per_node")
 """The Job fields an export needs; the rest of what it takes is every Layout field (tools/contract.py)."""
 
@@ -48,6 +51,9 @@ def export_from_options(engine: Engine | str, options: dict, source: Path | None
     result = export(engine, model, cfg, model_ref=model_ref, gpus_per_node=gpus_per_node or gpu.gpus_per_node)
     if gbs_note:
         result.notes.insert(0, gbs_note)
+    memory = memory_breakdown(model, cfg, gpu)
+    if not memory.fits:
+        result.notes.insert(0, f"{DOES_NOT_FIT}{memory.reason}")
     return result
 
 
@@ -66,7 +72,7 @@ def register(app: typer.Typer) -> None:
             write_output(out, result.content)
             print(f"wrote {out} ({result.engine}, {result.format})", file=sys.stderr)
         for note in result.notes:
-            print(f"note: {note}", file=sys.stderr)
+            print(f"{'warning' if note.startswith(DOES_NOT_FIT) else 'note'}: {note}", file=sys.stderr)
 
     fixed = [inspect.Parameter("engine", inspect.Parameter.KEYWORD_ONLY, annotation=EngineOpt),
              inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Out, default=None),

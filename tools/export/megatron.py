@@ -92,6 +92,28 @@ def _pipeline_split(model: ModelSpec, cfg: ParallelConfig) -> tuple[list[tuple[s
             " (it also sets the virtual stages)")
 
 
+LLAMA3_ROPE_DEFAULTS = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+"""The llama3 RoPE scaling Megatron-Core applies under --use-rope-scaling (rope_utils.apply_rope_scaling's
+defaults); only the factor is a flag (--rope-scaling-factor)."""
+
+
+def _rope_flags(model: ModelSpec, notes: list[str]) -> list[tuple[str, object]]:
+    """--rotary-base (an int in Megatron's parser) and the llama3 scaling; other scalings are notes."""
+    flags: list[tuple[str, object]] = []
+    if model.rope_theta is not None:
+        flags.append(("--rotary-base", round(model.rope_theta)))
+        if model.rope_theta != round(model.rope_theta):
+            notes.append(f"rope_theta {model.rope_theta:g} is not a whole number: Megatron's --rotary-base takes an int")
+    if model.rope_scaling_type == "llama3":
+        flags += [("--use-rope-scaling", None), ("--rope-scaling-factor", f"{model.rope_scaling_factor or 8.0:g}")]
+        notes.append("llama3 RoPE scaling: Megatron fixes low/high frequency factors 1 and 4 and an original "
+                     "context of 8,192; check them against the model's rope_scaling")
+    elif model.rope_scaling_type is not None:
+        notes.append(f"the model's {model.rope_scaling_type} RoPE scaling (factor {model.rope_scaling_factor or 1:g}) "
+                     "has no pretrain_gpt.py flag written here: set it from the model card")
+    return flags
+
+
 def _model_flags(model: ModelSpec, cfg: ParallelConfig, notes: list[str]) -> list[tuple[str, object]]:
     flags: list[tuple[str, object]] = [
         ("--num-layers", model.num_layers),
@@ -123,10 +145,15 @@ def _model_flags(model: ModelSpec, cfg: ParallelConfig, notes: list[str]) -> lis
     elif not activation.startswith("gelu"):
         unexpressed.append(f"{model.activation} activation")
     flags.append(("--normalization", "RMSNorm" if model.norm_type == "rmsnorm" else "LayerNorm"))
+    if model.norm_eps is not None:
+        flags.append(("--norm-epsilon", f"{model.norm_eps:g}"))
     if model.learned_position_embeddings:
         flags.append(("--position-embedding-type", "learned_absolute"))
     else:
-        flags.append(("--position-embedding-type", "rope"))
+        flags += [("--position-embedding-type", "rope"), *_rope_flags(model, notes)]
+    flags.append(("--vocab-size", model.vocab_size))
+    notes.append(f"--vocab-size {model.vocab_size} is the config's; with --tokenizer-type HuggingFaceTokenizer "
+                 "Megatron takes the tokenizer's size, padded to a multiple of --make-vocab-size-divisible-by x tp")
     biases = (model.qkv_bias, model.o_bias, model.mlp_bias)
     if biases == (False, False, False):
         flags.append(("--disable-bias-linear", None))
@@ -227,7 +254,8 @@ ARRAY = "MEGATRON_ARGS"
 
 def _render(flags: list[tuple[str, object]], lines: list[str]) -> str:
     """A bash array, as Megatron-LM's example scripts write their arguments."""
-    parts = [flag if value is None else f"{flag} {shlex.quote(str(value))}" for flag, value in flags]
+    parts = [flag if value is None else f"{flag} {' '.join(shlex.quote(str(v)) for v in value)}"
+             if isinstance(value, tuple) else f"{flag} {shlex.quote(str(value))}" for flag, value in flags]
     return comment_block(lines) + f"{ARRAY}=(\n" + "".join(f"    {part}\n" for part in parts) + ")\n"
 
 
@@ -265,9 +293,8 @@ def export_megatron(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) ->
     if cfg.recompute is Recompute.selective:
         flags.append(("--recompute-granularity", "selective"))
         if cfg.recompute_modules and set(cfg.recompute_modules) != set(DEFAULT_RECOMPUTE_MODULES):
-            notes.append(f"the plan recomputes {', '.join(m.value for m in cfg.recompute_modules)}: add --recompute-modules "
-                         f"{' '.join(m.value for m in cfg.recompute_modules)} (Megatron-Core 0.13's fine-grained "
-                         "recompute, not among the flags this export writes); without it Megatron recomputes its default, core_attn")
+            # Megatron-Core's fine-grained recompute (0.13+, arguments.py --recompute-modules, nargs='*').
+            flags.append(("--recompute-modules", tuple(m.value for m in cfg.recompute_modules)))
     elif cfg.recompute is Recompute.full:
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                   ("--recompute-num-layers", 1)]
@@ -292,7 +319,8 @@ def export_megatron(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) ->
 
 
 def parse_args_text(text: str) -> dict[str, str | None]:
-    """Flags of an exported args file: {'--flag': 'value' or None for a switch}. The inverse of _render."""
+    """Flags of an exported args file: {'--flag': 'value', 'v1 v2' for a list (nargs='*'), or None for a
+    switch}. The inverse of _render."""
     body = text.split(f"{ARRAY}=(", 1)[1].rsplit(")", 1)[0]
     tokens = shlex.split(body, comments=True)
     parsed: dict[str, str | None] = {}
@@ -301,12 +329,11 @@ def parse_args_text(text: str) -> dict[str, str | None]:
         flag = tokens[i]
         if not flag.startswith("--"):
             raise ValueError(f"expected a flag, got {flag!r}")
-        if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-            parsed[flag] = tokens[i + 1]
-            i += 2
-        else:
-            parsed[flag] = None
-            i += 1
+        j = i + 1
+        while j < len(tokens) and not tokens[j].startswith("--"):
+            j += 1
+        parsed[flag] = " ".join(tokens[i + 1:j]) if j > i + 1 else None
+        i = j
     return parsed
 
 
