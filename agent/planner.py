@@ -482,7 +482,7 @@ def offline_after_llm_failure(request: PlanRequest, request_text: str, error: Ex
 def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: str | None = None,
          client: Any = None, stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
          request: PlanRequest | None = None, engine: str | None = None, **fields: Any) -> PlanReport:
-    """Plan a training run from plain language (and/or DESIGN.md fields: model=, gpu=, gpus=, ...).
+    """Plan a training run from plain language (and/or the contract's fields, tools/contract.py: model=, gpu=, gpus=, ...).
 
     backend: 'offline', 'openai' or 'auto' (openai when an LLM is configured). engine (megatron,
     deepspeed, torchtitan, accelerate): the offline search keeps only layouts it runs, and the report

@@ -67,7 +67,7 @@ _SEARCH = ("objective", "max_gpus", "deadline_days", "budget_usd", "engine")
 
 
 class _Request(BaseModel):
-    """A planning request in the DESIGN.md vocabulary. None: not given (the planner chooses)."""
+    """A planning request in the contract's vocabulary (tools/contract.py). None: not given (the planner chooses)."""
 
     batch_tokens: float | None = Field(default=None, description="tokens per step as asked (gbs = batch_tokens / seq)")
     unparsed: list[str] | None = Field(default=None, description="words of the request the parser did not understand")

@@ -161,7 +161,7 @@ class PlannerUnavailable(Exception):
 
 
 # Where each backend's planner lives: (module, function), tried in order. The function takes the
-# request (DESIGN.md vocabulary as keyword arguments, plus `backend`) and returns a search result
+# request (the contract's vocabulary, tools/contract.py, as keyword arguments, plus `backend`) and returns a search result
 # {"candidates": [...]}, a PlanReport-like {"recommended": {...}, "markdown"?, "grounding"?}, or
 # one estimate object. Both backends go through the product's planner (agent/planner.py).
 PLANNERS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -337,7 +337,7 @@ def tool_bytes_per_param(model: str = "llama3-405b") -> dict[str, float]:
         "weights": per_param(base, "weights"),
         "gradients_fp32": per_param(base, "gradients"),
         "gradients_bf16": per_param(bf16, "gradients"),
-        "optimizer": per_param(base, "optimizer"),   # fp32 master + m + v, 4 B each (DESIGN.md)
+        "optimizer": per_param(base, "optimizer"),   # fp32 master + m + v, 4 B each (tools/memory.py)
     }
 
 

@@ -6,9 +6,9 @@ Dataset and the Cases; cases.py the evaluators; runner.py runs them; report.py r
 A run file (evals/runs/*.yaml):
 
     id: llama3-405b                     # the run; file stem
-    public_runs_id: llama3_405b         # its id in ../shared/references/public-runs.yaml
+    public_runs_id: llama3_405b         # its id in evals/references/public-runs.yaml
     name: ...
-    sources: {key: full citation}       # copied from ../shared/references/public-runs.yaml
+    sources: {key: full citation}       # copied from evals/references/public-runs.yaml
     context: [{name, value, source}]    # published figures kept for the record, not compared
     cases:
       - id: ...                         # unique across files
@@ -45,7 +45,7 @@ class Input(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    value: Any = Field(description="the argument, in the DESIGN.md vocabulary")
+    value: Any = Field(description="the argument, in the contract's vocabulary (tools/contract.py)")
     source: str | None = Field(default=None, description="where the value was published")
     assumed: str | None = Field(default=None, description="why this value was assumed (not published)")
 
@@ -139,7 +139,7 @@ class RunFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str
-    public_runs_id: str | None = Field(default=None, description="the run's id in shared/references/public-runs.yaml")
+    public_runs_id: str | None = Field(default=None, description="the run's id in evals/references/public-runs.yaml")
     name: str
     sources: dict[str, str] = Field(description="citation key -> full citation (public-runs.yaml)")
     context: list[ContextFigure] = Field(default_factory=list)

@@ -25,7 +25,8 @@ from trainplan.evals.dataset import RUNS_DIR, Dataset, calibration_unknown_cases
 from trainplan.evals.report import render_markdown, text_plot
 from trainplan.evals.runner import crashed, finite_errors, run_eval
 
-PUBLIC_RUNS = Path(__file__).resolve().parents[1].parent / "shared" / "references" / "public-runs.yaml"
+PUBLIC_RUNS = Path(__file__).resolve().parents[1] / "evals" / "references" / "public-runs.yaml"
+"""The project's copy of the published-runs reference (each figure with its source inside it)."""
 CASE_KEYS = {"id", "kind", "predicted", "published", "error", "pass", "source"}
 
 
@@ -88,7 +89,6 @@ def test_raw_yaml_figures_all_carry_source(dataset: Dataset) -> None:
         walk(yaml.safe_load(path.read_text()), path.stem)
 
 
-@pytest.mark.skipif(not PUBLIC_RUNS.is_file(), reason="shared/references is not beside the checkout")
 def test_citations_are_copied_from_public_runs(dataset: Dataset) -> None:
     reference = yaml.safe_load(PUBLIC_RUNS.read_text())
     cites = {key: " ".join(value["cite"].split()) for key, value in reference["sources"].items()}

@@ -1,6 +1,6 @@
 """Published runs reproduced by the tools, side by side with the figure and a stated tolerance.
 
-Figures come from ../shared/references/public-runs.yaml (each with its source there). Which rows
+Figures come from evals/references/public-runs.yaml (each with its source there). Which rows
 set an efficiency constant is written in the GPU catalog's sources: A100 on SC21 rows 1,3,5,7,9;
 Hopper on the Llama 3 8K/8,192-GPU row (GEMM) and the 131K CP16 row (attention). Everything else
 here is held out.

@@ -143,7 +143,7 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
     (FP8_SCALE_BYTES / FP8_TILE). The SwiGLU outputs (the fc2 inputs) are recomputed, not stored:
     activation_layer drops them (§3.3.3 (2)).
     unfused (fused_kernels=false: PyTorch eager ops, as Hugging Face's LlamaRMSNorm and LlamaMLP run
-    them; what each op saves is PyTorch's tools/autograd/derivatives.yaml): RMSNorm casts its input
+    them; what each op saves is pytorch/pytorch:tools/autograd/derivatives.yaml): RMSNorm casts its input
     to fp32, which pow and the rsqrt multiply save (4 B), and the weight multiply saves the bf16
     normalized tensor (2 B), instead of the fused kernel's bf16 input (2 B): + 4 B per element per
     norm. LayerNorm is one ATen kernel (native_layer_norm) even in eager mode: unchanged. SwiGLU as

@@ -1,10 +1,8 @@
 """Integer codes of the layout enums, for numpy arrays of many layouts (memory, validity, search).
 
-Codes follow the enums' declaration order in specs.py:
-    recompute  0 none, 1 selective, 2 full
-    schedule   0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe
-    precision  0 bf16, 1 fp8
-    attention  0 flash, 1 eager
+A member's code is its position in its enum's declaration order (tools/contract.py, re-exported by
+specs.py): Recompute none is 0, selective 1, full 2, and likewise for Schedule, Precision and Attention
+(every kernel it declares). The codes are derived below, never listed by hand.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Units: bytes inside, GiB (2^30 B) in every result. Memory is reported for the mo
 size, a query heads, g key/value heads, d head dim, f MLP width, V vocabulary, t tensor-parallel
 size, r = t with sequence parallelism (else 1), E routed experts, k experts per token.
 
-Model states (Megatron mixed precision, the DESIGN.md default):
+Model states (Megatron mixed precision, the project's default):
   bf16 weights 2 B/param, fp32 gradient buffer 4 B/param (2 with bf16_grads: DeepSpeed's 16 B/param),
   fp32 master weights + Adam m + Adam v 12 B/param.
   ZeRO-1 shards the 12 B over the data-parallel group, which for non-expert parameters is dp*cp
@@ -149,7 +149,7 @@ class MemoryResult:
     """worst stage, GiB, keys 'component/part[/tensor]'; each component's parts sum to it"""
 
     def to_dict(self) -> dict:
-        """DESIGN.md memory_gib keys plus fits and reason."""
+        """The result's memory_gib keys plus fits and reason."""
         out = {k: getattr(self, k) for k in (*COMPONENTS, "total", "capacity")}
         out.update(fits=self.fits, reason=self.reason)
         return out

@@ -61,7 +61,7 @@ GEMMS_PER_EXPERT_LINEAR = (1, 2)
 """(forward, backward) GEMMs of one expert Linear: y = xW, then dgrad and wgrad."""
 
 # FP8 tokens on the wire carry one fp32 scale per 1x128 tile of the hidden dimension (DeepSeek-V3
-# report §3.3.2, fine-grained quantisation of activations per 1x128 tile; DeepEP tests/utils.py
+# report §3.3.2, fine-grained quantisation of activations per 1x128 tile; deepseek-ai/DeepEP:tests/utils.py
 # per_token_cast_to_fp8: an e4m3 tensor [m, n] and fp32 scales [m, n / 128] travel together).
 FP8_BYTES_PER_ELEMENT = 1 + 4 / 128
 BF16_BYTES_PER_ELEMENT = 2

@@ -1,8 +1,8 @@
 """The tool set of the agent: one explicit tuple of tools, their OpenAI schemas, and `dispatch`.
 
 Each Tool has a name, a description, a pydantic arguments model and a function that takes the
-validated arguments and returns a JSON-able dict with DESIGN.md keys (memory_gib.total,
-time.step_s, training.cost_usd, config, ...). Argument names are the DESIGN.md vocabulary.
+validated arguments and returns a JSON-able dict with the result keys of tools/contract.py (memory_gib.total,
+time.step_s, training.cost_usd, config, ...). Argument names are the contract's vocabulary.
 
 - Every argument field must carry a description; a Tool whose model lacks one fails when it is
   defined (at import), as smolagents' @tool does.

@@ -434,7 +434,7 @@ def _no_split(job: SearchJob, counts: list[int]) -> None:
 
 
 def _pins_dict(pins: Pins) -> dict:
-    """Pinned knobs only, each as its value (or list of values), in the DESIGN.md vocabulary."""
+    """Pinned knobs only, each as its value (or list of values), in the contract's vocabulary (tools/contract.py)."""
     out = {}
     for name, values in vars(pins).items():
         if values is None:

@@ -2,7 +2,7 @@
 
     export(engine, model, cfg, *, model_ref) -> ExportResult(engine, filename_suggestion, content, format, notes)
 
-`cfg` is a ParallelConfig as layout.resolve_config returns it. Each engine module says how the DESIGN.md
+`cfg` is a ParallelConfig as layout.resolve_config returns it. Each engine module says how the contract's (tools/contract.py)
 vocabulary maps onto the engine's own settings and refuses, with one ExportError line, what the engine
 cannot express. Every file closes the batch identity global = micro x data-parallel x accumulation.
 """

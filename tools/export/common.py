@@ -1,6 +1,6 @@
 """What every exporter shares: the result type, the export error, and the batch identity.
 
-Batch identity (DESIGN.md vocabulary, sequences):
+Batch identity (the contract's vocabulary, tools/contract.py; sequences):
     gbs = mbs x dp x m,   dp = gpus / (tp*pp*cp),   m = gradient-accumulation steps
           (with pp > 1, m is also the number of pipeline micro-batches per step).
 Each exporter writes the three factors in the engine's own keys, and every file repeats the identity
