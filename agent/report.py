@@ -167,7 +167,8 @@ def layout_line(config: dict) -> str:
     """'TP8 x PP4 x DP16 x CP1 x EP1, vpp 1, ZeRO-1, mbs 1, gbs 512, seq 8192, recompute selective, 1f1b, bf16'."""
     return (f"TP{config['tp']} x PP{config['pp']} x DP{config['dp']} x CP{config['cp']} x EP{config['ep']}, "
             f"vpp {config['vpp']}, ZeRO-{config['zero']}, mbs {config['mbs']}, gbs {config['gbs']}, "
-            f"seq {config['seq']}, recompute {config['recompute']}, {config['schedule']}, {config['precision']}")
+            f"seq {config['seq']}, recompute {config['recompute']}, {config['schedule']}, {config['precision']}"
+            + (", optimizer on the CPU" if config.get("optimizer_offload") else ""))
 
 
 def memory_rows(result: dict) -> list[MemoryRow]:
@@ -207,7 +208,8 @@ def timeline_from(pipeline: dict) -> Timeline:
 
 
 def risks_of(result: dict, request: dict) -> list[str]:
-    """Memory headroom, communication-bound parts, bubble, cross-node TP, deadline and budget."""
+    """Memory headroom, communication-bound parts, an offloaded optimizer, bubble, cross-node TP,
+    deadline and budget."""
     risks = []
     memory, config = result["memory_gib"], result["config"]
     headroom = memory["capacity"] - memory["total"]
@@ -229,6 +231,11 @@ def risks_of(result: dict, request: dict) -> list[str]:
                                                for k, v in time["breakdown"].items()):
             risks.append(f"exposed communication totals {comm:.3f} s, {comm / step:.1%} of the step (over "
                          f"{COMM_RISK:.0%})")
+        optimizer = time["breakdown"].get("optimizer", 0.0)
+        if config.get("optimizer_offload"):
+            risks.append(f"the optimizer states and step run on the CPU (ZeRO-Offload): {optimizer:.3f} s, "
+                         f"{optimizer / step:.1%} of the {step:.3f} s step, is the host link and the CPU's Adam, "
+                         "so a slower host than assumed slows every step; more GPUs would keep it on them")
         bubble = time["breakdown"].get("bubble", 0.0)
         if bubble > BUBBLE_RISK * step:
             risks.append(f"the pipeline bubble is {bubble:.3f} s, {bubble / step:.1%} of the step (over "

@@ -269,7 +269,30 @@ def _finish(job: SearchJob, objective: Objective, out: dict, scored: list[dict],
     return out
 
 
-def search(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int | None = None, tokens: str | float | None = None,
+OFFLOAD_NOTE = ("no layout fits in GPU memory alone: the search offloaded the optimizer states and step to the CPU "
+                "(ZeRO-Offload, optimizer_offload), timed by the host link (PCIe) and the CPU's Adam "
+                "(time.breakdown optimizer)")
+"""The note of a search that found a fit only with the optimizer offloaded (see search)."""
+
+
+def search(model: str, gpu: str, gpus: int, **kwargs) -> dict:
+    """The best layouts for a job (_search_once). When none fits in GPU memory and the request left
+    optimizer_offload open, the search runs again with the optimizer states and step on the CPU
+    (ZeRO-Offload, timed by tools/offload.py) and says so in its notes: offload is what fits, so an
+    expert would run it rather than give up."""
+    result = _search_once(model, gpu, gpus, **kwargs)
+    if result["candidates"] or kwargs.get("optimizer_offload") is not None or R_MEMORY not in result["rejected"]:
+        return result
+    # Every engine runs ZeRO-Offload inside a ZeRO stage (export/support.py REFUSALS): stage 1 or more.
+    zero = kwargs.get("zero") if kwargs.get("zero") is not None else [1, 2, 3]
+    offloaded = _search_once(model, gpu, gpus, **{**kwargs, "zero": zero}, optimizer_offload=True)
+    if not offloaded["candidates"]:
+        return result
+    offloaded["notes"] = [OFFLOAD_NOTE, *offloaded.get("notes", [])]
+    return offloaded
+
+
+def _search_once(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int | None = None, tokens: str | float | None = None,
            price: float | None = None, precision: str = "bf16", objective: str = "throughput", top_k: int = 5,
            tp=None, pp=None, cp=None, ep=None, vpp=None, zero=None, dp_shard=None, mbs=None, recompute=None,
            schedule=None, max_gpus: int | None = None, deadline_days: float | None = None,
