@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import compute, finetune
+from . import compute, finetune, host
 from .codes import SCHEDULE_CODES
 from .collectives import collective_time_s, group_layout
 from .counting import count_params, flops_per_token
@@ -159,10 +159,11 @@ def tp_comm_s(cfg: ParallelConfig, cluster: ClusterSpec, groups: dict, activatio
     With tp_comm_overlap, Transformer Engine's userbuffers split each GEMM and pipeline its
     collectives under the chunks: all of them hide behind the layer's GEMMs."""
     group = groups["tp"]
+    forward_passes = 1
     if cfg.sequence_parallel:
         gather = collective_time_s("all_gather", activation_bytes, group, cluster)
         scatter = collective_time_s("reduce_scatter", activation_bytes, group, cluster)
-        forward = blocks * (gather + scatter)
+        forward = forward_passes * blocks * (gather + scatter)
         if cfg.tp_comm_overlap:
             return float(overlapped_s(forward + blocks * (2 * gather + scatter), gemm_s))
         dgrad_s, wgrad_s = column_backward
@@ -171,8 +172,8 @@ def tp_comm_s(cfg: ParallelConfig, cluster: ClusterSpec, groups: dict, activatio
         return float(forward + backward)
     per_pass = blocks * collective_time_s("all_reduce", activation_bytes, group, cluster)
     if cfg.tp_comm_overlap:
-        return float(overlapped_s(2 * per_pass, gemm_s))
-    return float(2 * per_pass)
+        return float(overlapped_s((1 + forward_passes) * per_pass, gemm_s))
+    return float((1 + forward_passes) * per_pass)
 
 
 def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
@@ -250,8 +251,10 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
             total = layer.forward + layer.backward_input + layer.backward_weight
             gemm = total - sum(part[k] for part in (layer.forward_s, layer.backward_input_s, layer.backward_weight_s)
                                for k in ("attention/core", "elementwise", "moe/permute", "moe/sort", "moe/host") if k in part)
-            cache[key] = (layer, _layer_comm_s(model, cfg, cluster, groups, index, attention, total, gemm,
-                                               column_parallel_backward_s(layer, model, key)))
+            layer_comm = _layer_comm_s(model, cfg, cluster, groups, index, attention, total, gemm,
+                                       column_parallel_backward_s(layer, model, key))
+            host.add_host_floor(layer, model, cfg, key, sum(layer_comm.values()))   # small work waits on the host
+            cache[key] = (layer, layer_comm)
         return cache[key]
 
     def add(layer: compute.OpTimes, layer_comm: dict[str, float]) -> None:
