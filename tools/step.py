@@ -159,11 +159,10 @@ def tp_comm_s(cfg: ParallelConfig, cluster: ClusterSpec, groups: dict, activatio
     With tp_comm_overlap, Transformer Engine's userbuffers split each GEMM and pipeline its
     collectives under the chunks: all of them hide behind the layer's GEMMs."""
     group = groups["tp"]
-    forward_passes = 1
     if cfg.sequence_parallel:
         gather = collective_time_s("all_gather", activation_bytes, group, cluster)
         scatter = collective_time_s("reduce_scatter", activation_bytes, group, cluster)
-        forward = forward_passes * blocks * (gather + scatter)
+        forward = blocks * (gather + scatter)
         if cfg.tp_comm_overlap:
             return float(overlapped_s(forward + blocks * (2 * gather + scatter), gemm_s))
         dgrad_s, wgrad_s = column_backward
@@ -172,8 +171,8 @@ def tp_comm_s(cfg: ParallelConfig, cluster: ClusterSpec, groups: dict, activatio
         return float(forward + backward)
     per_pass = blocks * collective_time_s("all_reduce", activation_bytes, group, cluster)
     if cfg.tp_comm_overlap:
-        return float(overlapped_s((1 + forward_passes) * per_pass, gemm_s))
-    return float((1 + forward_passes) * per_pass)
+        return float(overlapped_s(2 * per_pass, gemm_s))
+    return float(2 * per_pass)
 
 
 def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
