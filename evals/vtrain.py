@@ -201,5 +201,4 @@ def summary_figures() -> dict[str, dict[str, Any]]:
     """The figures `trainplan eval` reports: single-node (all, fitted on, held out) and multi-node, every row
     (about two seconds)."""
     result = evaluate()
-    return {name: {k: v for k, v in result[name].items()}
-            for name in ("single", "single_fitted", "single_held_out", "multi")}
+    return {name: dict(result[name]) for name in ("single", "single_fitted", "single_held_out", "multi")}
