@@ -36,7 +36,7 @@ LEAN_DROPPED_KNOBS = ("gpus_per_node", "intra_node_bw", "inter_node_bw", "optimi
                       "dispatcher", "capacity_factor", "force_balance", "grouped_gemm", "deallocate_pipeline_outputs",
                       "save_mlp_act_output", "fused_kernels", "sequence_parallel", "bf16_moments", "fp32_params",
                       "fp8_activations", "offload_modules", "overlap_grad_reduce", "blocking_p2p", "dp_shard",
-                      "moe_a2a_overlap")
+                      "moe_a2a_overlap", "launch")
 """Knobs left out when the context is small: null (the default) is what a plan mostly passes (dp_shard:
 full sharding; the search still tries one-node shard groups for ZeRO-3); so do the MoE engine knobs
 (null: expert TP = tp, alltoall, dropless, learned routing, per-expert GEMMs, no all-to-all overlap) and

@@ -1,5 +1,5 @@
 """Refit the calibration table's constants on the cases it names as `fitted_on`, and print the
-held-out errors. Run: python benchmarks/fit_calibration.py [--family ampere|hopper|blackwell|moe-host]
+held-out errors. Run: python benchmarks/fit_calibration.py [--family ampere|hopper|blackwell|moe-host|host]
 
 The fit is a grid search minimising the mean absolute log error (the eval's MAPE; the squared one for
 the LEAST_SQUARES families) of the fitted-on cases' published throughput figures (hardware TFLOP/s for
@@ -84,10 +84,41 @@ def fit_moe_host(dataset) -> None:
     _report(fitted, held, dataset)
 
 
+HOST_GRID_S = [x * 1e-6 for x in range(8, 33)]
+
+
+def fit_host() -> None:
+    """Grid-search HOST_S_PER_OP on vTrain's single-node rows with hidden 2048 (the mean absolute log error of
+    step time); print the fitted-on and held-out figures (evals/vtrain.py)."""
+    import math
+
+    from trainplan.evals import vtrain
+    from trainplan.tools import host
+
+    fitted = [r for r in vtrain.rows(False) if r.fitted]
+    best = None
+    for value in HOST_GRID_S:
+        host.HOST_S_PER_OP = value
+        loss = sum(abs(math.log(vtrain.predict_s(r) / r.measured_s)) for r in fitted)
+        if best is None or loss < best[0]:
+            best = (loss, value)
+    host.HOST_S_PER_OP = best[1]
+    print(f"HOST_S_PER_OP: fitted on {', '.join(calibration.HOST_S_PER_OP.fitted_on)}")
+    print(f"best: {best[1] * 1e6:g} us")
+    figures = vtrain.evaluate()
+    for name in ("single_fitted", "single_held_out", "multi"):
+        f = figures[name]
+        print(f"  {name:<16} n {f['n']:>4}  MAPE {f['mape']:.1%}  median {f['median_error']:+.1%}  "
+              f"in-group Spearman {f['spearman']:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--family", choices=sorted(GRIDS) + ["moe-host"], default="ampere")
+    parser.add_argument("--family", choices=sorted(GRIDS) + ["moe-host", "host"], default="ampere")
     args = parser.parse_args()
+    if args.family == "host":
+        fit_host()
+        return
     dataset = load_dataset()
     if args.family == "moe-host":
         fit_moe_host(dataset)

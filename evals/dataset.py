@@ -230,5 +230,7 @@ def load_dataset(directory: Path | None = None) -> Dataset:
 
 def calibration_unknown_cases(dataset: Dataset) -> list[str]:
     """Case ids the calibration table names (fitted on or held out) that no run file defines."""
-    known = {case.id for case in dataset.cases}
+    from .vtrain import CASE_GROUPS
+
+    known = {case.id for case in dataset.cases} | set(CASE_GROUPS)
     return sorted(named_case_ids() - known)

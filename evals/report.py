@@ -132,6 +132,17 @@ def render_markdown(report: dict, backend: str = "offline") -> str:
                 out += ["", f"{family}, held out, step time or throughput (one figure per case): MAPE "
                             f"{pct(pooled['mape']).lstrip('+')} over {pooled['n']} cases; worst {pooled['worst_case']} "
                             f"{pct(pooled['worst_error'])}."]
+        if s.get("vtrain"):
+            v = s["vtrain"]
+            out += ["", "vTrain's measured A100 iteration times (evals/vtrain.py; attention eager, recompute full, "
+                        "zero 0, 150/12.5 GB/s): "
+                        + "; ".join(f"{label} MAPE {pct(v[key]['mape']).lstrip('+')} over {v[key]['n']} rows, "
+                                    f"median {pct(v[key]['median_error'])}, in-group Spearman {v[key]['spearman']:.2f}"
+                                    for key, label in (("single", "single-node"),
+                                                       ("single_fitted", "fitted on (hidden 2048)"),
+                                                       ("single_held_out", "held out (hidden 1024)"),
+                                                       ("multi", "multi-node, held out")))
+                        + "."]
         calibration = ", ".join(s["calibration_cases"]) or "none"
         out += ["", f"Cases used to calibrate an efficiency constant (excluded from held-out MAPE): {calibration}.", ""]
         from trainplan.tools.calibration import constants

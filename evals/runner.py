@@ -115,7 +115,12 @@ def run_eval(dataset: Dataset | None = None, *, kind: str | None = None, case_id
         results.append(result)
         if on_case:
             on_case(result)
-    return {"cases": [r.to_dict() for r in results], "summary": summarise(results, dataset)}
+    summary = summarise(results, dataset)
+    if kind in (None, "prediction") and case_id is None:
+        from .vtrain import summary_figures
+
+        summary["vtrain"] = summary_figures()
+    return {"cases": [r.to_dict() for r in results], "summary": summary}
 
 
 def crashed(report: dict) -> bool:

@@ -38,6 +38,9 @@ JOBS = [  # (model, gpu, gpus, gbs, seq, precision, fixed knobs)
     ("llama3-8b", "h100", 8, 32, 4096, "bf16", {"method": "lora", "lora_rank": 16}),
     ("llama3-8b", "h100", 16, 64, 8192, "bf16", {"offload_modules": "core_attn"}),
     ("llama3-70b", "h100", 64, 128, 8192, "bf16", {"fp32_params": True, "bf16_grads": True}),
+    # short sequences on A100: small kernels, where layers wait on the host (host.py) unless captured in graphs
+    ("qwen3-8b", "a100-sxm-80gb", 16, 16, 512, "bf16", {"attention": "eager"}),
+    ("qwen3-8b", "a100-sxm-80gb", 16, 16, 512, "bf16", {"attention": "eager", "launch": "cuda_graphs"}),
 ]
 
 

@@ -84,6 +84,26 @@ MOE_HOST_S_PER_EXPERT_GEMM = Fitted(
            "(0.56, Hopper's, assumed -> 0.51)",
 )
 
+# vTrain's measured A100 iteration times (evals/data/vtrain/, evals/vtrain.py), named by row group: the eval
+# runner's cases are evals/runs/*.yaml, these are evals/vtrain.py's (evals/vtrain.py CASE_GROUPS).
+VTRAIN_FIT = ("vtrain-single-h2048",)
+VTRAIN_HELD = ("vtrain-single-h1024", "vtrain-multi")
+
+HOST_S_PER_OP = Fitted(
+    value=17e-6,
+    meaning="host seconds to issue one op of a layer in PyTorch eager (Python, autograd, dispatcher, launch); a "
+            "layer's pass takes max(device time, ops x this) (host.py)",
+    fitted_on=VTRAIN_FIT,
+    held_out=VTRAIN_HELD,
+    method="grid search, 8-32 us in 1 us steps, on the mean absolute log error of step time of vTrain's 720 "
+           "single-node A100 rows with hidden 2048 (Megatron-DeepSpeed, eager attention, full recompute; "
+           "benchmarks/fit_calibration.py --family host; evals/vtrain.py maps the rows); the 720 rows with hidden "
+           "1024 (the smaller kernels, where the floor sets the time) and the 109 multi-node rows are held out. "
+           "Range: the 5-25 us of CPU work per op of eager PyTorch's dispatch chain (Python binding, autograd, "
+           "dispatcher, backend, cudaLaunchKernel); the op counts per layer are host.py's, counted from "
+           "Megatron's ParallelTransformerLayer. Fitted with the NCCL base latency of collectives.py in place",
+)
+
 # GPU family (GPUSpec.architecture) -> {"gemm_efficiency": ..., "attention_efficiency": ...}
 FAMILY_EFFICIENCY: dict[str, dict[str, Fitted]] = {
     "ampere": {
@@ -184,7 +204,8 @@ def family_efficiency(architecture: str) -> tuple[dict[str, float], str, dict[st
 
 def constants() -> dict[str, Fitted]:
     """Every calibrated constant by a dotted name (the table the README and `trainplan eval` print)."""
-    out = {"MEMORY_BOUND_EFFICIENCY": MEMORY_BOUND_EFFICIENCY, "MOE_HOST_S_PER_EXPERT_GEMM": MOE_HOST_S_PER_EXPERT_GEMM}
+    out = {"MEMORY_BOUND_EFFICIENCY": MEMORY_BOUND_EFFICIENCY, "MOE_HOST_S_PER_EXPERT_GEMM": MOE_HOST_S_PER_EXPERT_GEMM,
+           "HOST_S_PER_OP": HOST_S_PER_OP}
     for family, row in FAMILY_EFFICIENCY.items():
         for name, fit in row.items():
             out[f"{family}.{name}"] = fit

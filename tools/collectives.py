@@ -18,7 +18,11 @@ bandwidth of the slowest link they share.
   per cluster): NVLink 0.80, the low end of the usual 80-90 % (ring busbw ~230 of 300 GB/s on A100,
   ~360 of 450 on H100 without NVLS); network 0.90, the middle of the usual 85-95 % of IB/RoCE line
   rate. Latencies: 1.9 us per NVLink hop and 4.0 us per network hop, NCCL's own ring/LL128 figures
-  (src/graph/tuning.cc, hwLat), LL128 being the protocol NCCL uses in the mid-size range.
+  (src/graph/tuning.cc, hwLat), LL128 being the protocol NCCL uses in the mid-size range, plus NCCL's fixed
+  per-call base latency once per ring or tree collective (all-reduce, all-gather, reduce-scatter), as
+  ncclTopoTuneModel adds baseLat to nsteps x hwLat (ClusterSpec.collective_base_latency_us: 14.0 us, tuning.cc's
+  baseLat for LL128, Ring and Tree alike). It is what sets the time of the small per-layer tensor-parallel
+  collectives.
 - What NCCL runs on a group of n ranks, k per node, over m nodes (n = k m). NCCL builds flat rings
   only, no two-level (2D) ring (NVIDIA/nccl issues #471 and #530, S. Jeaugey: "we only build flat
   rings, no 2D ring"; "rings are flat and span across intra- and inter-node connections"). For
@@ -50,7 +54,7 @@ bandwidth of the slowest link they share.
 - Not modelled: NVLink SHARP / IB SHARP (NVLS, CollNet: they need that hardware and its plugin),
   PAT (NCCL >= 2.23, all-gather/reduce-scatter with one GPU per node only; tuning.cc prices it at
   0.75 of the ring's bandwidth with a log-plus-linear latency, so it matters only for small messages,
-  not the data-parallel buffers), NCCL's fixed per-call base latency (baseLat), congestion, protocol
+  not the data-parallel buffers), congestion, protocol
   switching (LL, LL128, Simple) beyond the fixed alpha, and overlap with compute (the step model
   decides that).
 """
@@ -188,6 +192,7 @@ class _Links:
 
     alpha_intra_s: float
     alpha_inter_s: float
+    base_s: float
     bw_intra_bytes_s: float
     bw_inter_bytes_s: float
 
@@ -196,6 +201,7 @@ class _Links:
         return cls(
             alpha_intra_s=cluster.intra_node_latency_us * 1e-6,
             alpha_inter_s=cluster.inter_node_latency_us * 1e-6,
+            base_s=cluster.collective_base_latency_us * 1e-6,
             bw_intra_bytes_s=cluster.intra_node_bw * 1e9 * cluster.intra_node_bw_efficiency,
             bw_inter_bytes_s=cluster.inter_node_bw * 1e9 * cluster.inter_node_bw_efficiency,
         )
@@ -223,7 +229,7 @@ def _ring_bw_s(bytes_per_rank, k: int, m: int, links: _Links):
 def _ring_s(passes: int, sizes, n: int, k: int, m: int, links: _Links):
     """NCCL's flat ring over all n ranks: `passes` passes (reduce-scatter or all-gather 1, all-reduce
     2), each sending (n-1)/n of the buffer per rank."""
-    return passes * (_ring_latency_s(n, m, links) + _ring_bw_s((n - 1) / n * sizes, k, m, links))
+    return links.base_s + passes * (_ring_latency_s(n, m, links) + _ring_bw_s((n - 1) / n * sizes, k, m, links))
 
 
 def _tree_s(sizes, k: int, m: int, links: _Links):
@@ -234,7 +240,7 @@ def _tree_s(sizes, k: int, m: int, links: _Links):
     alpha_net), tuning.cc's tree latency."""
     intra = 2 * ((k - 1) * links.alpha_intra_s + (k - 1) / k * sizes / links.bw_intra_bytes_s)
     across = 2 * math.ceil(math.log2(m)) * links.alpha_inter_s + 2 * sizes / k / links.bw_inter_bytes_s
-    return intra + across
+    return links.base_s + intra + across
 
 
 def all_reduce_algorithms(size_bytes, group: Group, cluster: ClusterSpec) -> dict[str, object]:

@@ -157,6 +157,20 @@ class Attention(str, Enum):
         return self is not Attention.eager
 
 
+class Launch(str, Enum):
+    """How the host issues a layer's kernels (host.py: the host floor of small work)."""
+
+    eager = "eager"
+    """PyTorch eager: every op of a layer (kernels, collectives and the views and autograd nodes around them)
+    passes through Python, the dispatcher and the CUDA launch on the host, HOST_S_PER_OP each."""
+    compile = "compile"
+    """torch.compile (Inductor, default mode): the layer's views and elementwise chains are compiled into a few
+    generated kernels, so the host issues only the launched kernels and collectives, each HOST_S_PER_OP."""
+    cuda_graphs = "cuda_graphs"
+    """CUDA graphs (torch.cuda.graph, Megatron-Core --cuda-graph-impl, torch.compile mode reduce-overhead): each
+    layer's forward and backward are captured once and replayed with one host launch per pass."""
+
+
 class Dispatcher(str, Enum):
     """How an MoE layer moves tokens to their experts (Megatron --moe-token-dispatcher-type)."""
 
@@ -382,6 +396,10 @@ class Layout(BaseModel):
         default=True, description="fused norm, rotary and activation kernels (Megatron, Transformer Engine, "
                                   "torch.compile); false: PyTorch eager ops, as Hugging Face models or FSDP without "
                                   "torch.compile run them")
+    launch: Launch = Field(default=Launch.eager, description="how the host issues each layer's kernels: eager "
+                           "(PyTorch eager, every op pays host dispatch and launch, so small kernels wait on the "
+                           "host), compile (torch.compile: only the generated kernels and collectives are issued) or "
+                           "cuda_graphs (one graph replay per layer pass: the host floor is gone)")
     sequence_parallel: Annotated[bool, Cli("--sequence-parallel/--no-sequence-parallel")] = Field(
         default=True, description="Megatron sequence parallelism with tp>1")
     optimizer_offload: bool = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")

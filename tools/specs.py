@@ -203,6 +203,10 @@ class ClusterSpec(BaseModel):
     inter_node_bw: float = Field(gt=0, description="GB/s per GPU per direction across nodes")
     intra_node_latency_us: float = Field(default=1.9, ge=0, description="NVLink hop latency, microseconds")
     inter_node_latency_us: float = Field(default=4.0, ge=0, description="network hop latency, microseconds")
+    collective_base_latency_us: float = Field(
+        default=14.0, ge=0, description="NCCL's fixed latency per ring or tree collective call, microseconds: "
+                                        "baseLat of src/graph/tuning.cc for LL128 (Ring and Tree 14.0), the protocol "
+                                        "of the hop latencies above (collectives.py)")
     intra_node_bw_efficiency: float = Field(default=0.80, gt=0, le=1, description="share of intra_node_bw reached")
     inter_node_bw_efficiency: float = Field(default=0.90, gt=0, le=1, description="share of inter_node_bw reached")
 
@@ -223,6 +227,7 @@ class ClusterSpec(BaseModel):
         inter_node_latency_us: float | None = None,
         intra_node_bw_efficiency: float | None = None,
         inter_node_bw_efficiency: float | None = None,
+        collective_base_latency_us: float | None = None,
     ) -> ClusterSpec:
         def pick(value, default):
             return default if value is None else value
@@ -237,4 +242,5 @@ class ClusterSpec(BaseModel):
             inter_node_latency_us=pick(inter_node_latency_us, gpu.inter_node_latency_us),
             intra_node_bw_efficiency=pick(intra_node_bw_efficiency, gpu.intra_node_bw_efficiency),
             inter_node_bw_efficiency=pick(inter_node_bw_efficiency, gpu.inter_node_bw_efficiency),
+            **({} if collective_base_latency_us is None else {"collective_base_latency_us": collective_base_latency_us}),
         )

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import compute, finetune
+from . import compute, finetune, host
 from .codes import SCHEDULE_CODES
 from .collectives import collective_time_s, group_layout
 from .counting import count_params, flops_per_token
@@ -250,8 +250,10 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
             total = layer.forward + layer.backward_input + layer.backward_weight
             gemm = total - sum(part[k] for part in (layer.forward_s, layer.backward_input_s, layer.backward_weight_s)
                                for k in ("attention/core", "elementwise", "moe/permute", "moe/sort", "moe/host") if k in part)
-            cache[key] = (layer, _layer_comm_s(model, cfg, cluster, groups, index, attention, total, gemm,
-                                               column_parallel_backward_s(layer, model, key)))
+            layer_comm = _layer_comm_s(model, cfg, cluster, groups, index, attention, total, gemm,
+                                       column_parallel_backward_s(layer, model, key))
+            host.add_host_floor(layer, model, cfg, key, sum(layer_comm.values()))   # small work waits on the host
+            cache[key] = (layer, layer_comm)
         return cache[key]
 
     def add(layer: compute.OpTimes, layer_comm: dict[str, float]) -> None:

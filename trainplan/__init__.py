@@ -18,7 +18,7 @@ from trainplan.tools.errors import InputError
 
 if TYPE_CHECKING:
     from trainplan.agent.report import PlanReport
-    from trainplan.tools.contract import (Attention, Dispatcher, Estimate, GroupedGemm, OffloadModule, Precision,
+    from trainplan.tools.contract import (Attention, Dispatcher, Estimate, GroupedGemm, Launch, OffloadModule, Precision,
                                           Recompute, RecomputeModule, Schedule)
 
 __all__ = ["InputError", "__version__", "estimate", "plan", "search"]
@@ -37,7 +37,8 @@ def estimate(
     recompute_modules: tuple[RecomputeModule | str, ...] | str | None = None,
     offload_modules: tuple[OffloadModule | str, ...] | str | None = None,
     schedule: Schedule | str | None = None, precision: Precision | str = "bf16",
-    attention: Attention | str = "flash", fused_kernels: bool = True, sequence_parallel: bool = True,
+    attention: Attention | str = "flash", fused_kernels: bool = True, launch: Launch | str = "eager",
+    sequence_parallel: bool = True,
     optimizer_offload: bool = False, bf16_grads: bool = False, bf16_moments: bool = False, fp32_params: bool = False,
     fp8_activations: bool = False, tp_comm_overlap: bool = False, deallocate_pipeline_outputs: bool = True,
     save_mlp_act_output: bool = True, overlap_grad_reduce: bool = True, blocking_p2p: bool = False,
@@ -75,7 +76,7 @@ def search(
     fp8_activations: bool | None = None,
     tp_comm_overlap: bool | None = None, recompute_modules: list[str] | str | None = None,
     deallocate_pipeline_outputs: bool | None = None, fused_kernels: bool | None = None,
-    save_mlp_act_output: bool | None = None, overlap_grad_reduce: bool | None = None, blocking_p2p: bool | None = None,
+    launch: Launch | str | None = None, save_mlp_act_output: bool | None = None, overlap_grad_reduce: bool | None = None, blocking_p2p: bool | None = None,
     offload_modules: tuple[OffloadModule | str, ...] | str | None = None,
     method: str | None = None, lora_rank: int | None = None, lora_targets: str | None = None,
     etp: int | None = None, dispatcher: Dispatcher | str | None = None, capacity_factor: float | None = None,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import InputError
 from ..specs import Attention, ModelSpec, ParallelConfig
+from ..contract import Launch
 
 
 class ExportError(InputError):
@@ -99,6 +100,13 @@ def fusion_note(cfg: ParallelConfig, fused_by_default: bool) -> str | None:
     if cfg.attention is Attention.flash1:
         notes.append("attention=flash1 (a first-generation flash kernel) has no setting here: the engine runs its"
                      " current flash kernel, so the step will be shorter than estimated")
+    if cfg.launch is Launch.compile:
+        notes.append("launch=compile: compile the model with torch.compile (Inductor); run eagerly, every op waits on"
+                     " the host and small layers take longer than estimated")
+    elif cfg.launch is Launch.cuda_graphs:
+        notes.append("launch=cuda_graphs: capture each layer's forward and backward in CUDA graphs (Megatron-Core"
+                     " --cuda-graph-impl transformer_engine, or torch.compile mode=\"reduce-overhead\"); run"
+                     " eagerly, small layers wait on the host and take longer than estimated")
     if not cfg.save_mlp_act_output:
         notes.append("save_mlp_act_output=false (a fused SwiGLU that recomputes its product in its backward, as"
                      " xformers.ops.swiglu) has no setting here: this engine keeps the product, 2sbf/t bytes per"
