@@ -31,7 +31,7 @@ from rich.markup import escape
 
 from trainplan.tools.errors import InputError
 
-from .planner import (calls_from_messages, grounding_of, plan_offline, report_from_conversation,
+from .planner import (calls_from_messages, grounding_of, offline_report, report_from_conversation,
                       resolve_backend, run_llm)
 from .prose import neutralise_line, strip_terminal_controls
 from .report import PlanReport, summary_line
@@ -199,7 +199,7 @@ class ChatSession:
             return self.report
         with self.console.status("writing the report..."):
             if self.backend == "offline":
-                self.report = plan_offline(self.request, describe_request(self.request))
+                self.report = offline_report(self.request, describe_request(self.request))
             elif self.messages:
                 from .grounding import RequestText, check_grounding
                 from .llm import is_reask
@@ -239,7 +239,7 @@ class ChatSession:
         request = update if previous is None else merge(previous, update)
         try:
             with self.console.status("searching layouts..."):
-                report = plan_offline(request, line)
+                report = offline_report(request, line)
         except InputError as exc:
             # A turn that fails changes nothing: the request stays as it was.
             self.error(for_chat(str(exc)) + (" (the plan is unchanged)" if previous is not None else ""))

@@ -60,6 +60,11 @@ restricted to one engine) and Megatron-LM runs the recommended layout."""
 LAUNCH_FALLBACK = ("torchtitan", "deepspeed", "accelerate")
 """When DEFAULT_ENGINE cannot run the recommended layout (e.g. ZeRO-2 with pipeline parallelism), the
 first of these that can (tools/export/support.py) carries the launch settings instead."""
+PLAN_ENGINES = (DEFAULT_ENGINE, LAUNCH_FALLBACK[0])
+"""A request that names no engine is planned once for each of these, each scored with its own kernels
+and limits (Megatron-LM: Transformer Engine attention, bf16 parameters; torchtitan: SDPA's
+FlashAttention-2, FSDP2's fp32 parameters; export/support.py), and the engine whose best layout wins
+by the objective carries the plan: one engine per plan, end to end."""
 ADAPTER_ENGINE = "axolotl"
 """The engine of a LoRA/QLoRA request that names none: the offline search keeps the layouts it runs
 (data parallel with ZeRO/FSDP, as practitioners fine-tune with PEFT) when one fits, and the plan carries
@@ -410,7 +415,7 @@ def report_from_conversation(request_text: str, partial: PlanRequest, *, text: s
     submitted = submitted_layout(calls)
     if submitted is None:
         require_complete(partial)
-        report = plan_offline(partial, request_text)
+        report = offline_report(partial, request_text)
         status = "no_submission" if calls else "no_tool_calls"
         said = ("the LLM called no tool, so it gave no grounded plan" if not calls else
                 "the LLM did not submit a layout with submit_plan")
@@ -474,7 +479,7 @@ def plan_openai(request_text: str, partial: PlanRequest, *, llm_model: str | Non
 def offline_after_llm_failure(request: PlanRequest, request_text: str, error: Exception,
                               llm_model: str | None, engine: str | None = None) -> PlanReport:
     """The offline plan of a complete request whose LLM run failed, labelled with the LLM's error."""
-    report = plan_offline(request, request_text, engine=engine)
+    report = offline_report(request, request_text, engine)
     return report.model_copy(update={"llm_model": neutralise_line(llm_model) or None, "llm_status": "failed",
                                      "llm_error": neutralise_line(str(error))})
 
@@ -507,11 +512,8 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
     if chosen == "offline":   # the LLM path's first line is its own (a configuration error is the only line)
         step(f"understood the request: {_describe(parsed)}")
         step("searching layouts (offline planner)")
-    if chosen == "offline" and adapters:
-        report = plan_offline(parsed, text, engine=ADAPTER_ENGINE)
-        report = report if report.recommended else plan_offline(parsed, text)
-    elif chosen == "offline":
-        report = plan_offline(parsed, text, engine=engine)
+    if chosen == "offline":
+        report = offline_report(parsed, text, engine)
     else:
         try:
             report, _ = plan_openai(text, parsed, llm_model=llm_model, client=client, stream=stream,
@@ -525,13 +527,65 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
     if report.search:
         step(f"searched {report.search['evaluated']:,} layouts, {report.search['feasible']:,} feasible")
     if report.recommended:
-        launcher = engine or (ADAPTER_ENGINE if adapters else launch_engine(report.request["model"],
+        launcher = report.engine or engine or (ADAPTER_ENGINE if adapters else launch_engine(report.request["model"],
                                                                            report.recommended["config"]))
         step(f"recommended {report.layout}; writing {launcher} launch settings")
         report.launch = launch_settings(report.request["model"], report.recommended["config"], launcher)
     else:
         step("no layout fits: the report says what would")
     return report
+
+
+def offline_report(request: PlanRequest, text: str, engine: str | None = None) -> PlanReport:
+    """The offline planner's plan, as every path makes it (plan, the LLM's fallbacks, the chat), with
+    the engine it is scored and launched for: the named one; for LoRA/QLoRA naming none, ADAPTER_ENGINE's
+    layouts when one fits; else the PLAN_ENGINES engine whose best layout wins."""
+    engine = engine or request.engine
+    if engine is None and request.method is not None and is_lora(request.method):
+        report = plan_offline(request, text, engine=ADAPTER_ENGINE)
+        return report.model_copy(update={"engine": ADAPTER_ENGINE}) if report.recommended else plan_offline(request, text)
+    if engine is None:
+        report, engine = _best_engine_plan(request, text)
+        return report.model_copy(update={"engine": engine})
+    return plan_offline(request, text, engine=engine).model_copy(update={"engine": engine})
+
+
+def _best_engine_plan(parsed: PlanRequest, text: str) -> tuple[PlanReport, str | None]:
+    """The plan of the PLAN_ENGINES engine whose recommended layout wins by the request's objective,
+    and that engine; when none fits, the plan over every engine's layouts (and None)."""
+    from trainplan.tools.contract import Objective
+    from trainplan.tools.search_rank import result_objective
+
+    plans = {engine: plan_offline(parsed, text, engine=engine) for engine in PLAN_ENGINES}
+    fitting = {engine: report for engine, report in plans.items() if report.recommended}
+    if not fitting:
+        return plan_offline(parsed, text), None
+
+    def score(report: PlanReport) -> float:
+        request = report.request
+        tokens = request.get("tokens")
+        return result_objective(Objective(request.get("objective") or OBJECTIVE), report.recommended,
+                                request.get("price") or 0.0, tokens)
+
+    winner = min(fitting, key=lambda engine: score(fitting[engine]))
+    report = fitting[winner]
+    others = [f"{engine}'s best {_objective_phrase(plans[engine])}" if plans[engine].recommended
+              else f"{engine} fits no layout" for engine in PLAN_ENGINES if engine != winner]
+    report.assumptions.append(
+        f"no engine named: planned for {', '.join(PLAN_ENGINES)}, each with its own kernels and limits; {winner}'s "
+        f"best layout wins ({_objective_phrase(report)}; {'; '.join(others)}), so the plan is scored and launched "
+        f"as {winner} runs it")
+    return report, winner
+
+
+def _objective_phrase(report: PlanReport) -> str:
+    r = report.recommended
+    objective = report.request.get("objective") or OBJECTIVE
+    if objective == "cost" and r.get("training"):
+        return f"${r['training']['cost_usd']:,.0f}"
+    if objective == "time" and r.get("training"):
+        return f"{r['training']['days']:.1f} days"
+    return f"{r['time']['tokens_per_s']:,.0f} tokens/s, MFU {r['time']['mfu']:.1%}"
 
 
 def launch_engine(model: str, config: dict) -> str:

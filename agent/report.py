@@ -138,6 +138,8 @@ class PlanReport(BaseModel):
     search: dict | None = Field(default=None, description="evaluated, feasible, rejected, objective, wall_s")
     grounding: Grounding | None = Field(default=None, description="grounding check of the LLM's text")
     tool_calls: list[dict] = Field(default_factory=list, description="the LLM's tool calls: name, arguments")
+    engine: str | None = Field(default=None, description="the engine the plan is scored and launched for (its "
+                                                          "kernels and limits); None: any engine's layouts")
     launch: Launch | None = Field(default=None, description="launch settings for the chosen engine")
     not_understood: list[str] = Field(default_factory=list, description="words of the request the parser did "
                                                                          "not understand")

@@ -285,3 +285,20 @@ def test_report_text_says_the_tables_bubble_and_names_the_palm_count():
     assert "none recompute" not in text and "no recompute" in text
     assert t["mfu"] <= t["hfu"] < t["mfu_full_attention"]
     assert f"attention without the causal discount), MFU is {t['mfu_full_attention']:.1%}" in text
+
+
+def test_a_plan_naming_no_engine_is_scored_and_launched_by_the_engine_whose_best_layout_wins():
+    from trainplan.agent.planner import PLAN_ENGINES, plan_offline
+    from trainplan.agent.request import parse_partial
+    from trainplan.tools.export.support import ENGINE_ATTENTION
+
+    report = plan(SMALL, backend="offline")
+    assert report.engine in PLAN_ENGINES and report.launch.engine == report.engine and report.launch.error is None
+    assert report.recommended["config"]["attention"] == ENGINE_ATTENTION[report.engine]
+    note = next(a for a in report.assumptions if a.startswith("no engine named"))
+    assert all(engine in note for engine in PLAN_ENGINES)
+    each = {e: plan_offline(parse_partial(SMALL), SMALL, engine=e).recommended["time"]["tokens_per_s"]
+            for e in PLAN_ENGINES}
+    assert report.recommended["time"]["tokens_per_s"] == max(each.values())
+    named = plan(SMALL + " with torchtitan", backend="offline")
+    assert named.engine == "torchtitan" and not any(a.startswith("no engine named") for a in named.assumptions)
