@@ -102,3 +102,28 @@ def test_search_never_recommends_replicated_key_value_heads():
     pinned = trainplan.search(model="llama3-70b", gpu="gb200", gpus=64, tp=16)
     assert not pinned["candidates"] and R_KV_REPLICA in pinned["rejected"]
     assert trainplan.estimate(model="llama3-70b", gpu="gb200", gpus=64, tp=16).config.tp == 16
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from trainplan.tools.errors import InputError  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(TP_ENGINES), st.sampled_from([8, 16, 32, 64]), st.sampled_from([1, 2, 4, 8, 16, 64]),
+       st.sampled_from([1, 2, 4, 8, 16]))
+def test_an_exported_tp_always_divides_the_heads_and_the_query_groups(engine, heads, kv, tp):
+    if kv > heads or heads % kv:
+        return
+    model = gqa(num_attention_heads=heads, num_kv_heads=kv, hidden_size=heads * 128)
+    try:
+        cfg = resolve_config(model, 16, tp=tp, gbs=16)
+    except InputError:
+        return   # not a layout at all (resolve_config's own rules)
+    try:
+        export(engine, model, cfg, model_ref="x")
+    except ExportError as refusal:
+        assert heads % tp or kv % tp, f"refused a tp the heads allow: {refusal}"
+    else:
+        assert heads % tp == 0 and kv % tp == 0

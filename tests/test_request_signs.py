@@ -86,3 +86,34 @@ def test_a_tail_that_nfkc_pushes_past_the_cut_is_reported():
 
 def test_a_request_within_the_cut_reports_no_cut():
     assert parse_partial(BASE).unparsed is None
+
+
+from hypothesis import assume, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+CUES = ["TP", "tp=", "PP", "pp:", "EP", "CP", "vpp", "mbs", "ZeRO", "seq", "global batch", "budget", "at",
+        "within", "for", "goodput", "on", ""]
+MINUS_SIGNS = ["-", "\u2212", "\u2012", "\u2013", "\u2014", "\u2010", "\u2011"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(CUES), st.sampled_from(["", " ", "  "]), st.sampled_from(MINUS_SIGNS),
+       st.sampled_from(["", "$"]), st.integers(min_value=1, max_value=10**6),
+       st.sampled_from(["", " GPUs", " H100s", "T tokens", " days", "%", "M", " per GPU-hour"]))
+def test_any_minus_against_a_number_is_refused_never_read_as_positive(cue, space, minus, dollar, value, unit):
+    """Whatever cue, sign character, currency and unit: a request with a negative number is refused ('TP-8'
+    with no space is a hyphen, as 'ZeRO-3' is: the other property)."""
+    assume(space or not cue[-1:].isalnum())
+    with pytest.raises(InputError):
+        parse_partial(f"{BASE}, {cue}{space}{minus}{dollar}{value}{unit}")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["Llama", "GPT", "H100", "Qwen3", "ZeRO", "A3B", "8"]), st.sampled_from(MINUS_SIGNS),
+       st.integers(min_value=1, max_value=999))
+def test_a_hyphen_after_a_letter_or_digit_is_never_a_sign(word, hyphen, value):
+    """'Llama-3', 'H100-80', 'ZeRO-3', '8-16': parsed or refused for what the words say, never as negative."""
+    try:
+        parse_partial(f"{BASE}, {word}{hyphen}{value}")
+    except InputError as refusal:
+        assert "is negative" not in str(refusal)
