@@ -130,8 +130,10 @@ RULES: tuple[Rule, ...] = (
     Rule(R_KV, "layout",
          lambda m, k, p: (m.attention_type == "mha") & (m.num_kv_heads % k.tp != 0) & (k.tp % m.num_kv_heads != 0),
          lambda m, k, p: f"tp={k.tp} and the {m.num_kv_heads} key/value heads of {m.name} must divide one another"),
-    # Megatron-Core (TransformerConfig: num_query_groups % tensor_model_parallel_size == 0), torchtitan (each
-    # rank's key/value heads inferred from its column shard of wk/wv) and DeepSpeed AutoTP (tp_shard.get_shard_size
+    # Megatron-Core (NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py: TransformerConfig raises
+    # unless num_query_groups % tensor_model_parallel_size == 0), torchtitan (each rank's key/value heads
+    # inferred from its column shard of wk/wv) and DeepSpeed AutoTP (deepspeedai/DeepSpeed
+    # deepspeed/module_inject/tp_shard.py get_shard_size
     # gives rank r kv//tp + (r < kv%tp) heads: none past the kv-th) all shard whole key/value heads.
     Rule(R_KV_REPLICA, "policy",
          lambda m, k, p: (m.attention_type == "mha") & (m.num_kv_heads % k.tp != 0),

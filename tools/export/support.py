@@ -166,7 +166,7 @@ REFUSALS: tuple[Refusal, ...] = (
                                       "rank's heads from its shard (view(bs, seqlen, -1, head_dim)), so each must "
                                       "hold whole key/value heads"),
     _head_split_refusal("deepspeed", "DeepSpeed AutoTP gives TP rank r kv//tp + (r < kv%tp) key/value heads "
-                                     "(module_inject/tp_shard.py get_shard_size), none to the ranks past the "
+                                     "(DeepSpeed deepspeed/module_inject/tp_shard.py get_shard_size), none to the ranks past the "
                                      "kv-th"),
     _adapter_refusal("megatron", "axolotl, llamafactory or trl"),
     _adapter_refusal("torchtitan", "axolotl, llamafactory or trl"),
@@ -229,7 +229,7 @@ def learned_positions(model: ModelSpec) -> int:
 
 def refuse_positions(model: ModelSpec, seq: int) -> None:
     """A sequence longer than a learned position table: Megatron asserts max_position_embeddings >= seq_length
-    (megatron/training/arguments.py) and would build a larger table than the model's; a Hugging Face model
+    (NVIDIA/Megatron-LM megatron/training/arguments.py, validate_args) and would build a larger table than the model's; a Hugging Face model
     (DeepSpeed, Accelerate, the Trainer tools) indexes its position embedding past the table."""
     positions = learned_positions(model)
     if positions and seq > positions:
