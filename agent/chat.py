@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,6 +28,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.markup import escape
 
+from trainplan.output import write_output
 from trainplan.tools.errors import InputError
 
 from .planner import (calls_from_messages, grounding_of, offline_report, report_from_conversation,
@@ -60,22 +60,10 @@ class Transcript:
                 os.fsync(f.fileno())
 
     def save(self, path: str | Path) -> Path:
-        """Write every record atomically, then keep appending to `path`."""
-        path = Path(path).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                for record in self.records:
-                    f.write(json.dumps(record) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        self.path = path
-        return path
+        """Write every record atomically (trainplan.output.write_output), then keep appending to `path`."""
+        text = "".join(json.dumps(record) + "\n" for record in self.records)
+        self.path = write_output(path, text, flag="/save")
+        return self.path
 
     @staticmethod
     def read(path: str | Path) -> list[dict]:
@@ -188,7 +176,7 @@ class ChatSession:
             raise InputError("no plan yet: ask for one first, e.g. \"Llama 3 70B on 512 H100s for 15T tokens\"")
         text = report.to_markdown()
         if argument:
-            Path(argument).expanduser().write_text(text)
+            write_output(argument, text, flag="/report")
             self.console.print(f"wrote the report to {escape(argument)}")
         else:
             self.console.print(text, markup=False, highlight=False)

@@ -408,9 +408,12 @@ def _parsed_arguments(arguments: Any) -> dict:
 
 
 def report_from_conversation(request_text: str, partial: PlanRequest, *, text: str, calls: list[dict],
-                             grounding: Grounding | None, llm_model: str | None, truncated: bool = False) -> PlanReport:
+                             grounding: Grounding | None, llm_model: str | None, truncated: bool = False,
+                             engine: str | None = None) -> PlanReport:
     """The report of an LLM conversation, built from its last accepted submit_plan call and re-evaluated
-    with the tools. Without one, the offline planner's layout, and the report says so."""
+    with the tools. Without one, the offline planner's layout, and the report says so. When the tools
+    refuse the submitted layout on re-evaluation (its model, a value) or fail on it, the plan is not lost:
+    the offline planner's (for `engine`), labelled with the failure (offline_after_llm_failure)."""
     tool_calls = [{"name": c["name"], "arguments": _parsed_arguments(c["arguments"])} for c in calls]
     submitted = submitted_layout(calls)
     if submitted is None:
@@ -425,6 +428,41 @@ def report_from_conversation(request_text: str, partial: PlanRequest, *, text: s
             "grounding": grounding, "tool_calls": tool_calls, "truncated": truncated,
             "assumptions": [*report.assumptions, f"{said}: the recommended layout and every number in this "
                             "report are the offline planner's (search + estimate)"]})
+    try:
+        return _report_of_submission(request_text, partial, submitted, text=text, calls=calls, tool_calls=tool_calls,
+                                     grounding=grounding, llm_model=llm_model, truncated=truncated)
+    except Exception as exc:   # whatever the tools refuse or break on, the request still gets its plan
+        return _offline_after_submission(request_text, partial, exc, text=text, tool_calls=tool_calls,
+                                         grounding=grounding, llm_model=llm_model, engine=engine)
+
+
+def failure_text(exc: Exception) -> str:
+    """An exception as a report states it: the message, and the kind when it is not an input error."""
+    message = str(exc).strip() or type(exc).__name__
+    return message if isinstance(exc, InputError) else f"{type(exc).__name__}: {message}"
+
+
+def _offline_after_submission(request_text: str, partial: PlanRequest, exc: Exception, *, text: str,
+                              tool_calls: list[dict], grounding: Grounding | None, llm_model: str | None,
+                              engine: str | None) -> PlanReport:
+    """The labelled offline plan of a request whose submitted layout the tools could not re-evaluate; a request
+    the offline planner cannot complete raises the original refusal (an InputError: one line)."""
+    try:
+        require_complete(partial)
+    except InputError:
+        if isinstance(exc, InputError):
+            raise exc from None
+        raise InputError(f"the LLM's plan could not be re-evaluated ({failure_text(exc)}), and the request "
+                         "lacks what the offline planner needs: name the model, the GPU and the GPU count") from None
+    error = f"the tools refused the layout it submitted: {failure_text(exc)}"
+    report = offline_after_llm_failure(partial, request_text, InputError(error), llm_model, engine)
+    return report.model_copy(update={"llm_answer": text, "grounding": grounding, "tool_calls": tool_calls})
+
+
+def _report_of_submission(request_text: str, partial: PlanRequest, submitted: tuple[dict, dict], *, text: str,
+                          calls: list[dict], tool_calls: list[dict], grounding: Grounding | None,
+                          llm_model: str | None, truncated: bool) -> PlanReport:
+    """The report of an accepted submit_plan call, its layout re-evaluated with the tools."""
     arguments, result = submitted
     config = result["config"]
     job, assumptions = complete_request(_job_from_submission(partial, config, arguments))
@@ -466,13 +504,15 @@ def run_llm(request_text: str, *, llm_model: str | None = None, client: Any = No
 
 def plan_openai(request_text: str, partial: PlanRequest, *, llm_model: str | None = None, client: Any = None,
                 stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
-                history: list[dict] | None = None) -> tuple[PlanReport, Any]:
-    """Run the agent and build the report from its submit_plan call; returns (report, AgentResult)."""
+                history: list[dict] | None = None, engine: str | None = None) -> tuple[PlanReport, Any]:
+    """Run the agent and build the report from its submit_plan call; returns (report, AgentResult). engine: the
+    offline plan's, should the tools refuse the submitted layout."""
     result = run_llm(request_text, llm_model=llm_model, client=client, stream=stream, on_event=on_event,
                      history=history)
     grounding = grounding_of(result.grounding, result.reasked, called_tools=bool(result.tool_calls))
     report = report_from_conversation(request_text, partial, text=result.text, calls=result.tool_calls,
-                                      grounding=grounding, llm_model=result.model, truncated=result.truncated)
+                                      grounding=grounding, llm_model=result.model, truncated=result.truncated,
+                                      engine=engine)
     return report, result
 
 
@@ -515,22 +555,28 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
     if chosen == "offline":
         report = offline_report(parsed, text, engine)
     else:
+        failure: Exception | None = None
         try:
             report, _ = plan_openai(text, parsed, llm_model=llm_model, client=client, stream=stream,
-                                    on_event=on_event)
+                                    on_event=on_event, engine=engine)
+            if report.recommended:
+                _add_launch(report, engine, adapters)   # a launch failing on the LLM's layout falls back too
         except AgentError as exc:
             if exc.kind == "config":
                 raise
+            failure = exc
+        except Exception as exc:   # a tool failing on the LLM's plan after the request was understood
+            failure = InputError(f"the tools failed on its plan: {failure_text(exc)}")
+        if failure is not None:
             if on_event:
-                on_event("fallback", {"error": str(exc)})
-            report = offline_after_llm_failure(parsed, text, exc, llm_model or _settings_model(), engine)
+                on_event("fallback", {"error": str(failure)})
+            report = offline_after_llm_failure(parsed, text, failure, llm_model or _settings_model(), engine)
     if report.search:
         step(f"searched {report.search['evaluated']:,} layouts, {report.search['feasible']:,} feasible")
     if report.recommended:
-        launcher = report.engine or engine or (ADAPTER_ENGINE if adapters else launch_engine(report.request["model"],
-                                                                           report.recommended["config"]))
-        step(f"recommended {report.layout}; writing {launcher} launch settings")
-        report.launch = launch_settings(report.request["model"], report.recommended["config"], launcher)
+        if report.launch is None:
+            _add_launch(report, report.engine or engine, adapters)
+        step(f"recommended {report.layout}; writing {report.launch.engine} launch settings")
     else:
         step("no layout fits: the report says what would")
     return report
@@ -586,6 +632,14 @@ def _objective_phrase(report: PlanReport) -> str:
     if objective == "time" and r.get("training"):
         return f"{r['training']['days']:.1f} days"
     return f"{r['time']['tokens_per_s']:,.0f} tokens/s, MFU {r['time']['mfu']:.1%}"
+
+
+def _add_launch(report: PlanReport, engine: str | None, adapters: bool) -> None:
+    """The launch settings of the recommended layout: `engine`'s, else ADAPTER_ENGINE's for adapters, else
+    launch_engine's."""
+    launcher = engine or (ADAPTER_ENGINE if adapters else launch_engine(report.request["model"],
+                                                                       report.recommended["config"]))
+    report.launch = launch_settings(report.request["model"], report.recommended["config"], launcher)
 
 
 def launch_engine(model: str, config: dict) -> str:

@@ -35,8 +35,10 @@ What it reads (case and word order do not matter; full-width and CJK text is rea
   "HF Accelerate" (tools/export/support.py); an engine the text refuses ("not DeepSpeed") sets nothing
   and stays in `unparsed`. Two engines named at once raise InputError.
 
-Impossible counts ("-512 H100s", "512.5 H100s", "for -15T tokens") and unknown GPUs raise
-InputError; words no rule understood are kept in `unparsed` for the report.
+Impossible counts ("-512 H100s", "512.5 H100s", "for -15T tokens"), any other negative number ("TP -8",
+"-$2 per GPU-hour"; U+2212 and the figure, en and em dashes are minus signs before a number, hyphens
+inside a word: request_text.SIGNS) and unknown GPUs raise InputError; words no rule understood are kept
+in `unparsed` for the report, with any tail the length cut left unread.
 
 `parse_partial` returns only what the text says (for follow-ups in a chat: "what if I only have
 256 GPUs?", "use fp8"); `merge` lays a partial parse over a previous request; `parse_request`
@@ -129,7 +131,11 @@ def parse_partial(text: str) -> PlanRequest:
     steering.read_pins(t, found)
     steering.read_method(t, found)
     rules.read_model_by_family(t, found)
-    found.pop("_spans", None)
+    signed = t.signed_number(skip=tuple(found.pop("_spans", {}).values()))
+    if signed is not None:   # after the rules, whose own refusals ('-512 H100s') say more
+        raise InputError(f"'{signed}' is negative: a request's counts, sizes, prices, budgets and times are "
+                         f"positive: drop the minus sign (a hyphen inside a name, 'Llama-3', or a range, '8-16', "
+                         f"is read as one), e.g. {EXAMPLE}")
     unparsed = t.unread_words()
     return PlanRequest(**found, unparsed=unparsed or None)
 

@@ -427,13 +427,13 @@ def read_tokens(t: RequestText, found: dict[str, Any]) -> None:
         found["tokens"] = tokens
         t.mark(*match.span())
         return
-    labelled = t.first(rf"(?<![a-z])(?:training\s+)?tokens?\s*(?::|=|of|is)\s*[-\u2212]?({NUM})\s*({_ANY_MULT})?(?![a-z0-9])", 1)
+    labelled = t.first(rf"(?<![a-z])(?:training\s+)?tokens?\s*(?::|=|of|is)\s*-?({NUM})\s*({_ANY_MULT})?(?![a-z0-9])", 1)
     if labelled:  # 'tokens: 15T'
         found["tokens"] = _amount(t, labelled, "tokens")
         t.mark(*labelled.span())
         return
     # 'train for 1T' / 'for 300B': a B or T amount after 'for' with no other unit is a token count
-    bare = t.first(rf"(?<![a-z])for\s+[-\u2212]?({NUM})\s*(b|t|billion|trillion)(?![a-z0-9])"
+    bare = t.first(rf"(?<![a-z])for\s+-?({NUM})\s*(b|t|billion|trillion)(?![a-z0-9])"
                    r"(?!\s*(?:-?\s*param|model|llm|dense|moe))", 1)
     if bare:
         found["tokens"] = _amount(t, bare, "tokens")
@@ -479,7 +479,7 @@ def read_money(t: RequestText, found: dict[str, Any]) -> None:
 def read_goodput(t: RequestText, found: dict[str, Any]) -> None:
     """goodput: '80% goodput', 'goodput 0.95', 'goodput of 90%' (a share of wall-clock time, in (0, 1])."""
     match = (t.take(rf"({NUM})\s*(%)\s*goodput(?![a-z])")
-             or t.take(rf"(?<![a-z])goodput\s*(?:of|:|=|is|at)?\s*[-\u2212]?({NUM})\s*(%)?"))
+             or t.take(rf"(?<![a-z])goodput\s*(?:of|:|=|is|at)?\s*-?({NUM})\s*(%)?"))
     if match:
         value = number(match.group(1)) / (100 if match.group(2) else 1)
         if t.negative_at(match.start(1)) or not 0 < value <= 1:
@@ -505,7 +505,7 @@ def read_deadline(t: RequestText, found: dict[str, Any]) -> None:
     units = r"(days?|d|weeks?|wks?|months?)(?![a-z])"
     cue = r"(?:within|in|under|deadline(?:\s*(?:of|is))?|by|less\s*than|at\s*most|no\s*more\s*than|max(?:imum)?|up\s*to|" \
           r"finish(?:ed)?\s*in|done\s*in|take\s*(?:at\s*most|no\s*more\s*than)?)"
-    match = (t.take(rf"{cue}\s*:?\s*[-\u2212]?({NUM})\s*{units}")
+    match = (t.take(rf"{cue}\s*:?\s*-?({NUM})\s*{units}")
              or t.take(rf"({NUM})[\s-]*{units}\s*(?:deadline|or\s*less|max(?:imum)?|at\s*most)(?![a-z])")
              or t.take(rf"({NUM})\s*(天|日|일|週間|周|週|주|个月|ヶ月|か月|개월)(?:内|以内|之内|이내)?"))
     if match:

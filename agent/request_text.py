@@ -10,7 +10,16 @@ Bounds, checked first and in linear time, so that no input can make the parser s
 - no number longer than MAX_DIGITS digits (the largest count a request needs, 16,384 GPUs or
   15.6T tokens, has 14 digits written out).
 Every rule is a regular expression without nested repetition, run once over the text or over a
-window of bounded size, so parsing time is linear in the length of the request.
+window of bounded size, so parsing time is linear in the length of the request. NFKC can lengthen a
+request that was under MAX_CHARS ('㎒' is 'MHz', one ligature is 18 letters): the part past MAX_CHARS is
+then cut, and reported as not read (`cut`, the last entry of unread_words), never dropped silently.
+
+Signs: the minus sign (U+2212), the figure, en and em dashes (U+2012-U+2014) and the Unicode hyphens
+(U+2010, U+2011) are read as the ASCII '-' they are typed for, so '–512 H100s' is '-512 H100s' and
+'8–16 GPUs' is the range '8-16 GPUs'. A '-' that is not inside a word ('-$2', '$-2', 'TP -8', 'tp=−8',
+not 'Llama-3', 'H100-80GB', '8-16', '1e-3') makes the number after it negative: `signed_number` finds the
+first, and parse_partial refuses it with one line (no request number can be negative), so no rule reads
+a negative as its positive.
 """
 
 from __future__ import annotations
@@ -36,7 +45,12 @@ DECIMAL = {"k": 1e3, "thousand": 1e3, "m": 1e6, "million": 1e6, "b": 1e9, "billi
 CJK = r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]"
 """Chinese, Japanese kana and Korean hangul characters."""
 
-_MINUS = "-\u2212\u2013"  # hyphen-minus, minus sign, en dash
+SIGNS = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2212\u2796"})
+"""Hyphens, the figure, en and em dashes, the minus sign and the heavy minus, as the ASCII '-' (after NFKC,
+which already maps the small and full-width hyphen-minus U+FE63, U+FF0D to '-')."""
+_SIGNED = r"-\$?[0-9]|\$-[0-9]"
+"""A minus written against a number, a dollar sign on either side: '-8', '-$2', '$-2' (not '- 8', a bullet or
+a spaced range '3 - 4'); it is a sign where the '-' does not follow a letter or digit (signed_number)."""
 
 # Words that carry no planning information. Anything else no rule read is reported.
 STOPWORDS = frozenset("""
@@ -79,7 +93,10 @@ class RequestText:
                              "the hardware and the tokens in a few sentences")
         # A full-width comma separates phrases ('DeepSeek-V3，15万亿token'); NFKC would make it an ASCII comma
         # that reads as a thousands separator ('3,15').
-        text = unicodedata.normalize("NFKC", raw.replace("\uff0c", ", "))[:MAX_CHARS]
+        text = unicodedata.normalize("NFKC", raw.replace("\uff0c", ", ")).translate(SIGNS)
+        self.cut = text[MAX_CHARS:]
+        """What NFKC pushed past MAX_CHARS: not read, and reported (unread_words)."""
+        text = text[:MAX_CHARS]
         for written in re.finditer(r"[0-9]+(?:,[0-9]{3})*", text):
             digits = len(written.group(0)) - written.group(0).count(",")
             if digits > MAX_DIGITS:
@@ -120,9 +137,25 @@ class RequestText:
     def negative_at(self, index: int) -> bool:
         """A minus sign written right before the number at `index`, not as a hyphen inside a word
         ('-512', 'of -15T'; not 'llama-3', 'ZeRO-3')."""
-        if index == 0 or self.text[index - 1] not in _MINUS:
+        if index == 0 or self.text[index - 1] != "-":
             return False
         return index < 2 or not self.text[index - 2].isalnum()
+
+    def signed_number(self, skip: tuple[tuple[int, int], ...] = ()) -> str | None:
+        """The first negative number as written with its neighbouring words ('TP -8', 'at -$2 per'), or None.
+        A '-' after a letter or digit is a hyphen ('Llama-3', 'H100-80GB', '8-16', '1e-3'); spans in `skip`
+        (file paths) are not read."""
+        for match in re.finditer(_SIGNED, self.text):
+            minus = match.start() + (1 if self.text[match.start()] == "$" else 0)
+            if minus > 0 and self.text[minus - 1].isalnum():
+                continue
+            if any(start <= match.start() < end for start, end in skip):
+                continue
+            before = re.search(r"(?:[^\s]+\s*)?$", self.text[max(0, match.start() - 24):match.start()])
+            after = re.match(r"[$0-9.,]*[0-9](?:[^\s]*\s*[^\s,.;]*)?", self.text[match.end() - 1:match.end() + 23])
+            return ((before.group(0) if before else "") + self.text[match.start():match.end() - 1]
+                    + (after.group(0) if after else "")).strip()
+        return None
 
     # --- what was not understood ---------------------------------------------------------------------
 
@@ -140,4 +173,9 @@ class RequestText:
             else:
                 pieces = [] if word.lower() in STOPWORDS else [word]
             out += [p for p in pieces if p not in out]
+        if self.cut:
+            words = self.cut.split()
+            preview = " ".join(words) if len(words) <= 10 else f"{' '.join(words[:3])} ... {' '.join(words[-6:])}"
+            out.append(f"(not read: the last {len(self.cut):,} characters, past the {MAX_CHARS:,}-character limit "
+                       f"once normalised: '{preview[:240]}')")
         return out

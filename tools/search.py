@@ -5,8 +5,8 @@
 The work is split by job, each in its own module:
  1. search_space: the job, the candidate layouts (one numpy table per GPU count tried), and which
     are valid: validity.RULES, the one table layout.resolve_config also applies, plus the search's
-    two policies (tp inside a node, CP_MIN_TOKENS). A layout is counted once, under the first rule
-    it breaks.
+    three policies (tp inside a node, CP_MIN_TOKENS, tp within the key/value heads). A layout is
+    counted once, under the first rule it breaks.
  2. search_score: memory (memory.memory_totals_vectorised, the scalar path's core), step time from
     step.py's own terms and the pipeline in closed form, days and cost; layouts over the memory
     (capacity - headroom), the deadline or the budget are rejected by reason. What the request leaves
@@ -367,7 +367,7 @@ def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> dict:
     """The brute-force reference: every layout of the same space through the exact scalar path
     (resolve_config + estimate.evaluate with the event-driven simulator), ranked the same way.
     Same arguments and result shape as search; slow (tens of layouts per second); for tests and
-    benchmarks. Invalid layouts count under R_SCALAR_INVALID, search's two policies under theirs."""
+    benchmarks. Invalid layouts count under R_SCALAR_INVALID, search's policies under theirs."""
     start = _time.perf_counter()
     top_k, pareto = kwargs.get("top_k", 5), kwargs.get("pareto", False)
     job, objective_enum, counts = prepare(model, gpu, gpus, **kwargs)

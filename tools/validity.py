@@ -12,7 +12,9 @@ Three kinds:
   Megatron's interleaving in groups of pp, DualPipe.step's even m >= 2 pp, the simulator's size
   bound). They need gbs; resolve_config checks them when gbs is set.
 - policy: the search's own preferences, which resolve_config does not hold: tp inside a node
-  (tp all-gathers on every layer: it lives on NVLink) and CP_MIN_TOKENS.
+  (tp all-gathers on every layer: it lives on NVLink), CP_MIN_TOKENS, and tp within the key/value heads
+  (R_KV_REPLICA: a layout that replicates key/value heads over tp ranks is a valid estimate, but no engine
+  trainplan exports runs it, so the search never recommends one; export/support.py refuses it per engine).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ targets long sequences; Llama 3 used CP16 at 128K, i.e. 8K tokens per rank)."""
 R_SPLIT = "invalid split: tp*pp*cp does not divide gpus"
 R_HEADS = "invalid split: tp does not divide the attention heads"
 R_KV = "invalid split: tp and the key/value heads do not divide one another"
+R_KV_REPLICA = "invalid split: tp exceeds the key/value heads (no exported engine replicates them)"
 R_NODE = "invalid split: tp crosses a node (allow_cross_node_tp is off)"
 R_LAYERS = "invalid split: pp is larger than the layers"
 R_EP_DENSE = "invalid split: ep > 1 on a dense model"
@@ -127,6 +130,16 @@ RULES: tuple[Rule, ...] = (
     Rule(R_KV, "layout",
          lambda m, k, p: (m.attention_type == "mha") & (m.num_kv_heads % k.tp != 0) & (k.tp % m.num_kv_heads != 0),
          lambda m, k, p: f"tp={k.tp} and the {m.num_kv_heads} key/value heads of {m.name} must divide one another"),
+    # Megatron-Core (NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py: TransformerConfig raises
+    # unless num_query_groups % tensor_model_parallel_size == 0), torchtitan (each rank's key/value heads
+    # inferred from its column shard of wk/wv) and DeepSpeed AutoTP (deepspeedai/DeepSpeed
+    # deepspeed/module_inject/tp_shard.py get_shard_size
+    # gives rank r kv//tp + (r < kv%tp) heads: none past the kv-th) all shard whole key/value heads.
+    Rule(R_KV_REPLICA, "policy",
+         lambda m, k, p: (m.attention_type == "mha") & (m.num_kv_heads % k.tp != 0),
+         lambda m, k, p: (f"tp={k.tp} is more than the {m.num_kv_heads} key/value heads of {m.name}: it would replicate "
+                          "each over tp/kv ranks, which Megatron-Core, torchtitan and DeepSpeed AutoTP do not run "
+                          f"(they shard whole key/value heads): use a tp that divides {m.num_kv_heads}")),
     Rule(R_NODE, "policy",
          lambda m, k, p: (k.tp > p.gpus_per_node) & (not p.allow_cross_node_tp),
          lambda m, k, p: (f"tp={k.tp} spans more than a node of {p.gpus_per_node} GPUs: tensor parallelism "

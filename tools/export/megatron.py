@@ -20,6 +20,9 @@ Mapping decisions (and why):
 - Layers per stage follow trainplan's split (layout.layers_per_stage): even splits need no flag,
   uneven ones use --decoder-first/last-pipeline-num-layers when Megatron's rules allow it
   (middle stages equal, each divisible by vpp), and --pipeline-model-parallel-layout otherwise.
+- tp must divide the attention heads and the query groups (Megatron-Core's TransformerConfig raises on
+  num_query_groups % tensor_model_parallel_size), and a learned-position model's seq stays within its table
+  (arguments.py asserts max_position_embeddings >= seq_length): support.REFUSALS and refuse_positions.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ def _model_flags(model: ModelSpec, cfg: ParallelConfig, notes: list[str]) -> lis
         ("--ffn-hidden-size", model.intermediate_size),
         ("--num-attention-heads", model.num_attention_heads),
         ("--seq-length", cfg.seq),
+        # A learned table is never grown (support.refuse_positions); rotary positions have no table.
         ("--max-position-embeddings", max(model.max_seq_len, cfg.seq)),
     ]
     unexpressed = []

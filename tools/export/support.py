@@ -8,6 +8,7 @@ module docstring.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -130,8 +131,43 @@ def _param_storage_refusal(engine: str) -> Refusal:
                                  f"--engine {' or '.join(FP32_PARAM_ENGINES)}"))
 
 
+def query_groups(model: ModelSpec) -> int:
+    """The key/value heads tensor parallelism splits (Megatron's num_query_groups): the query heads for MLA,
+    whose latent key/value has no groups."""
+    return model.num_attention_heads if model.attention_type == "mla" else model.num_kv_heads
+
+
+def _tp_that_fits(model: ModelSpec, tp) -> int:
+    """The largest tp <= `tp` that divides the attention heads and the query groups (the fix to name)."""
+    common = math.gcd(model.num_attention_heads, query_groups(model))
+    return max(d for d in range(1, min(int(tp), common) + 1) if common % d == 0)
+
+
+def _splits_heads(m, k) -> np.ndarray:
+    return (m.num_attention_heads % k.tp != 0) | (query_groups(m) % k.tp != 0)
+
+
+def _head_split_refusal(engine: str, why: str) -> Refusal:
+    """tp must divide the attention heads and the key/value heads (query groups): `why` says how `engine` fails."""
+    def message(m, k) -> str:
+        factors = [f"the {n} {what}" for n, what in ((m.num_attention_heads, "attention heads"),
+                                                      (query_groups(m), "query groups (key/value heads)"))
+                   if n % k.tp != 0]
+        return (f"tp={k.tp} does not divide {' nor '.join(factors)} of {m.name}: {why}: use --tp "
+                f"{_tp_that_fits(m, k.tp)} (or another divisor of the heads and the query groups)")
+    return Refusal(engine, _splits_heads, message)
+
+
 REFUSALS: tuple[Refusal, ...] = (
     *(_param_storage_refusal(engine) for engine in ENGINES if not stores_fp32_params(engine)),
+    _head_split_refusal("megatron", "Megatron-Core's TransformerConfig raises unless num_query_groups % "
+                                    "tensor_model_parallel_size == 0, and each rank holds whole heads"),
+    _head_split_refusal("torchtitan", "torchtitan shards wq/wk/wv column-wise over the TP ranks and reads each "
+                                      "rank's heads from its shard (view(bs, seqlen, -1, head_dim)), so each must "
+                                      "hold whole key/value heads"),
+    _head_split_refusal("deepspeed", "DeepSpeed AutoTP gives TP rank r kv//tp + (r < kv%tp) key/value heads "
+                                     "(DeepSpeed deepspeed/module_inject/tp_shard.py get_shard_size), none to the ranks past the "
+                                     "kv-th"),
     _adapter_refusal("megatron", "axolotl, llamafactory or trl"),
     _adapter_refusal("torchtitan", "axolotl, llamafactory or trl"),
     Refusal("megatron", lambda m, k: (k.pp > 1) & (k.schedule != _1F1B) & (k.schedule != _INTER),
@@ -185,9 +221,29 @@ def _check_engine(engine: str) -> None:
         raise ExportError(f"engine='{engine}' is not one of: {', '.join(ENGINES)}")
 
 
+def learned_positions(model: ModelSpec) -> int:
+    """Positions a learned-position model can run (0: no learned table): its max_seq_len, which the table's
+    rows hold (OPT's table has 2 rows more, an offset, tools/hf.py)."""
+    return model.max_seq_len if model.learned_position_embeddings else 0
+
+
+def refuse_positions(model: ModelSpec, seq: int) -> None:
+    """A sequence longer than a learned position table: Megatron asserts max_position_embeddings >= seq_length
+    (NVIDIA/Megatron-LM megatron/training/arguments.py, validate_args) and would build a larger table than the model's; a Hugging Face model
+    (DeepSpeed, Accelerate, the Trainer tools) indexes its position embedding past the table."""
+    positions = learned_positions(model)
+    if positions and seq > positions:
+        raise ExportError(f"seq={seq} is beyond the {positions} learned positions of {model.name}: its position "
+                          f"table has no rows past {positions}, and the engines index or assert on it: use --seq "
+                          f"{positions} or less, or a model config whose table holds {seq} positions "
+                          "(max_position_embeddings / n_positions)")
+
+
 def refuse(engine: str, model: ModelSpec, cfg: ParallelConfig) -> None:
-    """Raise ExportError with the first refusal of `engine` that the layout meets."""
+    """Raise ExportError with the first refusal of `engine` that the layout meets, or for a sequence past the
+    model's learned positions (refuse_positions)."""
     _check_engine(engine)
+    refuse_positions(model, cfg.seq)
     knobs = knobs_of(cfg)
     for refusal in REFUSALS:
         if refusal.engine == engine and bool(refusal.refuses(model, knobs)):
