@@ -14,6 +14,7 @@ import trainplan
 from trainplan.cli import load_command
 from trainplan.cli_export import export_from_options
 from trainplan.tools.finetune import LoraTargets, Method
+from trainplan.tools.loss import LossKernel
 from trainplan.tools import registry
 from trainplan.tools.contract import (DEFAULT_SEQ_CAP, SEARCHED_KNOBS, Estimate, Job, Layout, ParallelConfig,
                                       Attention, Dispatcher, GroupedGemm, Launch, Precision, Recompute, RecomputeModule,
@@ -77,7 +78,8 @@ def test_estimate_is_typed_and_its_dump_is_plain():
     assert result.time.step_s > 0 and result.training.days > 0 and result.config.dp == 4
     assert _plain(result.model_dump(mode="json"))
     assert _plain(result.model_dump(), (int, float, str, bool, type(None), tuple, Recompute, RecomputeModule, Schedule,
-                                        Precision, Attention, Method, LoraTargets, Dispatcher, GroupedGemm, Launch))
+                                        Precision, Attention, Method, LoraTargets, Dispatcher, GroupedGemm, Launch,
+                                        LossKernel))
     # Derived figures a plan states: the shares and the headroom come with the result.
     assert result.time.comm_share == pytest.approx(
         sum(s for k, s in result.time.breakdown.items() if k.startswith("comm/")) / result.time.step_s)

@@ -16,7 +16,7 @@ from trainplan.tools.catalog import load_model
 from trainplan.tools.counting import count_params
 from trainplan.tools.registry import TOOLS, Tool, ToolArgs, default_gbs, dispatch, openai_tools
 
-NAMES = ["list_catalog", "describe_model", "calculate_memory", "estimate_step_time", "simulate_pipeline",
+NAMES = ["list_catalog", "describe_model", "calculate_memory", "find_limit", "estimate_step_time", "simulate_pipeline",
          "estimate_cost", "search_configs", "submit_plan"]
 JOB = {"model": "llama3-8b", "gpu": "h100", "gpus": 64}
 

@@ -18,6 +18,7 @@ import numpy as np
 from . import offload as offload_rules
 from . import finetune
 from . import recompute as recompute_rules
+from .loss import LOSS_CODES, resolved_loss_kernel
 from .codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
 from .counting import is_moe_layer
 from .specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
@@ -234,7 +235,8 @@ def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
                   save_mlp_act_output=cfg.save_mlp_act_output, fused_kernels=cfg.fused_kernels,
                   offload_modules=offload_rules.config_mask(cfg),
                   method=finetune.METHOD_CODES[cfg.method], lora_rank=cfg.lora_rank or 0,
-                  lora_targets=finetune.TARGET_CODES[cfg.lora_targets] if cfg.lora_targets else 0)
+                  lora_targets=finetune.TARGET_CODES[cfg.lora_targets] if cfg.lora_targets else 0,
+                  loss_kernel=LOSS_CODES[resolved_loss_kernel(cfg.loss_kernel, cfg.method)])
     return {k: np.array([[v]], dtype=float) for k, v in values.items()}
 
 

@@ -55,6 +55,7 @@ from .cost import DEFAULT_GOODPUT
 from .errors import InputError
 from .plan_defaults import DEFAULT_GBS_RULE, DEFAULT_HEADROOM, FINETUNE_SEQ, default_gbs
 from .finetune import DEFAULT_LORA_RANK, LoraTargets, Method
+from .loss import LossKernel
 
 # --- choices -------------------------------------------------------------------------------------
 
@@ -460,6 +461,14 @@ class Layout(BaseModel):
                                   f"{DEFAULT_LORA_RANK} (full: must stay null)")
     lora_targets: LoraTargets | None = Field(default=None, description="linear layers with adapters: attention "
                                              "(q, k, v, o) or all-linear (also the MLP or experts); null: all-linear")
+    loss_kernel: LossKernel | None = Field(
+        default=None, description="how the LM head's logits and the loss are computed (tools/loss.py): fused "
+        "(Megatron's vocab-parallel cross-entropy, one fp32 softmax made and turned into the gradient in place: 4 B "
+        "per token per vocabulary entry), materialised (the Hugging Face models and torchtitan: the whole logits "
+        "upcast to fp32, the log-softmax saved, its gradient apart: 12 B), chunked (torchtune's "
+        "CEWithChunkedOutputLoss: 6.5 B) or fused_linear (Liger, Cut Cross-Entropy, Unsloth: the logits never "
+        "whole, 0 B); null: fused for full training, materialised for lora and qlora (the Hugging Face stacks); "
+        "a search given an engine and no value takes the engine's (tools/export/support.py ENGINE_LOSS_KERNEL)")
     dispatcher: Dispatcher = Field(default=Dispatcher.alltoall, description="MoE token dispatcher: alltoall or "
                                    "allgather (Megatron --moe-token-dispatcher-type; both send BF16 tokens), or "
                                    "deepep (DeepSeek-V3's DeepEP kernels: FP8 dispatch and BF16 combine under "

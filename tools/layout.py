@@ -19,6 +19,7 @@ from .contract import OffloadModule
 from .specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, RecomputeModule, Schedule
 from .validity import Knobs, check
 from .finetune import is_lora, resolve_method
+from .loss import LossKernel, resolved_loss_kernel
 
 
 def _positive(name: str, value: int | float | None) -> None:
@@ -162,6 +163,8 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     method, lora_rank, lora_targets = resolve_method(values["method"], values["lora_rank"], values["lora_targets"],
                                                      model, precision)
     seq = seq or default_seq(model.max_seq_len, fine_tune=is_lora(method))
+    loss_kernel = resolved_loss_kernel(_choice(LossKernel, "loss_kernel", values["loss_kernel"])
+                                       if values["loss_kernel"] is not None else None, method)
 
     if schedule is None:
         schedule = Schedule.interleaved if vpp > 1 else Schedule.one_f_one_b
@@ -184,7 +187,7 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
                   precision=precision, attention=attention, etp=etp, dp_shard=dp_shard, dispatcher=dispatcher,
                   grouped_gemm=grouped_gemm,
                   sequence_parallel=sequence_parallel and tp > 1, tp_comm_overlap=tp_comm_overlap and tp > 1,
-                  method=method, lora_rank=lora_rank, lora_targets=lora_targets)
+                  method=method, lora_rank=lora_rank, lora_targets=lora_targets, loss_kernel=loss_kernel)
     return ParallelConfig(**values)
 
 

@@ -75,6 +75,7 @@ from . import recompute as recompute_rules
 from .activations import activation_layer, chunk_inflight, has_dropout, inflight, knob_arrays, seq_divisor
 from .codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
 from . import finetune
+from . import loss as loss_rules
 from .counting import LayerParams, count_params, is_moe_layer, layer_params, norm_params
 from .layout import model_layers_per_stage
 from .specs import Attention, GPUSpec, ModelSpec, ParallelConfig, Precision, Recompute, Schedule
@@ -390,11 +391,12 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     held = in_flight * np.where(k["schedule"] == _DUALPIPE, 1.0, chunks) * (1 - last / chunks)
     kept = (k["deallocate_pipeline_outputs"] < 1) & (k["pp"] > 1)
     out["activations/pipeline_outputs"] = np.where(kept, held * 2 * tok * h / r, 0.0)
-    # Last stage: final-norm input, LM-head input (2sbh/r each) and the fp32 softmax of the
-    # vocab-parallel cross-entropy, 4 s b V / t; the loss backward follows the last forward at
+    # Last stage: final-norm input, LM-head input (2sbh/r each) and the logits the loss kernel keeps,
+    # LOSS_BYTES s b V / t (tools/loss.py: 4 for Megatron's fused vocab-parallel cross-entropy, 12 for
+    # the Hugging Face models' materialised fp32 logits); the loss backward follows the last forward at
     # once, so one micro-batch of logits is live (m with gpipe).
     head_inputs = (2 * float(model.final_norm) + 2) * tok * h / r
-    logits = 4 * tok * model.vocab_size / t
+    logits = loss_rules.loss_bytes(k["loss_kernel"]) * tok * model.vocab_size / t
     out["activations/lm_head/inputs"] = last * head_inflight * head_inputs
     out["activations/lm_head/logits"] = last * head_inflight * logits
     if model.num_mtp_layers:   # each MTP module: a block, enorm/hnorm and eh_proj inputs, its own head
@@ -491,7 +493,8 @@ optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp32_params (0), fp8_ac
 save_mlp_act_output (1), fused_kernels (1), offload_modules (an integer mask of offload.OFFLOAD_BITS; 0), attention (0: flash;
 1: eager), recompute_modules (an integer mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where
 recompute is selective), etp (expert TP; default: tp), dp_shard (ZeRO shard group in dp ranks; default: dp),
-method (0 full, 1 lora, 2 qlora), lora_rank (0), lora_targets (0 attention, 1 all-linear).
+method (0 full, 1 lora, 2 qlora), lora_rank (0), lora_targets (0 attention, 1 all-linear), loss_kernel
+(loss.LOSS_CODES; 0 fused).
 Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
 
@@ -507,7 +510,8 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
     defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0, "bf16_moments": 0, "fp32_params": 0,
                 "fp8_activations": 0, "deallocate_pipeline_outputs": 1, "save_mlp_act_output": 1,
                 "fused_kernels": 1, "offload_modules": 0,
-                "attention": ATTENTION_CODES[Attention.flash], "method": 0, "lora_rank": 0, "lora_targets": 1}
+                "attention": ATTENTION_CODES[Attention.flash], "method": 0, "lora_rank": 0, "lora_targets": 1,
+                "loss_kernel": loss_rules.LOSS_CODES[loss_rules.LossKernel.fused]}
     given = {key: arrays.get(key, defaults.get(key)) for key in (*VECTOR_KEYS, *defaults)}
     if given["recompute"] is not None:
         default_mask = np.where(np.asarray(given["recompute"]) == _SELECTIVE, recompute_rules.DEFAULT_MASK, 0)

@@ -171,6 +171,14 @@ LayoutArgs.__doc__ = "A job's hardware and one layout: every Layout knob, null m
 MemoryArgs = StepArgs = LayoutArgs
 
 
+class LimitArgs(LayoutArgs):
+    """A layout whose limit is asked: every Layout knob as calculate_memory takes it, and what to solve."""
+
+    solve: Literal["seq", "mbs", "gpu"] = Field(description="seq: the longest sequence that fits; mbs: the largest "
+                                                "micro-batch that fits; gpu: the catalog GPUs it fits on with the "
+                                                "same GPU count (gpu is then ignored), the smallest and the cheapest")
+
+
 class CatalogArgs(ToolArgs):
     kind: Literal["all", "models", "gpus"] | None = _opt("which catalog to list: all, models or gpus; null: all")
 
@@ -306,6 +314,12 @@ def _calculate_memory(args: LayoutArgs) -> dict:
     return out
 
 
+def _find_limit(args: LimitArgs) -> dict:
+    from .limits import solve
+
+    return solve(args.solve, **_given(args, "solve"))
+
+
 def _estimate_step_time(args: LayoutArgs) -> dict:
     result = estimate(**_given(args))
     return result.model_dump(mode="json", include={"time", "fits", "reason", "memory_gib", "config", "notes"})
@@ -378,6 +392,11 @@ TOOLS: tuple[Tool, ...] = (
          "activations, other, total, capacity, headroom; whether it fits (with the reason when not) and every "
          "pipeline stage. Checks a layout search_configs found.",
          MemoryArgs, _calculate_memory),
+    Tool("find_limit",
+         "The limit of a layout over the memory model: the longest sequence (solve=seq) or the largest micro-batch "
+         "(solve=mbs) that fits, with the memory at the limit and one past it, or every catalog GPU it fits on "
+         "(solve=gpu), the smallest and the cheapest. Answers 'longest context I can QLoRA Llama 3 8B on a 4090'.",
+         LimitArgs, _find_limit),
     Tool("estimate_step_time",
          "Step time of one layout built bottom-up (GEMMs, attention, collectives, pipeline bubble): "
          "time.step_s, tokens_per_s, MFU, HFU, bubble_fraction and a breakdown (compute, comm/tp, comm/cp, "

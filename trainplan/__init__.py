@@ -5,6 +5,7 @@ also the CLI help and the tool argument's description; None means the field's de
     trainplan.estimate(model=..., gpu=..., gpus=..., tp=..., ...) -> Estimate  # one layout
     trainplan.search(model=..., gpu=..., gpus=..., [pins]) -> dict             # the best layouts
     trainplan.plan("Llama 3 70B on 512 H100s for 15T tokens") -> PlanReport    # the whole plan
+    trainplan.limits("seq", model=..., gpu=..., gpus=..., [layout]) -> dict     # longest seq / largest mbs / GPUs
 
 `Estimate.model_dump(mode="json")` is the `trainplan estimate --json` object. Nothing heavy is
 imported until a function is called, so `trainplan --help` stays fast.
@@ -20,8 +21,9 @@ if TYPE_CHECKING:
     from trainplan.agent.report import PlanReport
     from trainplan.tools.contract import (Attention, Dispatcher, Estimate, GroupedGemm, Launch, OffloadModule, Precision,
                                           Recompute, RecomputeModule, Schedule)
+    from trainplan.tools.loss import LossKernel
 
-__all__ = ["InputError", "__version__", "estimate", "plan", "search"]
+__all__ = ["InputError", "__version__", "estimate", "limits", "plan", "search"]
 __version__ = "0.1.0"
 
 
@@ -43,6 +45,7 @@ def estimate(
     fp8_activations: bool = False, tp_comm_overlap: bool = False, deallocate_pipeline_outputs: bool = True,
     save_mlp_act_output: bool = True, overlap_grad_reduce: bool = True, blocking_p2p: bool = False,
     method: str = "full", lora_rank: int | None = None, lora_targets: str | None = None,
+    loss_kernel: LossKernel | str | None = None,
     etp: int | None = None, dispatcher: Dispatcher | str = "alltoall", capacity_factor: float | None = None,
     force_balance: bool = False, grouped_gemm: GroupedGemm | str = "per_expert", moe_a2a_overlap: bool = False,
     # What to return.
@@ -79,6 +82,7 @@ def search(
     launch: Launch | str | None = None, save_mlp_act_output: bool | None = None, overlap_grad_reduce: bool | None = None, blocking_p2p: bool | None = None,
     offload_modules: tuple[OffloadModule | str, ...] | str | None = None,
     method: str | None = None, lora_rank: int | None = None, lora_targets: str | None = None,
+    loss_kernel: str | None = None,
     etp: int | None = None, dispatcher: Dispatcher | str | None = None, capacity_factor: float | None = None,
     force_balance: bool | None = None, grouped_gemm: GroupedGemm | str | None = None,
     moe_a2a_overlap: bool | None = None,
@@ -126,3 +130,12 @@ def plan(
     fields = {k: v for k, v in locals().items()
               if k not in ("request_text", "backend", "llm_model", "engine", "options", "_plan") and v is not None}
     return _plan(request_text, backend=backend, llm_model=llm_model, engine=engine, **options, **fields)
+
+
+def limits(solve: str, model: str, gpu: str | None = None, gpus: int = 1, **fields: Any) -> dict:
+    """The limit of one layout over the memory model (tools/limits.py): solve='seq' the longest sequence that
+    fits, 'mbs' the largest micro-batch, 'gpu' every catalog GPU it fits on (smallest and cheapest named).
+    `fields` are estimate's keywords (the Job's and Layout's). `trainplan estimate --solve` prints the same."""
+    from trainplan.tools.limits import solve as _solve
+
+    return _solve(solve, model, gpu, gpus, **fields)

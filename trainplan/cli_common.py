@@ -25,6 +25,9 @@ from trainplan.tools.contract import Cli, cli_of, shown_default
 from trainplan.tools.errors import InputError
 
 Json = Annotated[bool, typer.Option("--json", help="print the result object as JSON")]
+Solve = Annotated[Optional[str], typer.Option(
+    "--solve", help="instead of one estimate, the limit of this layout: seq (the longest sequence that fits), mbs "
+    "(the largest micro-batch that fits) or gpu (the catalog GPUs it fits on, smallest and cheapest); tools/limits.py")]
 From = Annotated[Optional[Path], typer.Option(
     "--from", help="a saved estimate/plan JSON: its 'config' object gives the layout; flags override it")]
 

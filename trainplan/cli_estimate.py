@@ -67,14 +67,22 @@ def render_estimate(result: dict, console: Console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    def estimate_command(source: opt.From = None, as_json: opt.Json = False, **values) -> None:
-        """Memory per GPU, step time, MFU and training cost of one layout."""
+    def estimate_command(source: opt.From = None, as_json: opt.Json = False, solve: opt.Solve = None,
+                         **values) -> None:
+        """Memory per GPU, step time, MFU and training cost of one layout (--solve: its longest seq, largest
+        mbs, or the GPUs it fits on)."""
         from trainplan.tools.estimate import estimate
 
         merged = opt.merged_options(fields, values, source)
         for key in ("model", "gpu", "gpus"):
-            if merged.get(key) is None:
+            if merged.get(key) is None and not (key == "gpu" and solve == "gpu"):
                 raise InputError(f"--{key} is required (or pass --from with a saved estimate)")
+        if solve is not None:
+            from trainplan.tools.limits import render_limit, solve as solve_limit
+
+            answer = solve_limit(solve, **merged)
+            print(json.dumps(answer, indent=2) if as_json else render_limit(answer))
+            return
         result = estimate(**merged)
         if as_json:
             print(json.dumps(result.model_dump(mode="json"), indent=2))
@@ -85,5 +93,6 @@ def register(app: typer.Typer) -> None:
 
     fields = fields_of(Job, Layout)
     tail = [inspect.Parameter("source", inspect.Parameter.KEYWORD_ONLY, annotation=opt.From, default=None),
-            inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=opt.Json, default=False)]
+            inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=opt.Json, default=False),
+            inspect.Parameter("solve", inspect.Parameter.KEYWORD_ONLY, annotation=opt.Solve, default=None)]
     app.command("estimate")(opt.command(estimate_command, [*opt.options(fields, mode="override"), *tail]))

@@ -41,6 +41,15 @@ Hugging Face models that DeepSpeed, Accelerate and the Trainer tools load with a
 "flash_attention_2" (common.HF_ATTN_IMPLEMENTATION)."""
 
 
+ENGINE_LOSS_KERNEL = {"megatron": "fused", "deepspeed": "materialised", "torchtitan": "materialised",
+                      "accelerate": "materialised", **{engine: "materialised" for engine in HF_TRAINER_ENGINES}}
+"""Layout.loss_kernel as each engine computes the loss (tools/loss.py): Megatron's vocab-parallel cross-entropy
+(fused); torchtitan's cross_entropy_loss upcasts the whole logits (`pred.flatten(0, 1).float()`), and the Hugging
+Face models that DeepSpeed, Accelerate and the Trainer tools (TRL, Axolotl, LLaMA-Factory) load compute
+`logits.float()` in their loss_function (materialised). Axolotl's and LLaMA-Factory's Liger or Cut Cross-Entropy
+plugins, and Unsloth, run fused_linear when enabled: set loss_kernel."""
+
+
 def stores_fp32_params(engine: str) -> bool:
     """Layout.fp32_params as `engine` stores the parameters (FP32_PARAM_ENGINES)."""
     return engine in FP32_PARAM_ENGINES
@@ -48,8 +57,10 @@ def stores_fp32_params(engine: str) -> bool:
 
 def engine_knobs(engine: str) -> dict:
     """The Layout knobs an engine decides by how it runs: its parameter storage (FP32_PARAM_ENGINES) and its
-    attention kernel (ENGINE_ATTENTION). A search given the engine takes these where the request sets none."""
-    return {"fp32_params": stores_fp32_params(engine), "attention": ENGINE_ATTENTION[engine]}
+    attention kernel (ENGINE_ATTENTION) and its loss kernel (ENGINE_LOSS_KERNEL). A search given the engine takes
+    these where the request sets none."""
+    return {"fp32_params": stores_fp32_params(engine), "attention": ENGINE_ATTENTION[engine],
+            "loss_kernel": ENGINE_LOSS_KERNEL[engine]}
 
 
 def param_storage_note(engine: str, cfg: ParallelConfig) -> str | None:
