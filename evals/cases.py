@@ -49,6 +49,9 @@ QUANTITIES: dict[str, tuple[Callable[[dict, dict], float], str]] = {
     "aggregate_pflops": (lambda r, k: r["time"]["hardware_tflops_per_gpu"] * k["gpus"] / 1e3,
                          "hardware PFLOP/s over all GPUs"),
     "peak_memory_gib": (lambda r, k: r["memory_gib"]["total"], "peak memory of the most loaded GPU, GiB"),
+    "peak_allocated_gib": (lambda r, k: r["memory_gib"]["total"] - r["memory_gib"]["other"],
+                           "peak of the live tensors (torch.cuda.max_memory_allocated): the total less the CUDA "
+                           "context, NCCL buffers and allocator reserve, GiB"),
     "gpu_hours": (lambda r, k: r["training"]["gpu_hours"], "GPU-hours"),
     "cost_usd": (lambda r, k: r["training"]["cost_usd"], "dollars"),
     "days": (lambda r, k: r["training"]["days"], "wall-clock days"),
@@ -68,6 +71,7 @@ DEFAULT_TOLERANCE: dict[str, float] = {
     "hfu": 0.15,
     "aggregate_pflops": 0.15,
     "peak_memory_gib": 0.15,
+    "peak_allocated_gib": 0.15,
     "gpu_hours": 0.25,
     "cost_usd": 0.25,
     "days": 0.25,

@@ -1,0 +1,110 @@
+"""The loss kernel's logits (tools/loss.py) and the limits solved over the memory model (tools/limits.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import trainplan
+from trainplan.tools.catalog import load_gpu, load_model
+from trainplan.tools.errors import InputError
+from trainplan.tools.export.support import engine_knobs
+from trainplan.tools.limits import solve
+from trainplan.tools.loss import LOSS_BYTES, LossKernel
+
+GIB = 2**30
+QLORA_4090 = dict(model="llama3-8b", gpu="rtx-4090", gpus=1, method="qlora", lora_rank=32, recompute="full",
+                  attention="flash2", zero=0, fused_kernels=False)
+
+
+def test_materialised_logits_hold_eight_bytes_per_token_and_vocab_entry_more_than_fused():
+    seq, vocab = 4096, load_model("llama3-8b").vocab_size
+    fused = trainplan.estimate(**QLORA_4090, seq=seq, loss_kernel="fused").memory_gib.total
+    materialised = trainplan.estimate(**QLORA_4090, seq=seq, loss_kernel="materialised").memory_gib.total
+    chunked = trainplan.estimate(**QLORA_4090, seq=seq, loss_kernel="chunked").memory_gib.total
+    fused_linear = trainplan.estimate(**QLORA_4090, seq=seq, loss_kernel="fused_linear").memory_gib.total
+    per_byte = seq * vocab / GIB * (1 + 0.05)   # the allocator reserve is 5% of the activations
+    assert materialised - fused == pytest.approx(8 * per_byte, rel=1e-6)
+    assert chunked - fused == pytest.approx(2.5 * per_byte, rel=1e-6)
+    assert fused - fused_linear == pytest.approx(4 * per_byte, rel=1e-6)
+    assert LOSS_BYTES[LossKernel.materialised] == 12.0
+
+
+def test_the_default_follows_the_method_and_keeps_pre_training_as_it_was():
+    full = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=8, seq=8192)
+    assert full.config.loss_kernel is LossKernel.fused
+    assert full.memory_gib.total == trainplan.estimate(model="llama3-8b", gpu="h100", gpus=8, seq=8192,
+                                                       loss_kernel="fused").memory_gib.total
+    lora = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=1, method="lora", seq=2048)
+    assert lora.config.loss_kernel is LossKernel.materialised
+
+
+def test_engines_decide_the_loss_kernel():
+    assert engine_knobs("megatron")["loss_kernel"] == "fused"
+    assert {engine_knobs(e)["loss_kernel"] for e in ("trl", "axolotl", "llamafactory", "torchtitan")} == {"materialised"}
+
+
+def test_an_unknown_loss_kernel_is_one_clear_error():
+    with pytest.raises(InputError, match="loss_kernel='softmax' is not one of"):
+        trainplan.estimate(model="llama3-8b", gpu="h100", gpus=1, loss_kernel="softmax")
+
+
+@pytest.mark.parametrize("target", ["seq", "mbs"])
+def test_the_limit_fits_and_one_past_it_does_not(target):
+    fields = {k: v for k, v in QLORA_4090.items() if k not in ("model", "gpu", "gpus")}
+    if target == "mbs":
+        fields["seq"] = 2048
+    answer = solve(target, "llama3-8b", "rtx-4090", 1, **fields)
+    capacity = load_gpu("rtx-4090").memory_gib
+    assert answer[target] >= 1
+    assert answer["memory_gib_at_limit"] <= capacity < answer["memory_gib_one_past"]
+    at = trainplan.estimate(**{**QLORA_4090, target: answer[target], **({"seq": 2048} if target == "mbs" else {})})
+    assert at.fits and at.memory_gib.total == pytest.approx(answer["memory_gib_at_limit"])
+
+
+def test_a_longer_context_fits_with_a_fused_linear_loss():
+    base = {k: v for k, v in QLORA_4090.items() if k not in ("model", "gpu", "gpus")}
+    hf = solve("seq", "llama3-8b", "rtx-4090", 1, **base)["seq"]
+    fused = solve("seq", "llama3-8b", "rtx-4090", 1, **base, loss_kernel="fused_linear")["seq"]
+    assert fused > 2 * hf
+
+
+def test_the_gpus_that_fit_are_ranked_by_price_and_the_smallest_is_named():
+    answer = trainplan.limits("gpu", model="llama3-8b", gpus=1, method="qlora", seq=4096, recompute="full")
+    prices = [row["price_per_hour"] for row in answer["fits_on"]]
+    assert prices == sorted(prices) and answer["cheapest"] == answer["fits_on"][0]["gpu"]
+    assert answer["smallest"] == min(answer["fits_on"], key=lambda r: r["capacity_gib"])["gpu"]
+    assert all(row["memory_gib"] <= row["capacity_gib"] for row in answer["fits_on"])
+    # full fine-tuning of a 70B model fits on no single catalog card of under 1 TB
+    assert "h100-sxm-80gb" not in {r["gpu"] for r in trainplan.limits("gpu", model="llama3-70b", gpus=1)["fits_on"]}
+
+
+def test_nothing_fits_says_so():
+    answer = solve("seq", "llama3-70b", "rtx-4090", 1)
+    assert answer["seq"] is None and "nothing fits" in answer["note"]
+
+
+def test_an_unknown_target_is_one_clear_error():
+    with pytest.raises(InputError, match="solve='context' is not one of: seq, mbs, gpu"):
+        solve("context", "llama3-8b", "h100", 1)
+
+
+def test_estimate_solve_on_the_command_line():
+    run = subprocess.run([sys.executable, "-m", "trainplan.cli", "estimate", "--model", "llama3-8b", "--gpu", "4090",
+                          "--gpus", "1", "--method", "qlora", "--recompute", "full", "--solve", "seq", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["seq"] == solve("seq", "llama3-8b", "rtx-4090", 1, method="qlora",
+                                                  recompute="full")["seq"]
+
+
+def test_the_find_limit_tool_answers_as_the_api():
+    from trainplan.tools.registry import dispatch
+
+    out = dispatch("find_limit", {"model": "llama3-8b", "gpu": "rtx-4090", "gpus": 1, "method": "qlora",
+                                  "solve": "mbs", "seq": 2048})
+    assert out["mbs"] == trainplan.limits("mbs", model="llama3-8b", gpu="rtx-4090", gpus=1, method="qlora",
+                                          seq=2048)["mbs"]
