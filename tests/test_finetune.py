@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trainplan.tools.loss import LOSS_CODES
+
 from trainplan.tools import finetune
 from trainplan.tools.catalog import load_gpu, load_model
 from trainplan.tools.counting import count_params, flops_per_token
@@ -119,7 +121,8 @@ def test_vectorised_memory_agrees_with_the_scalar_path():
             arrays = {key: np.array([value]) for key, value in dict(
                 tp=2, pp=1, cp=1, ep=1, dp=4, vpp=1, zero=3, mbs=1, num_microbatches=4, seq=cfg.seq, recompute=2,
                 schedule=1, precision=0, method=finetune.METHOD_CODES[cfg.method], lora_rank=32,
-                lora_targets=finetune.TARGET_CODES[cfg.lora_targets]).items()}
+                lora_targets=finetune.TARGET_CODES[cfg.lora_targets], loss_kernel=LOSS_CODES[cfg.loss_kernel],
+                fp32_norms=int(cfg.fp32_norms)).items()}
             assert memory_totals_vectorised(spec, gpu, arrays)["total"][0] == pytest.approx(scalar)
 
 

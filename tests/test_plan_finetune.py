@@ -166,11 +166,18 @@ def test_every_entry_point_gives_a_fine_tune_the_planners_defaults(method):
     assert full["config"]["seq"] == 8192 and full["config"]["gbs"] > FINETUNE_GBS
 
 
-def test_without_ten_percent_headroom_the_plan_keeps_half_of_it(qlora_70b):
-    """No layout of QLoRA 70B on two 24 GiB cards leaves 10% free. The plan once took the fastest that
-    fit at all, micro-batch 2 at 98% of memory (0.47 GiB free); it now keeps 5% where a layout can."""
+def test_without_ten_percent_headroom_the_plan_keeps_what_it_can(qlora_70b):
+    """No layout of QLoRA 70B on two 24 GiB cards leaves 10% free. The plan keeps 5% where a layout can,
+    else takes the best that fits at all. On the Hugging Face stack (fp32 norms and materialised logits,
+    tools/finetune.py fp32_norm_changes, tools/loss.py) none leaves 5% either: the plan says so."""
     capacity = qlora_70b.recommended["memory_gib"]["capacity"]
-    assert qlora_70b.recommended["memory_gib"]["total"] <= 0.95 * capacity
-    assert any("the plan uses the best that leaves 5%" in a for a in qlora_70b.assumptions)
-    at_all = search(model="llama3-70b", gpu="rtx-4090", gpus=2, method="qlora", seq=512, gbs=16, headroom_gib=0.0)
+    job = dict(model="llama3-70b", gpu="rtx-4090", gpus=2, method="qlora", seq=512, gbs=16, engine="axolotl")
+    half = search(**job, headroom_gib=0.05 * capacity)["candidates"]
+    if half:
+        assert qlora_70b.recommended["memory_gib"]["total"] <= 0.95 * capacity
+        assert any("the plan uses the best that leaves 5%" in a for a in qlora_70b.assumptions)
+    else:
+        assert any("the plan uses the best that fits at all" in a for a in qlora_70b.assumptions)
+    at_all = search(**job, headroom_gib=0.0)
+    assert qlora_70b.recommended["memory_gib"]["total"] <= capacity
     assert at_all["candidates"][0]["memory_gib"]["total"] > 0.95 * capacity  # the fastest that fits is tighter

@@ -236,7 +236,8 @@ def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
                   offload_modules=offload_rules.config_mask(cfg),
                   method=finetune.METHOD_CODES[cfg.method], lora_rank=cfg.lora_rank or 0,
                   lora_targets=finetune.TARGET_CODES[cfg.lora_targets] if cfg.lora_targets else 0,
-                  loss_kernel=LOSS_CODES[resolved_loss_kernel(cfg.loss_kernel, cfg.method)])
+                  loss_kernel=LOSS_CODES[resolved_loss_kernel(cfg.loss_kernel, cfg.method)],
+                  fp32_norms=finetune.resolved_fp32_norms(cfg.fp32_norms, cfg.method))
     return {k: np.array([[v]], dtype=float) for k, v in values.items()}
 
 
@@ -276,7 +277,10 @@ def activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]:
     if np.any(k.get("method", 0) > 0):   # LoRA/QLoRA: frozen linears save no input; the x A products
         full = finetune.saved_tensor_changes(model, moe, full, s * k["mbs"], k["method"], k["lora_rank"],
                                              k["lora_targets"])
-    layer_input = 2 * s * k["mbs"] * model.hidden_size / r
+    if np.any(k.get("fp32_norms", 0) > 0):   # PEFT's fp32 norms: fp32 block tensors and residual stream
+        full = finetune.fp32_norm_changes(model, moe, full, k["method"], k["lora_targets"], k["fp32_norms"])
+    residual_bytes = np.where(k.get("fp32_norms", 0) > 0, 4.0, 2.0) if not moe else 2.0
+    layer_input = residual_bytes * s * k["mbs"] * model.hidden_size / r
     stored = _stored(full, k["recompute"], k["recompute_modules"], layer_input)
     if moe:   # fp8_activations: the MoE SwiGLU outputs are recomputed from their cached FP8 inputs
         for key in SWIGLU_OUTPUTS_RECOMPUTED:

@@ -461,6 +461,11 @@ class Layout(BaseModel):
                                   f"{DEFAULT_LORA_RANK} (full: must stay null)")
     lora_targets: LoraTargets | None = Field(default=None, description="linear layers with adapters: attention "
                                              "(q, k, v, o) or all-linear (also the MLP or experts); null: all-linear")
+    fp32_norms: bool | None = Field(
+        default=None, description="the norms hold fp32 weights, as PEFT's prepare_model_for_kbit_training leaves a "
+        "k-bit model (TRL's SFTTrainer calls it and casts only the embedding and head back): the norm outputs, the "
+        "4-bit linears' outputs, the SwiGLU and the residual stream run in fp32, and each linear saves its own bf16 "
+        "cast of its input (tools/finetune.py fp32_norm_changes); null: true for qlora, false otherwise")
     loss_kernel: LossKernel | None = Field(
         default=None, description="how the LM head's logits and the loss are computed (tools/loss.py): fused "
         "(Megatron's vocab-parallel cross-entropy, one fp32 softmax made and turned into the gradient in place: 4 B "

@@ -229,20 +229,77 @@ def saved_tensor_changes(model, moe: bool, tensors: dict, tok, method_code, rank
     """The full-method saved tensors of a block, adjusted for frozen weights and the LoRA branch
     (numpy-friendly: method_code, rank and targets_code may be arrays of codes).
 
-    Frozen, untargeted linears save no input: with attention-only targets the MLP's fc1 and fc2
-    inputs (MoE: the dispatched copies and the expert fc2 inputs; the shared experts' fc2 input) go.
+    Frozen, untargeted bf16 linears (lora) save no input: with attention-only targets the MLP's fc1 and fc2
+    inputs (MoE: the dispatched copies and the expert fc2 inputs; the shared experts' fc2 input) go. A
+    bitsandbytes 4-bit linear (qlora) keeps its input all the same: MatMul4Bit.forward saves
+    `ctx.tensors = (A, B)` whenever the input needs a gradient (bitsandbytes/autograd/_functions.py), though
+    its backward reads only B, so under qlora they stay.
     Every targeted linear adds its rank-r product x A in bf16 (2 B x rows x r per token).
     """
     lora = np.asarray(method_code) > 0
     attention_only = lora & (np.asarray(targets_code) == TARGET_CODES[LoraTargets.attention])
+    frees_inputs = attention_only & (np.asarray(method_code) == METHOD_CODES[Method.lora])
     out = dict(tensors)
     for key in ("mlp/fc1_input", "mlp/fc2_input", "moe/dispatched", "moe/expert_fc2_input", "moe/shared_fc2_input"):
         if key in out:
-            out[key] = np.where(attention_only, 0.0, out[key])
+            out[key] = np.where(frees_inputs, 0.0, out[key])
     rows = {target: sum(lin.rows * lin.copies for lin in targeted_linears(model, moe, target)) for target in LoraTargets}
     per_token = np.where(attention_only, rows[LoraTargets.attention], rows[LoraTargets.all_linear])
     out["lora/xa_products"] = np.where(lora, BF16_BYTES * tok * rank * per_token, 0.0)
     return out
+
+
+def fp32_norm_changes(model, moe: bool, tensors: dict, method_code, targets_code, fp32_norms) -> dict:
+    """A block's saved tensors when its norms hold fp32 weights (Layout.fp32_norms), numpy-friendly.
+
+    PEFT's prepare_model_for_kbit_training casts every bf16 parameter of a k-bit model to fp32 ("cast all
+    non INT8 parameters to fp32", peft/utils/other.py), and TRL's SFTTrainer, which calls it, casts the
+    embedding and LM head back to bf16 but keeps the norms fp32 (trl peft_module_casting_to_bf16). The
+    transformers RMSNorm returns `self.weight * hidden_states.to(input_dtype)`: with an fp32 weight its output
+    is fp32, and so is what follows it:
+      - bitsandbytes' Linear4bit casts its input to the compute dtype and returns `out.to(inp_dtype)`
+        (bitsandbytes/nn/modules.py), so q, k, v, gate and up give fp32 outputs, and MatMul4Bit saves its
+        bf16 copy of the input (ctx.tensors = (A, B)); each LoRA A under bf16 autocast saves a bf16 cast
+        of its own: 2 B per linear reading the tensor, per copy, instead of one shared bf16 tensor;
+      - the SwiGLU (silu, then mul) runs and saves in fp32: the gate and up outputs and silu(gate), 4 B;
+      - flash attention casts q, k, v back to bf16 (transformers' "silently casted in float32" warning): its
+        saved tensors stay bf16; the out-projection reads its bf16 output;
+      - the MLP's fp32 output promotes the residual stream to fp32 (bf16 + fp32 adds to fp32): every
+        layer's input, the checkpoint full recompute keeps, is 4 B per element (memory.py doubles it);
+      - the norm's fp32 product is saved by no op (the frozen weight multiply keeps the weight only):
+        norm/inputs drops, norm/eager_fp32 (the fp32 input pow and rsqrt save) stays.
+    MoE blocks are left as they are (the expert path's casts are not modelled)."""
+    on = np.asarray(fp32_norms) > 0
+    if not np.any(on) or moe:
+        return tensors
+    qlora = np.asarray(method_code) == METHOD_CODES[Method.qlora]
+    lora = np.asarray(method_code) > 0
+    all_linear = np.asarray(targets_code) == TARGET_CODES[LoraTargets.all_linear]
+    h = model.hidden_size
+    readers = sum(1 for lin in _attention_linears(model) if lin.d_in == h and not lin.row_parallel)
+    mlp_readers = 2 if model.gated_mlp else 1
+    attention_copies = readers * (qlora + lora)
+    mlp_copies = qlora + (lora & all_linear)
+    out = dict(tensors)
+
+    def scaled(key, factor):
+        if key in out:
+            out[key] = np.where(on, factor * out[key], out[key])
+
+    scaled("norm/inputs", 0.0)
+    scaled("attention/qkv_input", attention_copies)
+    scaled("mlp/fc1_input", mlp_readers * mlp_copies)
+    scaled("mlp/act_input", 2.0)
+    scaled("mlp/eager_silu_output", 2.0)
+    scaled("mlp/fc2_input", mlp_copies)
+    return out
+
+
+def resolved_fp32_norms(fp32_norms, method) -> bool:
+    """Layout.fp32_norms: as given, else true for qlora (PEFT's k-bit preparation, fp32_norm_changes)."""
+    if fp32_norms is not None:
+        return bool(fp32_norms)
+    return Method(method) is Method.qlora
 
 
 def adapter_coefficients(model, moe: bool) -> dict[str, float]:

@@ -18,7 +18,7 @@ from .recompute import module_applies
 from .contract import OffloadModule
 from .specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, RecomputeModule, Schedule
 from .validity import Knobs, check
-from .finetune import is_lora, resolve_method
+from .finetune import is_lora, resolve_method, resolved_fp32_norms
 from .loss import LossKernel, resolved_loss_kernel
 
 
@@ -187,7 +187,8 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
                   precision=precision, attention=attention, etp=etp, dp_shard=dp_shard, dispatcher=dispatcher,
                   grouped_gemm=grouped_gemm,
                   sequence_parallel=sequence_parallel and tp > 1, tp_comm_overlap=tp_comm_overlap and tp > 1,
-                  method=method, lora_rank=lora_rank, lora_targets=lora_targets, loss_kernel=loss_kernel)
+                  method=method, lora_rank=lora_rank, lora_targets=lora_targets, loss_kernel=loss_kernel,
+                  fp32_norms=resolved_fp32_norms(values["fp32_norms"], method))
     return ParallelConfig(**values)
 
 

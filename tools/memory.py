@@ -494,7 +494,7 @@ save_mlp_act_output (1), fused_kernels (1), offload_modules (an integer mask of 
 1: eager), recompute_modules (an integer mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where
 recompute is selective), etp (expert TP; default: tp), dp_shard (ZeRO shard group in dp ranks; default: dp),
 method (0 full, 1 lora, 2 qlora), lora_rank (0), lora_targets (0 attention, 1 all-linear), loss_kernel
-(loss.LOSS_CODES; 0 fused).
+(loss.LOSS_CODES; 0 fused), fp32_norms (0).
 Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
 
@@ -511,7 +511,7 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
                 "fp8_activations": 0, "deallocate_pipeline_outputs": 1, "save_mlp_act_output": 1,
                 "fused_kernels": 1, "offload_modules": 0,
                 "attention": ATTENTION_CODES[Attention.flash], "method": 0, "lora_rank": 0, "lora_targets": 1,
-                "loss_kernel": loss_rules.LOSS_CODES[loss_rules.LossKernel.fused]}
+                "loss_kernel": loss_rules.LOSS_CODES[loss_rules.LossKernel.fused], "fp32_norms": 0}
     given = {key: arrays.get(key, defaults.get(key)) for key in (*VECTOR_KEYS, *defaults)}
     if given["recompute"] is not None:
         default_mask = np.where(np.asarray(given["recompute"]) == _SELECTIVE, recompute_rules.DEFAULT_MASK, 0)

@@ -45,7 +45,7 @@ def estimate(
     fp8_activations: bool = False, tp_comm_overlap: bool = False, deallocate_pipeline_outputs: bool = True,
     save_mlp_act_output: bool = True, overlap_grad_reduce: bool = True, blocking_p2p: bool = False,
     method: str = "full", lora_rank: int | None = None, lora_targets: str | None = None,
-    loss_kernel: LossKernel | str | None = None,
+    loss_kernel: LossKernel | str | None = None, fp32_norms: bool | None = None,
     etp: int | None = None, dispatcher: Dispatcher | str = "alltoall", capacity_factor: float | None = None,
     force_balance: bool = False, grouped_gemm: GroupedGemm | str = "per_expert", moe_a2a_overlap: bool = False,
     # What to return.
@@ -82,7 +82,7 @@ def search(
     launch: Launch | str | None = None, save_mlp_act_output: bool | None = None, overlap_grad_reduce: bool | None = None, blocking_p2p: bool | None = None,
     offload_modules: tuple[OffloadModule | str, ...] | str | None = None,
     method: str | None = None, lora_rank: int | None = None, lora_targets: str | None = None,
-    loss_kernel: str | None = None,
+    loss_kernel: str | None = None, fp32_norms: bool | None = None,
     etp: int | None = None, dispatcher: Dispatcher | str | None = None, capacity_factor: float | None = None,
     force_balance: bool | None = None, grouped_gemm: GroupedGemm | str | None = None,
     moe_a2a_overlap: bool | None = None,
