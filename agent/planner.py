@@ -99,9 +99,15 @@ def _request_from(request_text: str | None, request: PlanRequest | None, fields:
 def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
     """Every field the tools need, defaults filled in, and the assumptions that names them."""
     require_complete(request)
+    assumptions = []
+    if request.solve is not None and request.gpus is None and request.max_gpus is None and \
+            request.deadline_days is None and request.budget_usd is None:
+        request = request.model_copy(update={"gpus": 1})
+        assumptions.append("GPU count not given: one GPU, as the limit asked is one GPU's")
+    if request.solve == "gpu" and request.gpu is None:
+        request = request.model_copy(update={"gpu": _cheapest_gpu(request, assumptions)})
     spec = catalog.load_model(request.model)
     gpu = catalog.load_gpu(request.gpu)
-    assumptions = []
     if request.model_from_size:
         assumptions.append(f"model: '{request.model_from_size}' read as {request.model}, the catalog's one model of "
                            "that size; name the model to plan another")
@@ -169,6 +175,46 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
             "method": method, "lora_rank": lora_rank, "lora_targets": lora_targets, "fine_tune": fine_tune,
             **{pin: getattr(request, pin) for pin in PINS}}
     return full, assumptions
+
+
+def _cheapest_gpu(request: PlanRequest, assumptions: list[str]) -> str:
+    """The catalog GPU a solve=gpu request runs on: the cheapest on which its leanest layout fits (data parallel,
+    ZeRO-3 across GPUs, full recompute, micro-batch 1), as tools/limits.py finds it."""
+    from trainplan.tools.limits import solve
+
+    gpus = request.gpus or 1
+    lean = {"zero": 3 if gpus > 1 else 0, "recompute": "full", "mbs": 1}
+    fields = {k: getattr(request, k) for k in ("seq", "precision", "method", "lora_rank", "lora_targets")
+              if getattr(request, k) is not None}
+    answer = solve("gpu", request.model, gpus=gpus, **fields, **lean)
+    if not answer["fits_on"]:
+        raise InputError(f"{request.model} fits on no catalog GPU with {gpus} GPU(s), even with ZeRO-3, full "
+                         "recompute and micro-batch 1: use more GPUs, LoRA or QLoRA, or a shorter sequence")
+    assumptions.append(f"GPU not given: the cheapest catalog GPU on which the leanest layout fits, "
+                       f"{answer['cheapest']} (smallest: {answer['smallest']}; {len(answer['fits_on'])} fit)")
+    return answer["cheapest"]
+
+
+def _limit_of(request: PlanRequest, recommended: dict) -> dict | None:
+    """The limit the request asked (request.solve), tools/limits.py's answer: the GPUs the recommended layout fits
+    on; the longest seq (at micro-batch 1) or the largest mbs of the recommended layout with full recompute, the
+    recompute that fits the most (the pins of the request kept)."""
+    if request.solve is None or recommended is None:
+        return None
+    from trainplan.tools.limits import solve
+
+    config = estimate_kwargs(recommended["config"])
+    config.pop("gpu", None)
+    model, gpus = config.pop("model"), config.pop("gpus")
+    if request.solve in ("seq", "mbs") and request.recompute is None:
+        config.update(recompute="full", recompute_modules=None)
+    if request.solve == "seq" and request.mbs is None:
+        config["mbs"] = 1
+    answer = solve(request.solve, model, recommended["config"]["gpu"], gpus, **config)
+    if request.solve != "gpu":
+        answer["layout"] = (f"the recommended layout with recompute {config['recompute']}"
+                            + (f" and micro-batch {config['mbs']}" if request.solve == "seq" else ""))
+    return answer
 
 
 def _shown(job: dict) -> dict:
@@ -329,7 +375,7 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
                         alternatives=alternatives,
                         rationale=_rationale(recommended, search, alternatives, choice_notes),
                         assumptions=assumptions, search=search, extra_risks=risks, objective=job["objective"],
-                        not_understood=request.unparsed or [])
+                        not_understood=request.unparsed or [], limit=_limit_of(request, recommended))
 
 
 # --- the LLM backend -------------------------------------------------------------------------------

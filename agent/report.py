@@ -143,9 +143,17 @@ class PlanReport(BaseModel):
     launch: Launch | None = Field(default=None, description="launch settings for the chosen engine")
     not_understood: list[str] = Field(default_factory=list, description="words of the request the parser did "
                                                                          "not understand")
+    limit: dict | None = Field(default=None, description="the limit the request asked (its solve: the longest seq, "
+                               "the largest mbs or the GPUs that fit) for the recommended layout, tools/limits.py")
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.model_dump(mode="json"), indent=indent)
+
+    def limit_text(self) -> str:
+        """The limit's answer as tools/limits.py words it (estimate --solve prints the same)."""
+        from trainplan.tools.limits import render_limit
+
+        return render_limit(self.limit) if self.limit else ""
 
     def to_markdown(self) -> str:
         recommended = self.recommended or {}
@@ -290,7 +298,7 @@ def build_report(*, backend: str, request_text: str, request: dict, recommended:
                  alternatives: list[dict], rationale: str, assumptions: list[str], search: dict | None = None,
                  extra_risks: list[str] = (), objective: str = "throughput", llm_model: str | None = None,
                  grounding: Grounding | None = None, tool_calls: list[dict] = (),
-                 not_understood: list[str] = ()) -> PlanReport:
+                 not_understood: list[str] = (), limit: dict | None = None) -> PlanReport:
     """Assemble a PlanReport. `recommended` is an estimate made with timeline=True: its pipeline
     record becomes the timeline, and the rest is kept as the tools returned it."""
     timeline = None
@@ -313,7 +321,7 @@ def build_report(*, backend: str, request_text: str, request: dict, recommended:
                                   + why_not(a, recommended, objective))
                       for a in alternatives] if recommended else [],
         risks=risks, rationale=rationale, assumptions=list(assumptions), search=search, grounding=grounding,
-        tool_calls=list(tool_calls), not_understood=list(not_understood),
+        tool_calls=list(tool_calls), not_understood=list(not_understood), limit=limit,
     )
 
 

@@ -47,7 +47,7 @@ requires a model and the hardware and raises InputError naming what is missing, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -80,14 +80,19 @@ class _Request(BaseModel):
     fine_tuning: bool | None = Field(default=None, description="the request fine-tunes a trained model: when full "
                                                                "training does not fit, the plan says whether LoRA or "
                                                                "QLoRA would")
+    solve: Literal["seq", "mbs", "gpu"] | None = Field(
+        default=None, description="the limit the request asks for (tools/limits.py): seq, the longest context that "
+        "fits ('longest context I can QLoRA Llama 3 8B on a 4090'); mbs, the largest micro-batch that fits; gpu, the "
+        "smallest or cheapest catalog GPU that fits (the plan then runs on the cheapest); the report answers it for "
+        "the recommended layout; a request that asks one and names no GPU count plans one GPU")
 
     def given(self) -> dict[str, Any]:
         """The fields that are set (the words not understood are not a field of the plan)."""
         return {k: v for k, v in self.model_dump(exclude={"unparsed"}).items() if v is not None}
 
     def missing(self) -> list[str]:
-        needed = ["model", "gpu"]
-        if self.max_gpus is None and self.deadline_days is None and self.budget_usd is None:
+        needed = ["model"] if self.solve == "gpu" else ["model", "gpu"]   # solve=gpu: the cheapest that fits
+        if self.max_gpus is None and self.deadline_days is None and self.budget_usd is None and self.solve is None:
             needed.append("gpus")  # with a bound, a deadline or a budget the planner finds the count
         return [name for name in needed if getattr(self, name) is None]
 
@@ -125,6 +130,7 @@ def parse_partial(text: str) -> PlanRequest:
     rules.read_goodput(t, found)
     rules.read_deadline(t, found)
     rules.read_counts(t, found)
+    steering.read_limit(t, found)   # before the objective: 'cheapest GPU that fits' asks a limit
     steering.read_objective(t, found)
     negated = steering.read_negations(t, found)
     steering.read_precision(t, found, negated)

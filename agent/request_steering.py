@@ -25,6 +25,26 @@ OBJECTIVES = {
 """Words that choose the search objective (tools/search.py: throughput, time, cost)."""
 
 
+LIMITS = {
+    "seq": r"(?:longest|largest|biggest|max(?:imum)?|most)\s+(?:context(?:\s+(?:length|window))?|sequence(?:\s+length)?"
+           r"|seq(?:uence)?[\s-]*len(?:gth)?|tokens?\s+per\s+sequence)",
+    "mbs": r"(?:largest|biggest|max(?:imum)?)\s+(?:micro[\s-]*batch(?:[\s-]*size)?|(?:per[\s-]*device\s+)?batch"
+           r"(?:[\s-]*size)?)",
+    "gpu": r"(?:smallest|cheapest|least\s+expensive|which)\s+(?:catalog\s+)?(?:gpu|card|accelerator)s?",
+}
+"""How a request asks a limit of tools/limits.py: 'longest context', 'largest micro-batch', 'cheapest GPU'."""
+
+
+def read_limit(t: RequestText, found: dict[str, Any]) -> None:
+    """solve: the first limit the request asks (LIMITS)."""
+    hits = [(m.start(), name, m) for name, pattern in LIMITS.items()
+            for m in [t.first(rf"(?<![a-z])(?:{pattern})(?![a-z])")] if m]
+    if hits:
+        _, name, match = min(hits, key=lambda h: h[0])
+        found["solve"] = name
+        t.mark(*match.span())
+
+
 def read_objective(t: RequestText, found: dict[str, Any]) -> None:
     """objective: 'cheapest' / 'minimise cost' -> cost, 'fastest' -> time, 'max throughput' -> throughput."""
     hits = [(m.start(), name, m) for name, pattern in OBJECTIVES.items()

@@ -128,7 +128,8 @@ def render_limit(answer: dict) -> str:
     else:
         value = answer[answer["solve"]]
         name = "longest sequence" if answer["solve"] == "seq" else "largest micro-batch"
-        lines = [f"{answer['model']} on {where}: {name} that fits: {value if value else 'none'}"]
+        lines = [f"{answer['model']} on {where}: {name} that fits: {value if value else 'none'}"
+                 + (f" ({answer['layout']})" if answer.get("layout") else "")]
         if "memory_gib_at_limit" in answer:
             lines.append(f"  memory at the limit {answer['memory_gib_at_limit']:.3f} of {answer['capacity_gib']:.2f} GiB"
                          + (f" (headroom {answer['headroom_gib']:g} GiB)" if answer["headroom_gib"] else ""))

@@ -69,8 +69,8 @@ def render_estimate(result: dict, console: Console) -> None:
 def register(app: typer.Typer) -> None:
     def estimate_command(source: opt.From = None, as_json: opt.Json = False, solve: opt.Solve = None,
                          **values) -> None:
-        """Memory per GPU, step time, MFU and training cost of one layout (--solve: its longest seq, largest
-        mbs, or the GPUs it fits on)."""
+        """Memory per GPU, step time, MFU and training cost of one layout. With --solve: the longest seq or
+        the largest mbs that fits, or the catalog GPUs it fits on (tools/limits.py)."""
         from trainplan.tools.estimate import estimate
 
         merged = opt.merged_options(fields, values, source)

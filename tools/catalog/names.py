@@ -176,9 +176,11 @@ def gpu_mentions(text: str, names: list[str] | None = None) -> list[GpuMention]:
     return sorted(out, key=lambda m: m.start)
 
 
-_BARE_NUMBER_GPU = r"(?<![0-9a-z.,$£€])(?P<base>{alias})s(?![a-z0-9])"
-"""An alias that is a bare number ('4090') names a GPU only in the plural ('two 4090s'); '4090 GPUs'
-is a count, and '4090 steps' or '$4090' stay numbers."""
+_BARE_NUMBER_GPU = (r"(?<![0-9a-z.,$£€])(?P<base>{alias})s(?![a-z0-9])"
+                    r"|(?<![a-z0-9])(?:an?|one|single)\s+(?P<size>[0-9]+\s*gb\s+)?(?P<single>{alias})(?![a-z0-9])")
+"""An alias that is a bare number ('4090') names a GPU only in the plural ('two 4090s') or after an article,
+with its memory or not ('a 4090', 'a 24 GB 4090'); '4090 GPUs' is a count, and '4090 steps', 'a 4090-token
+sequence' or '$4090' stay numbers."""
 
 
 def _bare_number_mentions(text: str, aliases: tuple[tuple[str, str], ...],
@@ -191,8 +193,12 @@ def _bare_number_mentions(text: str, aliases: tuple[tuple[str, str], ...],
             if any(m.start < match.end() and match.start() < m.end for m in found):
                 continue  # inside a mention already read ('RTX 4090s')
             entry = split_gpu_name(name)
-            out.append(GpuMention(name=name, written=match.group("base"), start=match.start(), end=match.end(),
-                                  base=entry.base))
+            written = match.group("base") or match.group("single")
+            if match.group("single") and re.match(r"\s*-?\s*(?:tokens?|steps?|seq)", text[match.end():], re.I):
+                continue   # 'a 4090-token sequence'
+            start = match.start("base") if match.group("base") else match.start("size" if match.group("size") else
+                                                                                   "single")
+            out.append(GpuMention(name=name, written=written, start=start, end=match.end(), base=entry.base))
     return out
 
 
