@@ -116,8 +116,9 @@ def test_a_torchtitan_search_charges_fsdp_storage():
     best = search("llama3-8b", "h100", 8, gbs=64, seq=4096, zero=3, pp=1, engine="torchtitan")["candidates"][0]
     config = best["config"]
     assert config["fp32_params"]
+    assert config["loss_kernel"] == "materialised"   # torchtitan's cross_entropy_loss upcasts the logits
     layout = {k: config[k] for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute",
-                                     "recompute_modules", "schedule")}
+                                     "recompute_modules", "schedule", "loss_kernel")}
     fsdp = memory_breakdown(MODEL, resolve_config(MODEL, gpus=8, fp32_params=True, **layout), H100)
     megatron = memory_breakdown(MODEL, resolve_config(MODEL, gpus=8, **layout), H100)
     assert best["memory_gib"]["total"] == pytest.approx(fsdp.total, rel=1e-9)

@@ -103,7 +103,7 @@ def test_a_fine_tune_that_does_not_fit_is_told_which_adapter_method_fits():
 
 def test_adapter_methods_are_not_planned_as_full_training():
     # The search takes method and lora_rank as fixed knobs, so the plan is a QLoRA layout.
-    report = plan("QLoRA fine-tune Llama 3 70B on 1 L40S, rank 64, seq 1024", backend="offline")
+    report = plan("QLoRA fine-tune Llama 3 70B on 1 L40S, rank 64, seq 512", backend="offline")
     config = report.model_dump(mode="json")["recommended"]["config"]
     assert (config["method"], config["lora_rank"]) == ("qlora", 64)
 

@@ -120,6 +120,7 @@ def plan(
     objective: str | None = None, max_gpus: int | None = None, gpus_at_least: bool | None = None, deadline_days: float | None = None,
     budget_usd: float | None = None, method: str | None = None, lora_rank: int | None = None,
     lora_targets: str | None = None, fine_tuning: bool | None = None, model_from_size: str | None = None,
+    solve: str | None = None,
     **options: Any,
 ) -> PlanReport:
     """A PlanReport for a plain-language request and/or its fields (offline planner unless an LLM is
