@@ -108,3 +108,19 @@ def test_the_find_limit_tool_answers_as_the_api():
                                   "solve": "mbs", "seq": 2048})
     assert out["mbs"] == trainplan.limits("mbs", model="llama3-8b", gpu="rtx-4090", gpus=1, method="qlora",
                                           seq=2048)["mbs"]
+
+
+def test_fp32_norms_hold_the_residual_stream_in_fp32():
+    """Under full recompute the checkpoint is each layer's input: 4 B per element with fp32 norms instead of 2,
+    and the block's saved tensors grow; full training with fp32 norms still saves its linears' inputs."""
+    spec = load_model("llama3-8b")
+    seq = 4096
+    for method in ("qlora", "full"):
+        base = dict(model="llama3-8b", gpu="h100", gpus=1, method=method, seq=seq, recompute="full", zero=0,
+                    fused_kernels=False, loss_kernel="fused")
+        bf16 = trainplan.estimate(**base, fp32_norms=False).memory_gib.activations
+        fp32 = trainplan.estimate(**base, fp32_norms=True).memory_gib.activations
+        checkpoints = 2 * seq * spec.hidden_size * spec.num_layers / GIB * 1.05
+        assert fp32 - bf16 > checkpoints
+    assert trainplan.estimate(model="llama3-8b", gpu="h100", gpus=1, method="qlora").config.fp32_norms
+    assert not trainplan.estimate(model="llama3-8b", gpu="h100", gpus=1, method="lora").config.fp32_norms

@@ -272,14 +272,17 @@ def fp32_norm_changes(model, moe: bool, tensors: dict, method_code, targets_code
     on = np.asarray(fp32_norms) > 0
     if not np.any(on) or moe:
         return tensors
-    qlora = np.asarray(method_code) == METHOD_CODES[Method.qlora]
-    lora = np.asarray(method_code) > 0
+    code = np.asarray(method_code)
+    lora = code > 0
+    # the base linear keeps its own bf16 cast: a trained weight (full: autocast saves the cast input for the
+    # weight gradient) or a 4-bit one (MatMul4Bit); a frozen bf16 weight (lora) keeps none
+    base = (code == METHOD_CODES[Method.full]) | (code == METHOD_CODES[Method.qlora])
     all_linear = np.asarray(targets_code) == TARGET_CODES[LoraTargets.all_linear]
     h = model.hidden_size
     readers = sum(1 for lin in _attention_linears(model) if lin.d_in == h and not lin.row_parallel)
     mlp_readers = 2 if model.gated_mlp else 1
-    attention_copies = readers * (qlora + lora)
-    mlp_copies = qlora + (lora & all_linear)
+    attention_copies = readers * (base.astype(float) + lora)
+    mlp_copies = base.astype(float) + (lora & all_linear)
     out = dict(tensors)
 
     def scaled(key, factor):
