@@ -39,7 +39,7 @@ from trainplan.tools.plan_defaults import DEFAULT_HEADROOM, FINETUNE_SOURCE, def
 from trainplan.tools.file_access import user_named_files
 from trainplan.tools.registry import dispatch, estimate_kwargs
 
-from . import sizing
+from . import sizing, tradeoffs
 from .prose import neutralise, neutralise_line
 from .report import Grounding, PlanReport, build_report, launch_settings
 from .request_rules import json_paths_in
@@ -222,7 +222,8 @@ def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float
 def _search_summary(result: dict) -> dict:
     return {"objective": result.get("objective", OBJECTIVE), "evaluated": result.get("evaluated", 0),
             "feasible": result.get("feasible", 0), "rejected": dict(result.get("rejected", {})),
-            "wall_s": result.get("wall_s")}
+            "wall_s": result.get("wall_s"), "evidence_margin": result.get("evidence_margin"),
+            "evidence": result.get("evidence")}
 
 
 def _rationale(recommended: dict, search: dict | None, alternatives: list[dict], choice_notes: list[str] = ()) -> str:
@@ -237,6 +238,8 @@ def _alternatives(result: dict, job: dict, recommended: dict) -> tuple[list[dict
     labelled with its family, then runners-up up to ALTERNATIVES; and the notes on families with no
     feasible layout and on a simpler layout preferred."""
     out, notes = [], [n for n in result.get("notes", []) if n.startswith("preferred the simpler")]
+    if result.get("evidence"):
+        notes.insert(0, result["evidence"])
     for alt in result.get("alternatives", []):
         if alt["candidate"] is None:
             notes.append(alt["why"])
@@ -275,8 +278,10 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
         return _search(j, top_k, with_limits=with_limits, headroom_gib=headroom_gib, max_gpus=max_gpus, engine=engine)
 
     counted = job["gpus"] is not None
+    table = tradeoffs.Table(job, sizing.best_at(search_fn, headroom))
+    trade = None
     if not counted:
-        gpus, how, met = sizing.choose_count(search_fn, job, headroom)
+        gpus, how, met, trade = sizing.choose_count(search_fn, job, headroom, table)
         (assumptions if met else risks).append(how)
         job = sizing.at_count(job, gpus)
         if not job["gbs_given"]:
@@ -325,11 +330,43 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
                             extra_risks=risks, not_understood=request.unparsed or [])
     recommended = _evaluate(candidates[0]["config"], job, timeline=True)
     alternatives, choice_notes = _alternatives(result, job, recommended)
+    rows = []
+    constrained = not counted or bool(job["deadline_days"] or job["budget_usd"] or job["max_gpus"])
+    if recommended.get("training") and (constrained or request.tokens is not None):
+        rows = _tradeoff_rows(table, job, counted, constrained)
+        alternatives += _neighbours(rows, job["gpus"], ALTERNATIVES - len(alternatives))
     return build_report(backend="offline", request_text=request_text, request=shown, recommended=recommended,
                         alternatives=alternatives,
                         rationale=_rationale(recommended, search, alternatives, choice_notes),
                         assumptions=assumptions, search=search, extra_risks=risks, objective=job["objective"],
-                        not_understood=request.unparsed or [])
+                        not_understood=request.unparsed or [], tradeoffs=tradeoffs.shown(rows),
+                        tradeoff_note=trade)
+
+
+def _tradeoff_rows(table: tradeoffs.Table, job: dict, counted: bool, constrained: bool) -> list[dict]:
+    """The table of a plan: for a constrained one (a deadline, a budget, a bound, or a count the planner
+    chose) the standard counts up to the bound ("up to N"), else around the planned count; for any
+    other, half and twice the planned count beside it."""
+    top = job["max_gpus"] or max(job["gpus"] * 4, sizing.DEFAULT_MAX_GPUS if not counted else 0)
+    low = sizing.ladder(job, top)[0]
+    if not constrained:
+        per_node = job["gpus_per_node"] or catalog.load_gpu(job["gpu"]).gpus_per_node
+        near = [c for c in tradeoffs.standard_counts(max(low, job["gpus"] // 2), job["gpus"] * 2, per_node)
+                if c in (job["gpus"] // 2, job["gpus"] * 2)]
+        return table.rows(sorted({*near, job["gpus"]}), job["gpus"])
+    if job["max_gpus"]:
+        per_node = job["gpus_per_node"] or catalog.load_gpu(job["gpu"]).gpus_per_node
+        counts = sorted(set(tradeoffs.standard_counts(low, top, per_node)[-tradeoffs.TABLE_ROWS:]) | {job["gpus"]})
+    else:
+        counts = tradeoffs.around(job, job["gpus"], low, top)
+    return table.rows(counts, job["gpus"])
+
+
+def _neighbours(rows: list[dict], gpus: int, wanted: int) -> list[dict]:
+    """Up to `wanted` best layouts at the GPU counts nearest the plan's, labelled as such (an
+    alternative the plan's own count cannot offer)."""
+    others = sorted((r for r in rows if r["gpus"] != gpus), key=lambda r: abs(r["gpus"] - gpus) / gpus)
+    return [{**r["result"], "family": f"at {r['gpus']:,} GPUs"} for r in others[:max(wanted, 0)]]
 
 
 # --- the LLM backend -------------------------------------------------------------------------------
