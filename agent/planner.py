@@ -333,40 +333,15 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     rows = []
     constrained = not counted or bool(job["deadline_days"] or job["budget_usd"] or job["max_gpus"])
     if recommended.get("training") and (constrained or request.tokens is not None):
-        rows = _tradeoff_rows(table, job, counted, constrained)
-        alternatives += _neighbours(rows, job["gpus"], ALTERNATIVES - len(alternatives))
+        top = job["max_gpus"] or max(job["gpus"] * 4, sizing.DEFAULT_MAX_GPUS if not counted else 0)
+        rows = tradeoffs.plan_rows(table, job, constrained, sizing.ladder(job, top)[0], top)
+        alternatives += tradeoffs.neighbours(rows, job["gpus"], ALTERNATIVES - len(alternatives))
     return build_report(backend="offline", request_text=request_text, request=shown, recommended=recommended,
                         alternatives=alternatives,
                         rationale=_rationale(recommended, search, alternatives, choice_notes),
                         assumptions=assumptions, search=search, extra_risks=risks, objective=job["objective"],
                         not_understood=request.unparsed or [], tradeoffs=tradeoffs.shown(rows),
                         tradeoff_note=trade)
-
-
-def _tradeoff_rows(table: tradeoffs.Table, job: dict, counted: bool, constrained: bool) -> list[dict]:
-    """The table of a plan: for a constrained one (a deadline, a budget, a bound, or a count the planner
-    chose) the standard counts up to the bound ("up to N"), else around the planned count; for any
-    other, half and twice the planned count beside it."""
-    top = job["max_gpus"] or max(job["gpus"] * 4, sizing.DEFAULT_MAX_GPUS if not counted else 0)
-    low = sizing.ladder(job, top)[0]
-    if not constrained:
-        per_node = job["gpus_per_node"] or catalog.load_gpu(job["gpu"]).gpus_per_node
-        near = [c for c in tradeoffs.standard_counts(max(low, job["gpus"] // 2), job["gpus"] * 2, per_node)
-                if c in (job["gpus"] // 2, job["gpus"] * 2)]
-        return table.rows(sorted({*near, job["gpus"]}), job["gpus"])
-    if job["max_gpus"]:
-        per_node = job["gpus_per_node"] or catalog.load_gpu(job["gpu"]).gpus_per_node
-        counts = sorted(set(tradeoffs.standard_counts(low, top, per_node)[-tradeoffs.TABLE_ROWS:]) | {job["gpus"]})
-    else:
-        counts = tradeoffs.around(job, job["gpus"], low, top)
-    return table.rows(counts, job["gpus"])
-
-
-def _neighbours(rows: list[dict], gpus: int, wanted: int) -> list[dict]:
-    """Up to `wanted` best layouts at the GPU counts nearest the plan's, labelled as such (an
-    alternative the plan's own count cannot offer)."""
-    others = sorted((r for r in rows if r["gpus"] != gpus), key=lambda r: abs(r["gpus"] - gpus) / gpus)
-    return [{**r["result"], "family": f"at {r['gpus']:,} GPUs"} for r in others[:max(wanted, 0)]]
 
 
 # --- the LLM backend -------------------------------------------------------------------------------

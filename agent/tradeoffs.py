@@ -113,3 +113,26 @@ def cheapest(rows: list[dict], slack: float = COST_SLACK) -> tuple[dict, str] | 
 def shown(rows: list[dict]) -> list[dict]:
     """The rows as the report shows them (without the results)."""
     return [{k: v for k, v in row.items() if k != "result"} for row in rows]
+
+
+def plan_rows(table: Table, job: dict, constrained: bool, low: int, top: int) -> list[dict]:
+    """The table of a plan on job["gpus"]: for a constrained one (a deadline, a budget, a bound, or a
+    count the planner chose) the standard counts from `low` up to the bound ("up to N"), else around
+    the planned count; for any other, half and twice the planned count beside it."""
+    gpus = job["gpus"]
+    per_node = job.get("gpus_per_node") or catalog.load_gpu(job["gpu"]).gpus_per_node
+    if not constrained:
+        near = [c for c in standard_counts(max(low, gpus // 2), gpus * 2, per_node) if c in (gpus // 2, gpus * 2)]
+        return table.rows(sorted({*near, gpus}), gpus)
+    if job.get("max_gpus"):
+        counts = sorted(set(standard_counts(low, top, per_node)[-TABLE_ROWS:]) | {gpus})
+    else:
+        counts = around(job, gpus, low, top)
+    return table.rows(counts, gpus)
+
+
+def neighbours(rows: list[dict], gpus: int, wanted: int) -> list[dict]:
+    """Up to `wanted` best layouts at the GPU counts nearest the plan's, labelled as such (an
+    alternative the plan's own count cannot offer)."""
+    others = sorted((r for r in rows if r["gpus"] != gpus), key=lambda r: abs(r["gpus"] - gpus) / gpus)
+    return [{**r["result"], "family": f"at {r['gpus']:,} GPUs"} for r in others[:max(wanted, 0)]]
