@@ -36,16 +36,19 @@ LEAN_DROPPED_KNOBS = ("gpus_per_node", "intra_node_bw", "inter_node_bw", "optimi
                       "dispatcher", "capacity_factor", "force_balance", "grouped_gemm", "deallocate_pipeline_outputs",
                       "save_mlp_act_output", "fused_kernels", "sequence_parallel", "bf16_moments", "fp32_params",
                       "fp8_activations", "offload_modules", "overlap_grad_reduce", "blocking_p2p", "dp_shard",
-                      "moe_a2a_overlap", "launch")
+                      "moe_a2a_overlap", "launch", "evidence_margin")
 """Knobs left out when the context is small: null (the default) is what a plan mostly passes (dp_shard:
 full sharding; the search still tries one-node shard groups for ZeRO-3); so do the MoE engine knobs
 (null: expert TP = tp, alltoall, dropless, learned routing, per-expert GEMMs, no all-to-all overlap) and
-DeepSeek-V3's FP8 activation storage and fine-grained activation offloading. The fine-tuning knobs
+DeepSeek-V3's FP8 activation storage and fine-grained activation offloading, and the search's evidence
+margin (tools/evidence.py; null: 5%). The fine-tuning knobs
 (contract.FINE_TUNING_KNOBS: method, lora_rank, lora_targets) stay, so that a small-context model can
 plan "QLoRA on two RTX 4090s" as QLoRA."""
-LEAN_DROPPED_RESULTS = ("candidate", "per_stage", "mfu_denominator", "convention", "units", "shares")
+LEAN_DROPPED_RESULTS = ("candidate", "per_stage", "mfu_denominator", "convention", "units", "shares", "evidence",
+                        "evidence_margin", "wall_s", "layouts_per_s")
 """Result keys the model does not get when the context is small: each alternative's full estimate
-(its `why` says why it lost), per-stage memory, and the texts that restate conventions."""
+(its `why` says why it lost), per-stage memory, the texts that restate conventions, the search's
+evidence note and margin (the note is among its notes) and its timing."""
 LEAN_TEXT_CHARS = 200
 """Longer texts in a result are cut to this many characters when the context is small."""
 

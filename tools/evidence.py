@@ -153,45 +153,49 @@ def _cases(reg: Region, key: str) -> str:
     return ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
 
 
-def departures_of(config: dict, shape: Shape) -> list[str]:
+def departures_of(config: dict, shape: Shape, cite: bool = True) -> list[str]:
     """Each feature of one layout (a config dict) outside the evidence, as a sentence with the limit
-    and the eval cases that set it."""
+    and (cite) the eval cases that set it."""
     from .search_choice import columns
 
     reg = region()
     out = flags(columns(config), shape, reg)
     tp, pp, cp, ep, vpp = (config[k] for k in ("tp", "pp", "cp", "ep", "vpp"))
     kind = "MoE" if shape.is_moe else "dense"
+
+    def cases(key: str) -> str:
+        return f" ({_cases(reg, key)})" if cite else ""
+
     text = {
         "cp_tokens": lambda: (f"CP{cp} with {shape.seq // cp:,} tokens per CP rank: the eval runs with CP keep at "
-                              f"least {reg.cp_min_tokens:,} ({_cases(reg, 'cp_tokens')})"),
-        "cp_degree": lambda: f"a CP{cp} ring: the longest in the eval runs is CP{reg.cp_max} ({_cases(reg, 'cp_degree')})",
+                              f"least {reg.cp_min_tokens:,}{cases('cp_tokens')}"),
+        "cp_degree": lambda: f"a CP{cp} ring: the longest in the eval runs is CP{reg.cp_max}{cases('cp_degree')}",
         "cp_cross_node": lambda: (f"a CP{cp} ring across nodes (TP{tp} x CP{cp} over {shape.gpus_per_node} GPUs per "
                                   f"node) at {shape.seq // cp:,} tokens per rank" + (
                                       f": the eval runs whose ring crosses nodes keep {reg.cp_cross_node_min_tokens:,}"
-                                      f" ({_cases(reg, 'cp_cross_node')})" if reg.cp_cross_node_min_tokens
+                                      f"{cases('cp_cross_node')}" if reg.cp_cross_node_min_tokens
                                       else ": no eval run's CP ring crosses nodes")),
         "tp_cross_node": lambda: f"TP{tp} across nodes of {shape.gpus_per_node} GPUs: no eval run has TP beyond a node",
-        "ep_degree": lambda: f"EP{ep}: the widest in the eval runs is EP{reg.ep_max} ({_cases(reg, 'ep_degree')})",
-        "schedule": lambda: _schedule_text(config["schedule"], pp, shape.is_moe, reg),
-        "vpp": lambda: (f"vpp {vpp}: the most virtual stages of a {kind} eval run is {reg.vpp_max[shape.is_moe]} "
-                        f"({_cases(reg, f'vpp:{int(shape.is_moe)}')})"),
+        "ep_degree": lambda: f"EP{ep}: the widest in the eval runs is EP{reg.ep_max}{cases('ep_degree')}",
+        "schedule": lambda: _schedule_text(config["schedule"], pp, shape.is_moe, reg, cite),
+        "vpp": lambda: (f"vpp {vpp}: the most virtual stages of a {kind} eval run is {reg.vpp_max[shape.is_moe]}"
+                        + cases(f"vpp:{int(shape.is_moe)}")),
         "uneven_pp": lambda: (f"PP{pp}" + (f" x vpp {vpp}" if vpp > 1 else "") + f" on {shape.layers} layers leaves "
                               f"{int(_short_chunks(shape.layers, pp, vpp))} pipeline chunks a layer short: the eval "
-                              f"runs have at most {reg.short_chunks_max} ({_cases(reg, 'uneven_pp')})"),
+                              f"runs have at most {reg.short_chunks_max}{cases('uneven_pp')}"),
         "zero_pp": lambda: (f"ZeRO-{config['zero']} with PP{pp}: the eval runs with PP use at most ZeRO-"
-                            f"{reg.zero_pp_max} ({_cases(reg, 'zero_pp')})"),
+                            f"{reg.zero_pp_max}{cases('zero_pp')}"),
     }
     return [text[name]() for name, outside in out.items() if bool(outside)]
 
 
-def _schedule_text(schedule: str, pp: int, is_moe: bool, reg: Region) -> str:
+def _schedule_text(schedule: str, pp: int, is_moe: bool, reg: Region, cite: bool) -> str:
     kind = "MoE" if is_moe else "dense"
     fewest = reg.schedules.get((is_moe, schedule))
     if fewest is None:
         return f"the {schedule} schedule on a {kind} model: no {kind} eval run uses it"
-    return (f"the {schedule} schedule at PP{pp}: the {kind} eval runs use it from PP{fewest} "
-            f"({_cases(reg, f'schedule:{int(is_moe)}:{schedule}')})")
+    return (f"the {schedule} schedule at PP{pp}: the {kind} eval runs use it from PP{fewest}"
+            + (f" ({_cases(reg, f'schedule:{int(is_moe)}:{schedule}')})" if cite else ""))
 
 
 def shape_of(model, seq: int, gpus_per_node: int) -> Shape:

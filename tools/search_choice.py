@@ -65,7 +65,7 @@ def simplicity(c: SimpleNamespace, shape: Shape):
 
 def _describe(config: dict, shape: Shape) -> str:
     dims = int(parallel_dims(columns(config)))
-    return ", ".join([f"{dims} parallel dimension{'s' if dims != 1 else ''}", *departures_of(config, shape)])
+    return ", ".join([f"{dims} parallel dimension{'s' if dims != 1 else ''}", *departures_of(config, shape, cite=False)])
 
 
 def _distance(result: dict, shape: Shape) -> int:
@@ -103,7 +103,7 @@ def prefer_evidence(ranked: list[dict], objective: Objective, price: float, toke
         return ranked, None
     best = ranked[0]
     inside = next((r for r in ranked if _distance(r, shape) == 0), None)
-    outside = "; ".join(departures_of(best["config"], shape))
+    outside = "; ".join(departures_of(best["config"], shape, cite=False))
     if inside is None:
         return ranked, (f"no exactly scored layout is inside the evals' evidence: {label(best['config'])} leads "
                         f"outside it ({outside})")
