@@ -48,7 +48,7 @@ LEAN_DROPPED_RESULTS = ("candidate", "per_stage", "mfu_denominator", "convention
                         "evidence_margin", "wall_s", "layouts_per_s")
 """Result keys the model does not get when the context is small: each alternative's full estimate
 (its `why` says why it lost), per-stage memory, the texts that restate conventions, the search's
-evidence note and margin (the note is among its notes) and its timing."""
+evidence note (also left out of its notes) and margin, and its timing."""
 LEAN_TEXT_CHARS = 200
 """Longer texts in a result are cut to this many characters when the context is small."""
 
@@ -127,6 +127,8 @@ def lean_result(result: Any) -> Any:
     """A tool result as the model gets it when the context is small: without LEAN_DROPPED_RESULTS,
     nulls and empty values, with texts cut at LEAN_TEXT_CHARS. The grounding check keeps the full result."""
     if isinstance(result, dict):
+        if result.get("evidence") and isinstance(result.get("notes"), list):   # the evidence note goes with its key
+            result = {**result, "notes": [n for n in result["notes"] if n != result["evidence"]]}
         return {k: lean_result(v) for k, v in result.items()
                 if k not in LEAN_DROPPED_RESULTS and v is not None and v != [] and v != {}}
     if isinstance(result, list):
