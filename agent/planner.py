@@ -35,11 +35,11 @@ from trainplan.tools.errors import InputError
 from trainplan.tools.estimate import estimate
 from trainplan.tools.finetune import DEFAULT_LORA_RANK, LoraTargets, Method, is_lora
 from trainplan.tools.contract import FINE_TUNING_KNOBS, default_seq
-from trainplan.tools.plan_defaults import DEFAULT_HEADROOM, FINETUNE_SOURCE, default_gbs, default_gbs_reason
+from trainplan.tools.plan_defaults import DEADLINE_MARGIN, DEFAULT_HEADROOM, FINETUNE_SOURCE, default_gbs, default_gbs_reason
 from trainplan.tools.file_access import user_named_files
 from trainplan.tools.registry import dispatch, estimate_kwargs
 
-from . import sizing
+from . import sizing, tradeoffs
 from .prose import neutralise, neutralise_line
 from .report import Grounding, PlanReport, build_report, launch_settings
 from .request_rules import json_paths_in
@@ -268,7 +268,8 @@ def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float
 def _search_summary(result: dict) -> dict:
     return {"objective": result.get("objective", OBJECTIVE), "evaluated": result.get("evaluated", 0),
             "feasible": result.get("feasible", 0), "rejected": dict(result.get("rejected", {})),
-            "wall_s": result.get("wall_s")}
+            "wall_s": result.get("wall_s"), "evidence_margin": result.get("evidence_margin"),
+            "evidence": result.get("evidence")}
 
 
 def _rationale(recommended: dict, search: dict | None, alternatives: list[dict], choice_notes: list[str] = ()) -> str:
@@ -283,6 +284,8 @@ def _alternatives(result: dict, job: dict, recommended: dict) -> tuple[list[dict
     labelled with its family, then runners-up up to ALTERNATIVES; and the notes on families with no
     feasible layout and on a simpler layout preferred."""
     out, notes = [], [n for n in result.get("notes", []) if n.startswith("preferred the simpler")]
+    if result.get("evidence"):
+        notes.insert(0, result["evidence"])
     for alt in result.get("alternatives", []):
         if alt["candidate"] is None:
             notes.append(alt["why"])
@@ -321,8 +324,10 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
         return _search(j, top_k, with_limits=with_limits, headroom_gib=headroom_gib, max_gpus=max_gpus, engine=engine)
 
     counted = job["gpus"] is not None
+    table = tradeoffs.Table(job, sizing.best_at(search_fn, headroom))
+    trade = None
     if not counted:
-        gpus, how, met = sizing.choose_count(search_fn, job, headroom)
+        gpus, how, met, trade = sizing.choose_count(search_fn, job, headroom, table)
         (assumptions if met else risks).append(how)
         job = sizing.at_count(job, gpus)
         if not job["gbs_given"]:
@@ -332,6 +337,12 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     if engine is not None:
         assumptions.append(f"only layouts {engine} can run were searched")
     result = _search(job, SEARCH_TOP_K, headroom_gib=headroom, engine=engine)
+    if not counted and job["deadline_days"]:
+        # The count was sized to finish DEADLINE_MARGIN early: the layout keeps that margin where one does
+        # (the search's own ranking may otherwise pick a slower layout that only meets the deadline).
+        early = _search({**job, "deadline_days": job["deadline_days"] * (1 - DEADLINE_MARGIN)}, SEARCH_TOP_K,
+                        headroom_gib=headroom, engine=engine)
+        result = early if early.get("candidates") else result
     if not result.get("candidates") and limited:
         # a count chosen for a budget was the cheapest already: choose_count said so
         would = sizing.what_would_meet(search_fn, job, headroom) if counted or job["deadline_days"] else None
@@ -371,11 +382,18 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
                             extra_risks=risks, not_understood=request.unparsed or [])
     recommended = _evaluate(candidates[0]["config"], job, timeline=True)
     alternatives, choice_notes = _alternatives(result, job, recommended)
+    rows = []
+    constrained = not counted or bool(job["deadline_days"] or job["budget_usd"] or job["max_gpus"])
+    if recommended.get("training") and (constrained or request.tokens is not None):
+        top = job["max_gpus"] or max(job["gpus"] * 4, sizing.DEFAULT_MAX_GPUS if not counted else 0)
+        rows = tradeoffs.plan_rows(table, job, constrained, sizing.ladder(job, top)[0], top)
+        alternatives += tradeoffs.neighbours(rows, job["gpus"], ALTERNATIVES - len(alternatives))
     return build_report(backend="offline", request_text=request_text, request=shown, recommended=recommended,
                         alternatives=alternatives,
                         rationale=_rationale(recommended, search, alternatives, choice_notes),
                         assumptions=assumptions, search=search, extra_risks=risks, objective=job["objective"],
-                        not_understood=request.unparsed or [], limit=_limit_of(request, recommended))
+                        not_understood=request.unparsed or [], limit=_limit_of(request, recommended),
+                        tradeoffs=tradeoffs.shown(rows), tradeoff_note=trade)
 
 
 # --- the LLM backend -------------------------------------------------------------------------------

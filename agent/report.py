@@ -9,6 +9,11 @@ JSON shape (`trainplan plan --json`):
                   trainplan.estimate returns for that config and the request's tokens and price,
     layout, memory_table, time_table, timeline (schedule, bubble, ASCII and Mermaid renders),
     alternatives: [{layout, result, why_not}], risks, rationale, assumptions,
+    evidence:     the evidence margin and how far the layout is from the evals' evidence (agent/advice.py),
+    error_band:   the expected error of the plan's regime, known_gaps: the model's eval rows that miss,
+    tradeoffs:    GPU counts against days, dollars and MFU (agent/tradeoffs.py): the standard counts around a
+                  constrained plan's (deadline, budget, bound, chosen count), half and twice a plan's
+                  that states its tokens; tradeoff_note: what 'cheapest' traded,
     search:       evaluated / feasible / rejected counts, when a search ran,
     grounding:    the check of the LLM's text (openai backend), tool_calls.
 
@@ -26,6 +31,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from trainplan.prompts import render
+
+from .advice import departures_risk, error_band, evidence_lines, known_gaps
 from trainplan.tools.finetune import model_states_sentence
 from trainplan.tools.memory_hints import largest_component, memory_fixes, phrase
 from trainplan.tools.pipeline import PipelineEvent, PipelineResult, render_ascii, render_mermaid
@@ -145,6 +152,15 @@ class PlanReport(BaseModel):
                                                                          "not understand")
     limit: dict | None = Field(default=None, description="the limit the request asked (its solve: the longest seq, "
                                "the largest mbs or the GPUs that fit) for the recommended layout, tools/limits.py")
+    evidence: list[str] = Field(default_factory=list, description="the evidence margin, the search's choice by it, "
+                                "and the recommended layout's departures from what the evals validate")
+    error_band: str | None = Field(default=None, description="the expected error of this kind of plan, from the evals")
+    known_gaps: list[str] = Field(default_factory=list, description="eval cases of this model that miss, with the "
+                                  "measured error")
+    tradeoffs: list[dict] = Field(default_factory=list, description="GPU counts against days, dollars and MFU "
+                                  "(gpus, days, cost_usd, mfu, layout, departures, meets, pareto, chosen): around a "
+                                  "constrained plan's count, or half and twice a plan's that states its tokens")
+    tradeoff_note: str | None = Field(default=None, description="what the chosen count trades, in days and dollars")
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.model_dump(mode="json"), indent=indent)
@@ -298,7 +314,8 @@ def build_report(*, backend: str, request_text: str, request: dict, recommended:
                  alternatives: list[dict], rationale: str, assumptions: list[str], search: dict | None = None,
                  extra_risks: list[str] = (), objective: str = "throughput", llm_model: str | None = None,
                  grounding: Grounding | None = None, tool_calls: list[dict] = (),
-                 not_understood: list[str] = (), limit: dict | None = None) -> PlanReport:
+                 not_understood: list[str] = (), limit: dict | None = None, tradeoffs: list[dict] = (),
+                 tradeoff_note: str | None = None) -> PlanReport:
     """Assemble a PlanReport. `recommended` is an estimate made with timeline=True: its pipeline
     record becomes the timeline, and the rest is kept as the tools returned it."""
     timeline = None
@@ -308,6 +325,17 @@ def build_report(*, backend: str, request_text: str, request: dict, recommended:
         if pipeline and pipeline.get("timeline"):
             timeline = timeline_from(pipeline)
     risks = [*extra_risks, *(risks_of(recommended, request) if recommended else [])]
+    evidence, band, gaps = [], None, []
+    if recommended is not None:
+        model = request.get("model") or recommended["config"]["model"]
+        evidence = evidence_lines(search, model, recommended["config"])
+        outside = departures_risk(model, recommended["config"])
+        if outside:
+            risks.append(f"the recommended layout is {outside}: the model's figures there are not checked "
+                         "against a published run")
+        band = error_band(model, recommended["config"]["gpus"], bool(recommended.get("training")))
+        gaps = known_gaps(model, request.get("gpu") or recommended["config"]["gpu"])
+        risks.extend(gaps)
     return PlanReport(
         backend=backend, llm_model=llm_model, request_text=request_text, request=request,
         recommended=recommended,
@@ -318,10 +346,13 @@ def build_report(*, backend: str, request_text: str, request: dict, recommended:
         alternatives=[Alternative(layout=layout_line(a["config"]), family=a.get("family"),
                                   result={k: v for k, v in a.items() if k != "family"},
                                   why_not=(f"best {a['family']}: " if a.get("family") else "")
-                                  + why_not(a, recommended, objective))
+                                  + why_not(a, recommended, objective)
+                                  + (f"; {risk}" if (risk := departures_risk(
+                                      request.get("model") or a["config"]["model"], a["config"])) else ""))
                       for a in alternatives] if recommended else [],
         risks=risks, rationale=rationale, assumptions=list(assumptions), search=search, grounding=grounding,
-        tool_calls=list(tool_calls), not_understood=list(not_understood), limit=limit,
+        tool_calls=list(tool_calls), not_understood=list(not_understood), limit=limit, evidence=evidence,
+        error_band=band, known_gaps=gaps, tradeoffs=list(tradeoffs), tradeoff_note=tradeoff_note,
     )
 
 

@@ -124,6 +124,7 @@ def parse_partial(text: str) -> PlanRequest:
     steering.read_attention(t, found)
     rules.read_model_name(t, found)
     rules.read_gpu(t, found)
+    rules.read_sequence_in_tokens(t, found)   # before the training tokens: 'at 4096 tokens' is a sequence
     rules.read_tokens(t, found)
     rules.read_sequence_and_batch(t, found)
     rules.read_money(t, found)

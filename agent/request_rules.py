@@ -440,6 +440,25 @@ def read_tokens(t: RequestText, found: dict[str, Any]) -> None:
         t.mark(*bare.span())
 
 
+SEQ_LENGTH_UNIT = 256
+"""'at N tokens' is a sequence length only when N is a multiple of this (4096, 8k); '100000 tokens' is data."""
+
+
+def read_sequence_in_tokens(t: RequestText, found: dict[str, Any]) -> None:
+    """A sequence length written in tokens, read before the training tokens so that it is not taken for
+    them: 'at 4096 tokens', 'with 8k tokens' (no per-second, per-batch or per-GPU after it), '32k tokens
+    per sequence', '4,096 tokens each'."""
+    seq = t.take(rf"{_COUNT}[\s-]*tokens?\s*(?:per|/|a|each|in\s+each)\s*(?:sequence|sample|seq|example)s?(?![a-z])")
+    if seq is None:  # 'at 4096 tokens': a sequence only when it is a length one (a multiple of 256 tokens)
+        at = t.first(rf"(?<![a-z])(?:at|with)\s+{_COUNT}[\s-]*tokens?(?![a-z])"
+                     r"(?!\s*(?:per|/|a\s|each|of\s+(?:data|text|training))|\s*(?:in|for)\s+total)")
+        if at and number(at.group(1)) * (1024 if at.group(2) else 1) % SEQ_LENGTH_UNIT == 0:
+            seq = at
+            t.mark(*at.span())
+    if seq:
+        found["seq"] = _count(t, seq, "tokens of sequence")
+
+
 def read_sequence_and_batch(t: RequestText, found: dict[str, Any]) -> None:
     """seq ('sequence length 8192', 'seq 4k', '8k context'; k = 1024), mbs ('micro-batch size 2', 'mbs=2')
     and gbs ('global batch 1024', 'gbs=256', '512 sequences per batch')."""

@@ -1,13 +1,16 @@
 """How many GPUs: the count a request leaves open, and the count that would meet it when its own does not.
 
 A request may leave the GPU count open and bound it instead:
-- a deadline ("2T tokens in 30 days on H100s"): the fewest GPUs whose best layout meets it
-  (more GPUs finish sooner, so the search bisects the ladder of counts, then refines between the
-  last count that misses and the first that meets, in eighths of the latter);
+- a deadline ("2T tokens in 30 days on H100s"): the fewest GPUs whose best layout meets it with
+  plan_defaults.DEADLINE_MARGIN to spare (30 days: 27; the deadline itself when no count meets the
+  tighter date, which the plan then says), bisecting the ladder of counts (more GPUs finish sooner),
+  then refining between the last count that misses and the first that meets among the standard
+  counts (agent/tradeoffs.standard_counts: 768 between 512 and 1,024, never 896);
 - a budget alone ("under $2M"): the most GPUs whose best layout stays within it (more GPUs cost
   more, through lower efficiency at scale), for the fastest plan the budget buys, by bisection;
 - an upper bound alone ("up to 512 H100s"): every count of the ladder up to it, and the best by
-  the objective (cost: fewest dollars; throughput and time: most tokens per second).
+  the objective (throughput and time: most tokens per second; cost: the fastest standard count
+  within plan_defaults.COST_SLACK of the cheapest, agent/tradeoffs.cheapest, which states the trade).
 
 The ladder is tools.search.gpu_counts: whole nodes from the bound down by halves, to the fewest GPUs
 that could hold the model states (search.min_gpus). Without a bound, DEFAULT_MAX_GPUS.
@@ -27,18 +30,17 @@ from types import SimpleNamespace
 from trainplan.tools import catalog
 from trainplan.tools.counting import count_params
 from trainplan.tools.finetune import frozen_bytes_per_param, is_lora
-from trainplan.tools.plan_defaults import default_finetune_gbs, default_gbs
+from trainplan.tools.plan_defaults import DEADLINE_MARGIN, default_finetune_gbs, default_gbs
 from trainplan.tools.search import gpu_counts, min_gpus
 from trainplan.tools.search_space import R_BUDGET
+
+from . import tradeoffs
 
 DEFAULT_MAX_GPUS = 16384
 """Most GPUs tried when a request bounds the count only by a deadline or a budget: the largest
 published dense run (Llama 3 405B on 16,384 H100s, Llama 3 paper §3.3)."""
 BEYOND = 4
 """What would meet a deadline is looked for up to BEYOND x max(DEFAULT_MAX_GPUS, the request's count)."""
-REFINE_STEPS = 8
-"""Between the last count that misses a deadline and the first that meets it, counts are tried in
-steps of 1/REFINE_STEPS of the latter (whole nodes)."""
 
 Search = Callable[[dict, int, bool, float, int | None], dict]
 """planner._search: (job, top_k, with_limits, headroom_gib, max_gpus) -> search result; with max_gpus
@@ -72,6 +74,11 @@ def _best(search: Search, job: dict, gpus: int, headroom_gib: float, with_limits
     return candidates[0] if candidates else None
 
 
+def best_at(search: Search, headroom_gib: float) -> Callable[[dict, int], dict | None]:
+    """(job, gpus) -> the best layout on that count (the count's default batch), limits as the job has them."""
+    return lambda job, gpus: _best(search, job, gpus, headroom_gib)
+
+
 def _first_meeting(search: Search, job: dict, counts: list[int], headroom_gib: float
                    ) -> tuple[int, tuple[int, dict] | None]:
     """Bisection over `counts` (ascending; meeting the limits assumed monotone in the count): the
@@ -89,13 +96,12 @@ def _first_meeting(search: Search, job: dict, counts: list[int], headroom_gib: f
 
 def _fewest(search: Search, job: dict, counts: list[int], headroom_gib: float, refine: bool) -> tuple[int, dict] | None:
     """The fewest of `counts` (ascending) whose best layout meets the job's limits; then, with
-    refine, whole-node counts between it and the count below, in steps of 1/REFINE_STEPS of it."""
+    refine, the standard counts (tradeoffs.standard_counts) between it and the count below."""
     index, found = _first_meeting(search, job, counts, headroom_gib)
     if found is None or not refine or index == 0:
         return found
     per_node = job.get("gpus_per_node") or catalog.load_gpu(job["gpu"]).gpus_per_node
-    step = max(per_node, found[0] // REFINE_STEPS // per_node * per_node)
-    between = list(range(counts[index - 1] + step, found[0], step))
+    between = [c for c in tradeoffs.standard_counts(counts[index - 1] + 1, found[0] - 1, per_node)]
     return _first_meeting(search, job, between, headroom_gib)[1] or found
 
 
@@ -159,18 +165,28 @@ def _outcome(best: dict) -> str:
     return f"{training['days']:.1f} days, ${training['cost_usd']:,.0f}"
 
 
-def choose_count(search: Search, job: dict, headroom_gib: float) -> tuple[int, str, bool]:
-    """The GPU count for a request that leaves it open, the sentence that says how it was chosen, and
-    whether it meets the request. When no count up to the bound does, the sentence says so and the
-    count is the one to plan on anyway: the cheapest for a budget, the bound otherwise."""
+def choose_count(search: Search, job: dict, headroom_gib: float, table: tradeoffs.Table | None = None
+                 ) -> tuple[int, str, bool, str | None]:
+    """The GPU count for a request that leaves it open, the sentence that says how it was chosen,
+    whether it meets the request, and the trade it makes (cheapest: tradeoffs.cheapest; else None).
+    When no count up to the bound does, the sentence says so and the count is the one to plan on
+    anyway: the cheapest for a budget, the bound otherwise. table: the per-count bests (the cost
+    objective reads it)."""
     top = job.get("max_gpus") or DEFAULT_MAX_GPUS
     counts = ladder(job, top)
     bound = "the requested bound" if job.get("max_gpus") else "the largest published dense run"
     tried = f"tried {counts[0]:,} to {top:,} GPUs ({top:,}: {bound})"
     largest = None
+    note = None
     if job.get("deadline_days"):
-        chosen = _fewest(search, job, counts, headroom_gib, refine=True)
-        how = f"the fewest GPUs that meet {limits_text(job)}"
+        early = {**job, "deadline_days": job["deadline_days"] * (1 - DEADLINE_MARGIN)}
+        chosen = _fewest(search, early, counts, headroom_gib, refine=True)
+        how = (f"the fewest GPUs that finish {DEADLINE_MARGIN:.0%} inside {limits_text(job)} (by "
+               f"{early['deadline_days']:.3g} days: restarts and the model's error need the margin)")
+        if chosen is None:
+            chosen = _fewest(search, job, counts, headroom_gib, refine=True)
+            how = (f"the fewest GPUs that meet {limits_text(job)}, with less than the {DEADLINE_MARGIN:.0%} margin "
+                   "a deadline plan keeps (none meets the earlier date)")
         if chosen is None:
             largest = _largest_usable(search, job, counts, headroom_gib)
             if largest and largest[0] < counts[-1]:  # the bisection assumed every larger count usable
@@ -178,6 +194,11 @@ def choose_count(search: Search, job: dict, headroom_gib: float) -> tuple[int, s
     elif job.get("budget_usd"):
         chosen = _most(search, job, counts, headroom_gib)
         how = f"the most GPUs that stay within {limits_text(job)}, for the fastest plan it buys"
+    elif job["objective"] == "cost" and table is not None:
+        per_node = job.get("gpus_per_node") or catalog.load_gpu(job["gpu"]).gpus_per_node
+        found = tradeoffs.cheapest(table.rows(tradeoffs.standard_counts(counts[0], top, per_node), None))
+        chosen = (found[0]["gpus"], found[0]["result"]) if found else None
+        how, note = "the fastest count within the cheapest plan's cost slack", found[1] if found else None
     else:
         chosen = _by_objective(search, job, top, headroom_gib)
         how = {"cost": "the count with the cheapest plan", "time": "the count with the fastest plan",
@@ -186,17 +207,17 @@ def choose_count(search: Search, job: dict, headroom_gib: float) -> tuple[int, s
         fallback = top
         if largest:
             return largest[0], (f"gpus not given: {tried}, and none meets {limits_text(job)}; the plan uses "
-                                f"{largest[0]:,}, the most GPUs a layout can use at this batch ({_outcome(largest[1])})"), False
+                                f"{largest[0]:,}, the most GPUs a layout can use at this batch ({_outcome(largest[1])})"), False, None
         if job.get("budget_usd") and not job.get("deadline_days"):
             cheapest = _cheapest(search, job, counts, headroom_gib)
             fallback = cheapest[0] if cheapest else top
             if cheapest:
                 return fallback, (f"gpus not given: {tried}, and none meets {limits_text(job)}; the plan uses "
-                                  f"{fallback:,}, the count of the cheapest plan"), False
+                                  f"{fallback:,}, the count of the cheapest plan"), False, None
         return fallback, (f"gpus not given: {tried}, and none meets {limits_text(job) or 'the memory the model needs'}; "
-                          f"the plan uses {fallback:,}"), False
+                          f"the plan uses {fallback:,}"), False, None
     gpus, best = chosen
-    return gpus, f"gpus not given: {gpus:,} GPUs, {how} ({_outcome(best)}); {tried}", True
+    return gpus, f"gpus not given: {gpus:,} GPUs, {how} ({_outcome(best)}); {tried}", True, note
 
 
 def what_would_meet(search: Search, job: dict, headroom_gib: float) -> str | None:

@@ -36,19 +36,21 @@ LEAN_DROPPED_KNOBS = ("gpus_per_node", "intra_node_bw", "inter_node_bw", "optimi
                       "dispatcher", "capacity_factor", "force_balance", "grouped_gemm", "deallocate_pipeline_outputs",
                       "save_mlp_act_output", "fused_kernels", "sequence_parallel", "bf16_moments", "fp32_params",
                       "fp8_activations", "offload_modules", "overlap_grad_reduce", "blocking_p2p", "dp_shard",
-                      "moe_a2a_overlap", "launch", "loss_kernel", "fp32_norms")
+                      "moe_a2a_overlap", "launch", "loss_kernel", "fp32_norms", "evidence_margin")
 """Knobs left out when the context is small: null (the default) is what a plan mostly passes (dp_shard:
 full sharding; the search still tries one-node shard groups for ZeRO-3); so do the MoE engine knobs
 (null: expert TP = tp, alltoall, dropless, learned routing, per-expert GEMMs, no all-to-all overlap),
-DeepSeek-V3's FP8 activation storage and fine-grained activation offloading, and the stack's loss kernel
-and norm precision (null: what the method's stack runs, tools/loss.py and finetune.resolved_fp32_norms). The fine-tuning knobs
+DeepSeek-V3's FP8 activation storage and fine-grained activation offloading, the stack's loss kernel
+and norm precision (null: what the method's stack runs, tools/loss.py and finetune.resolved_fp32_norms),
+and the search's evidence margin (tools/evidence.py; null: 5%). The fine-tuning knobs
 (contract.FINE_TUNING_KNOBS: method, lora_rank, lora_targets) stay, so that a small-context model can
 plan "QLoRA on two RTX 4090s" as QLoRA."""
 LEAN_DROPPED_RESULTS = ("candidate", "per_stage", "mfu_denominator", "convention", "units", "shares", "loss_kernel",
-                        "fp32_norms")
+                        "fp32_norms", "evidence", "evidence_margin", "wall_s", "layouts_per_s")
 """Result keys the model does not get when the context is small: each alternative's full estimate
-(its `why` says why it lost), per-stage memory, the texts that restate conventions, and the echo of the
-stack knobs the lean tools leave out (loss_kernel, fp32_norms)."""
+(its `why` says why it lost), per-stage memory, the texts that restate conventions, the echo of the
+stack knobs the lean tools leave out (loss_kernel, fp32_norms), the search's evidence note (also left
+out of its notes) and margin, and its timing."""
 LEAN_TEXT_CHARS = 200
 """Longer texts in a result are cut to this many characters when the context is small."""
 
@@ -127,6 +129,8 @@ def lean_result(result: Any) -> Any:
     """A tool result as the model gets it when the context is small: without LEAN_DROPPED_RESULTS,
     nulls and empty values, with texts cut at LEAN_TEXT_CHARS. The grounding check keeps the full result."""
     if isinstance(result, dict):
+        if result.get("evidence") and isinstance(result.get("notes"), list):   # the evidence note goes with its key
+            result = {**result, "notes": [n for n in result["notes"] if n != result["evidence"]]}
         return {k: lean_result(v) for k, v in result.items()
                 if k not in LEAN_DROPPED_RESULTS and v is not None and v != [] and v != {}}
     if isinstance(result, list):

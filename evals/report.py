@@ -182,12 +182,14 @@ def render_markdown(report: dict, backend: str = "offline") -> str:
                      if "gpu_hours" in c["published"] else "-")
             expert = (f"{p['expert_vs_best']:.2f}x, rank {p['expert_rank']}"
                       + ("" if p["expert_rank"] <= EXPERT_TOP_K else "+")
-                      + ("" if p.get("expert_fits", True) else " (does not fit)") if "expert_vs_best" in p else "-")
+                      + ("" if p.get("expert_fits", True) else " (does not fit)")
+                      + (f"; {p['expert_vs_recommended']:.2f}x the recommended" if "expert_vs_recommended" in p else "")
+                      if "expert_vs_best" in p else "-")
             rows.append([c["id"], "ok", layout(p["config"]), mark(p["fits"]),
                          f"{p['throughput_ratio']:.2f}x" if "throughput_ratio" in p else "-", expert, hours, structure,
                          "-" if p.get("grounded_share") is None else f"{p['grounded_share']:.0%}", mark(c["pass"])])
         out += _table(["case", "status", "plan", "fits", "tokens/s vs published layout",
-                       "published layout vs search's best (same recipe)", "GPU-hours vs published",
+                       "published layout vs search's best and recommended (same recipe)", "GPU-hours vs published",
                        "structure", "grounded", "pass"], rows)
         out.append("")
 

@@ -38,8 +38,30 @@ def test_at_least_one_sequence_per_eight_gpus():
     assert default_gbs(8192, 8, 8e9) == 512
 
 
+def test_long_sequences_keep_the_batch_in_tokens():
+    """Llama 3 405B at 131K on 16,384 GPUs kept 16M tokens per step (CP16, 8,192 tokens per rank), not
+    one 131K sequence per 8 GPUs (2,048 sequences, 268M tokens)."""
+    gbs = default_gbs(131072, 16384, _params("llama3-405b"))
+    assert gbs * 131072 == 16 * 2**20
+    assert default_gbs(32768, 1024, _params("llama3-70b")) * 32768 <= 8 * 2**20
+
+
 def test_the_reason_states_the_figure_and_its_source():
     text = default_gbs_reason(4096, 2048, _params("deepseek-v3"))
     assert "16384 sequences" in text and "DeepSeek-V3" in text and "62.9M" in text
     with pytest.raises(InputError):
         default_gbs(0, 8, 8e9)
+
+
+@pytest.mark.parametrize("text, seq, tokens", [
+    ("Train Llama 3 8B on 8 H100s for 100B tokens at 4096 tokens", 4096, 100e9),
+    ("Llama 3 8B on 8 H100s at 4096 tokens for 100B tokens", 4096, 100e9),
+    ("Llama 3 8B on 8 H100s, 32k tokens per sequence, 1T tokens", 32768, 1e12),
+    ("fine-tune Llama 3 8B on 8 H100s with 100000 tokens", None, 100000),   # not a sequence length
+])
+def test_a_sequence_written_in_tokens_is_read_as_the_sequence(text, seq, tokens):
+    """'at 4096 tokens' was read as 4,096 training tokens (issue 20): it is the sequence length."""
+    from trainplan.agent.request import parse_partial
+
+    request = parse_partial(text)
+    assert (request.seq, request.tokens, request.unparsed) == (seq, tokens, None)

@@ -53,7 +53,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_fie
 
 from .cost import DEFAULT_GOODPUT
 from .errors import InputError
-from .plan_defaults import DEFAULT_GBS_RULE, DEFAULT_HEADROOM, FINETUNE_SEQ, default_gbs
+from .plan_defaults import DEFAULT_GBS_RULE, DEFAULT_HEADROOM, EVIDENCE_MARGIN, FINETUNE_SEQ, default_gbs
 from .finetune import DEFAULT_LORA_RANK, LoraTargets, Method
 from .loss import LossKernel
 
@@ -595,6 +595,9 @@ class SearchOptions(BaseModel):
         default=None, description="reject layouts whose training costs more dollars than this (needs tokens); "
                                   "null: no budget")
     allow_cross_node_tp: bool = Field(default=False, description="allow tp larger than a node")
+    evidence_margin: float = Field(default=EVIDENCE_MARGIN, ge=0, description="how much better on the objective a "
+                                   "layout outside the evals' evidence (tools/evidence.py: CP at short sequence, "
+                                   "DualPipe on dense, uneven PP, ...) must be than the best inside it to lead")
     pareto: bool = Field(default=False, description="also report the days/cost front across GPU counts (needs tokens)")
     engine: str | None = Field(default=None, description="keep only layouts this engine runs: megatron, deepspeed, "
                                "torchtitan, accelerate, axolotl, llamafactory or trl (tools/export/support.py); null: any layout")

@@ -21,13 +21,22 @@ SIMPLER_MARGIN = 0.03
 is at most 3% slower on the objective: within the step-time model's own uncertainty, and what a
 practitioner gives up for fewer moving parts."""
 
-CP_MIN_TOKENS_PER_RANK = 4096
-"""Context parallelism as practitioners run it keeps at least 4,096 tokens on each CP rank: Llama 3
-405B used CP16 only for its 131K stage, 8,192 tokens per rank (Llama 3 paper §3.3.2); NVIDIA NeMo's
-default Llama 3 pre-training recipes run CP2 at 8,192 tokens, 4,096 per rank (recipes/llama3_8b.py
-TP1 CP2; recipes/llama3_70b.py TP4 PP4 VP5 CP2), since with grouped-query attention a CP rank exchanges
-only its K and V, far less than the activations TP all-gathers. A CP layout with fewer tokens per rank
-(CP4 at 8K) counts as a departure in the simplicity preference. A preference, not a rule of physics."""
+EVIDENCE_MARGIN = 0.05
+"""How much better on the objective (5%) a layout outside the evals' evidence (tools/evidence.py, the
+one definition of a departure) must be than the best layout inside it to be recommended: more than
+the 3% within which layouts count as equal (SIMPLER_MARGIN) and about the held-out dense step-time
+MAPE (5.8%, README), so that a win within the model's own error does not buy an untested shape (issue
+20's default). A preference, not a rule of physics. SearchOptions.evidence_margin."""
+
+COST_SLACK = 0.05
+"""'Cheapest' takes the fastest plan whose cost is at most 5% above the lowest (agent/tradeoffs.py): a
+plan that saves 0.5% by taking 16 times as long (16 GPUs for 88 days against 256 for 5.5, issue 20) is
+not what the request means; the report states the trade. A preference, as SIMPLER_MARGIN."""
+
+DEADLINE_MARGIN = 0.10
+"""A plan for a deadline is sized to finish this share early (30 days: 27): restarts, slow nodes and
+the model's own error (agent/advice.py states the band) eat into a plan with no margin. When no count
+meets the tighter date, the plan sizes to the deadline itself and says it has no margin."""
 
 # Tokens per optimizer step that published runs used, by total parameters. log-log interpolation
 # between these points, flat beyond the ends.
@@ -42,10 +51,16 @@ TOKENS_PER_STEP_POINTS = (
 GPUS_PER_SEQUENCE = 8
 """At least one sequence per 8 GPUs, so that even a TP8 layout gives every data-parallel rank a
 micro-batch (Llama 3 405B on 16K GPUs: 16M tokens per step at seq 8192 = 2048 sequences)."""
+LONG_SEQ_TOKENS_PER_RANK = 8192
+"""Beyond this sequence length one sequence spans seq / 8,192 context-parallel ranks, so the floor is
+one sequence per 8 x seq / 8,192 GPUs: the batch stays in tokens per step, not sequences. Llama 3 405B
+kept 16M tokens per step at 131K on 16K GPUs with CP16 (8,192 tokens per rank; Llama 3 paper §3.3.2,
+§3.4.2): 128 sequences, where one sequence per 8 GPUs would be 2,048 (268M tokens)."""
 DEFAULT_GBS_RULE = (
     "the tokens per step published runs of the model's size used (GPT-3 Table 2.1 up to 2.7B, "
     "Llama 2's 4M for 7B-70B, Llama 3 405B's 16M, DeepSeek-V3's 62.9M; log-log in between), as the "
-    "nearest power of two of sequences, and at least one sequence per 8 GPUs; with method lora or qlora, "
+    "nearest power of two of sequences, and at least one sequence per 8 GPUs (8 x seq/8192 beyond 8K); "
+    "with method lora or qlora, "
     "16 sequences (a fine-tuning default), or one per 8 GPUs when that is more"
 )
 
@@ -67,8 +82,14 @@ def default_gbs(seq: int, gpus: int, total_params: float, fine_tune: bool = Fals
     if seq <= 0 or gpus <= 0:
         raise InputError(f"seq={seq} and gpus={gpus} must be positive to choose a default gbs")
     by_tokens = 2 ** max(0, round(math.log2(tokens_per_step(total_params) / seq)))
-    by_gpus = 2 ** math.ceil(math.log2(max(1.0, gpus / GPUS_PER_SEQUENCE)))
+    by_gpus = 2 ** math.ceil(math.log2(max(1.0, gpus / gpus_per_sequence(seq))))
     return max(by_tokens, by_gpus)
+
+
+def gpus_per_sequence(seq: int) -> float:
+    """GPUs per sequence of the batch floor: GPUS_PER_SEQUENCE, times seq / LONG_SEQ_TOKENS_PER_RANK
+    beyond it."""
+    return GPUS_PER_SEQUENCE * max(1.0, seq / LONG_SEQ_TOKENS_PER_RANK)
 
 
 def default_gbs_reason(seq: int, gpus: int, total_params: float, fine_tune: bool = False) -> str:
@@ -80,7 +101,7 @@ def default_gbs_reason(seq: int, gpus: int, total_params: float, fine_tune: bool
     nearest = min(TOKENS_PER_STEP_POINTS, key=lambda point: abs(math.log(point[0] / total_params)))
     return (f"{gbs} sequences ({gbs * seq:,} tokens per step): published runs of {total_params / 1e9:.3g}B "
             f"parameters used about {tokens_per_step(total_params) / 1e6:.3g}M tokens per step (nearest: "
-            f"{nearest[2]}), at least one sequence per {GPUS_PER_SEQUENCE} GPUs")
+            f"{nearest[2]}), at least one sequence per {gpus_per_sequence(seq):g} GPUs")
 
 # Fine-tuning defaults: a fine-tune (LoRA, QLoRA, or a request that says "fine-tune"/"SFT") is not a
 # pre-training run, and the pre-training defaults above (4M tokens per step, the model's full context)

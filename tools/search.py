@@ -41,8 +41,9 @@ from .finetune import is_lora
 from .contract import Layout
 from .layout import check_moe_a2a_overlap_job, resolve_config
 from .recompute import modules_of
-from .plan_defaults import DEFAULT_HEADROOM
-from .search_choice import alternatives, prefer_simpler, rows_to_rescore
+from .evidence import shape_of
+from .plan_defaults import DEFAULT_HEADROOM, EVIDENCE_MARGIN
+from .search_choice import alternatives, prefer_evidence, prefer_simpler, rows_to_rescore
 from .search_explain import explain_runner_up, label, no_feasible_hint
 from .search_rank import (
     Objective, best_rows, collapse_twins, objective_of, pareto_front, result_key,
@@ -118,7 +119,8 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
             deadline_days: float | None = None, budget_usd: float | None = None, headroom_gib: float | None = None,
             allow_cross_node_tp: bool | None = None, pareto: bool | None = None, goodput: float | None = None,
             gpus_per_node: int | None = None, intra_node_bw: float | None = None,
-            inter_node_bw: float | None = None, engine: str | None = None, **fixed) -> tuple[SearchJob, Objective, list[int]]:
+            inter_node_bw: float | None = None, engine: str | None = None, evidence_margin: float | None = None,
+            **fixed) -> tuple[SearchJob, Objective, list[int]]:
     """Check a search request (InputError on bad input) -> (job, objective, GPU counts to try)."""
     model_spec, gpu_spec = load_model(model), load_gpu(gpu)
     # None means the shared default (contract.py): seq and gbs by their rules, the search options below.
@@ -137,6 +139,9 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
                        "seq": seq, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "mbs": mbs,
                        "dp_shard": dp_shard},
                       gpu_spec.memory_gib)
+    if evidence_margin is not None and (isinstance(evidence_margin, bool) or not isinstance(
+            evidence_margin, (int, float)) or not 0 <= evidence_margin <= 10):
+        raise InputError(f"evidence_margin={evidence_margin!r} must be a share from 0 to 10 (0.05: 5%)")
     if engine is not None and getattr(engine, "value", engine) not in ENGINES:
         raise InputError(f"engine='{engine}' is not one of: {', '.join(ENGINES)}")
     if max_gpus is not None and max_gpus < gpus:
@@ -173,6 +178,7 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
                allow_cross_node_tp=allow_cross_node_tp, deadline_days=deadline_days, budget_usd=budget_usd,
                gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, pins=pins,
                engine=getattr(engine, "value", engine),
+               evidence_margin=EVIDENCE_MARGIN if evidence_margin is None else float(evidence_margin),
                fixed=_fixed(model_spec, seq, precision_enum, gpu_spec, fixed))
     given = {k: v for k, v in fixed.items() if v is not None}
     ladder, options = recompute_choices(job, job.recompute_modules if "recompute_modules" in given else None)
@@ -236,11 +242,20 @@ def _finish(job: SearchJob, objective: Objective, out: dict, scored: list[dict],
     structural alternatives, notes, the front and the timing."""
     ranked = sorted(scored, key=lambda r: result_key(objective, r, job.price, job.tokens))
     ranked = collapse_twins(ranked, objective, job.price, job.tokens)
-    ranked, preferred = prefer_simpler(ranked, objective, job.price, job.tokens, job.seq)
+    shape = shape_of(job.model, job.seq, job.node)
+    # The simplest near the best, then the evidence gate on that pick; when the gate moves the lead
+    # inside the evidence, the simplest near the new lead.
+    ranked, preferred = prefer_simpler(ranked, objective, job.price, job.tokens, shape)
+    lead = ranked[0] if ranked else None
+    ranked, evidence = prefer_evidence(ranked, objective, job.price, job.tokens, shape, job.evidence_margin)
+    if ranked and ranked[0] is not lead:
+        ranked, preferred = prefer_simpler(ranked, objective, job.price, job.tokens, shape)
     candidates = ranked[:top_k]
     out["candidates"] = candidates
+    out["evidence_margin"] = job.evidence_margin
+    out["evidence"] = evidence
     out["rejected"] = dict(sorted(out["rejected"].items(), key=lambda kv: -kv[1]))
-    notes = [preferred] if preferred else []
+    notes = [n for n in (evidence, preferred) if n]
     out["chosen"] = chosen_note(job, candidates[0]["config"]) if candidates else None
     if out["chosen"]:
         notes.append(out["chosen"])
@@ -299,7 +314,8 @@ def _search_once(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq
            budget_usd: float | None = None,
            headroom_gib: float | None = None, allow_cross_node_tp: bool = False, pareto: bool = False,
            goodput: float | None = None, gpus_per_node: int | None = None, intra_node_bw: float | None = None,
-           inter_node_bw: float | None = None, engine: str | None = None, **fixed) -> dict:
+           inter_node_bw: float | None = None, engine: str | None = None, evidence_margin: float | None = None,
+           **fixed) -> dict:
     """The best layouts for a job, best first; a pin (tp=8, schedule='1f1b', or a list of values)
     fixes a knob, None leaves it free. See the module docstring for the space, rules and time model.
     headroom_gib None keeps plan_defaults.DEFAULT_HEADROOM of the GPU's memory free; engine keeps only
@@ -318,7 +334,7 @@ def _search_once(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq
         schedule=schedule, max_gpus=max_gpus, deadline_days=deadline_days, budget_usd=budget_usd,
         headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto, goodput=goodput,
         gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, engine=engine,
-        **fixed)
+        evidence_margin=evidence_margin, **fixed)
 
     rejected: dict[str, int] = {}
     evaluated = 0
@@ -338,7 +354,8 @@ def _search_once(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq
     feasible = int(rows["score"].size)
 
     # Exact re-score of the best distinct layouts (and, for the front, the best few per GPU count).
-    chosen = best_rows(rows, max(3 * top_k, RESCORE_MIN)) + rows_to_rescore(rows, job.seq)
+    chosen = best_rows(rows, max(3 * top_k, RESCORE_MIN)) + rows_to_rescore(
+        rows, shape_of(job.model, job.seq, job.node), job.evidence_margin)
     if pareto:
         offset = 0
         for r in per_count:

@@ -33,6 +33,7 @@ import numpy as np
 from .codes import RECOMPUTE_CODES, SCHEDULE_CODES
 from .contract import SEARCH_FIXED_KNOBS, Layout
 from .counting import count_params
+from .plan_defaults import EVIDENCE_MARGIN
 from .specs import ClusterSpec, GPUSpec, ModelSpec, Precision, Recompute, Schedule
 from .recompute import DEFAULT_MASK
 from .validity import CP_MIN_TOKENS, REASONS as RULE_REASONS, Knobs, Policies, first_broken
@@ -103,6 +104,8 @@ class SearchJob:
     pins: Pins
     engine: str | None = None
     """keep only layouts this engine runs (export.support), None: any"""
+    evidence_margin: float = EVIDENCE_MARGIN
+    """how much better a layout outside the evals' evidence must be to lead (search_choice.prefer_evidence)"""
     fixed: dict = field(default_factory=dict)
     """the Layout knobs the search takes as given (FIXED_KNOBS), resolved; absent: the Layout default"""
     chosen: tuple[str, ...] = ()

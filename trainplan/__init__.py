@@ -89,7 +89,7 @@ def search(
     # The search itself.
     objective: str | None = None, top_k: int | None = None, max_gpus: int | None = None,
     deadline_days: float | None = None, budget_usd: float | None = None, allow_cross_node_tp: bool | None = None,
-    pareto: bool | None = None, engine: str | None = None,
+    pareto: bool | None = None, engine: str | None = None, evidence_margin: float | None = None,
 ) -> dict:
     """The best layouts for a job; the same object as `trainplan search --json`.
 

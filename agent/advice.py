@@ -1,0 +1,87 @@
+"""What a plan says about its own reliability: how far its layout is from the evals' evidence, the
+error band the evals measured for its regime, and the eval rows of its model that miss.
+
+All three read what the evals measured (evals/summary.json, `python -m trainplan.evals.summary`):
+- evidence_lines: the search's note on the evidence margin (tools/evidence.py, search_choice.prefer_evidence)
+  and the recommended layout's departures, each with the eval cases that bound it;
+- error_band: the regime of the plan (evals.summary.regime_of: dense at scale, dense small jobs, MoE)
+  and the held-out MAPE and worst case of that regime, for step time and (with tokens) GPU-hours;
+- known_gaps: each eval case of the plan's model that fails its tolerance or misses by more than
+  evals.summary.GAP_ERROR, with its GPU, its measured error and which way the model errs.
+"""
+
+from __future__ import annotations
+
+from trainplan.evals.summary import ALL, REGIMES, load_summary, regime_of
+from trainplan.tools import catalog
+from trainplan.tools.evidence import departures_of, margin_sentence, shape_of
+
+_SLOWER_WHEN_NEGATIVE = {"step_s", "gpu_hours", "days", "cost_usd"}
+"""Quantities where a negative error (predicted below published) means the model is optimistic."""
+
+
+def evidence_lines(search: dict | None, model: str, config: dict) -> list[str]:
+    """The evidence margin, the search's note on it, and the recommended layout's departures."""
+    spec = catalog.load_model(model)
+    margin = (search or {}).get("evidence_margin")
+    lines = []
+    if margin is not None:
+        lines.append(margin_sentence(margin) + " (evidence_margin; tools/evidence.py lists the features)")
+    if search and search.get("evidence"):
+        lines.append(search["evidence"])
+    shape = shape_of(spec, config["seq"], config["gpus_per_node"])
+    if departures_of(config, shape):
+        lines.append("the recommended layout departs from the evals' evidence: see Risks")
+    else:
+        lines.append("every feature of the recommended layout is inside what the passing eval runs cover")
+    return lines
+
+
+def departures_risk(model: str, config: dict) -> str | None:
+    """One line for an alternative outside the evidence: its departures; None inside it."""
+    spec = catalog.load_model(model)
+    departures = departures_of(config, shape_of(spec, config["seq"], config["gpus_per_node"]))
+    return ("outside the evals' evidence: " + "; ".join(departures)) if departures else None
+
+
+def error_band(model: str, gpus: int, with_tokens: bool) -> str:
+    """The expected error of a plan in this regime, as the held-out eval cases measured it."""
+    spec = catalog.load_model(model)
+    regime = regime_of(spec.is_moe, gpus)
+    bands = load_summary()["bands"]
+    band = bands.get(regime, {})
+    parts = []
+    if "throughput" in band:
+        b = band["throughput"]
+        parts.append(f"step time and throughput within about {b['mape']:.0%} on average (MAPE of {b['n']} held-out "
+                     f"eval cases), worst {b['worst']:+.1%} ({b['worst_case']})")
+    hours = band.get("gpu_hours") or bands.get(ALL, {}).get("gpu_hours")
+    if with_tokens and hours:
+        b, pooled = hours, "gpu_hours" not in band
+        parts.append(f"GPU-hours within {b['mape']:.0%} on average ({b['n']} case{'s' if b['n'] != 1 else ''}"
+                     f"{' of any regime: none of this one publishes GPU-hours' if pooled else ''}), "
+                     f"worst {b['worst']:+.1%} ({b['worst_case']}): batch ramps, phases and failures the single "
+                     "layout does not model")
+    if not parts:
+        return f"expected error: no held-out eval case covers {REGIMES[regime]} ({regime}); treat the figures as unmeasured"
+    return f"expected error for {REGIMES[regime]} ({regime}): " + "; ".join(parts)
+
+
+def known_gaps(model: str, gpu: str) -> list[str]:
+    """Each eval case of this model that misses, with its measured error (the same GPU first)."""
+    spec, card = catalog.load_model(model), catalog.load_gpu(gpu)
+    summary = load_summary()
+    by_id = {c["id"]: c for c in summary["cases"]}
+    rows = [by_id[i] for i in summary["gaps"] if by_id[i]["model"] == spec.name]
+    rows.sort(key=lambda c: c["gpu"] != card.name)
+    out = []
+    for c in rows:
+        if not c["fits"]:
+            out.append(f"known gap: eval case {c['id']} ({c['gpu']}, {c['gpus']:,} GPUs) does not fit in the memory "
+                       "model although the published run trained, so the memory figures of this model may run high")
+            continue
+        optimistic = (c["error"] < 0) == (c["quantity"] in _SLOWER_WHEN_NEGATIVE)
+        where = "on this GPU" if c["gpu"] == card.name else f"on {c['gpu']}"
+        out.append(f"known gap: for eval case {c['id']} ({where}, {c['gpus']:,} GPUs) the model's {c['quantity']} is "
+                   f"{c['error']:+.1%} off the published figure ({'optimistic: expect it slower' if optimistic else 'pessimistic: expect it faster'})")
+    return out

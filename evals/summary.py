@@ -1,0 +1,114 @@
+"""What the evals say, kept small for plan time: evals/summary.json, generated from the prediction cases.
+
+    python -m trainplan.evals.summary          # rewrite evals/summary.json after the model or the cases change
+
+Running the prediction cases takes seconds; a plan needs their outcome at once, so it is stored here
+and tests/test_evidence.py fails when the file no longer matches what the cases give (stale). The file
+holds, per prediction case: its layout as resolved (tools/evidence.py derives the evidence region from
+the layouts of the cases that pass), whether it passes, and its headline error (the first throughput
+figure it publishes, else GPU-hours). From them:
+
+- bands: the expected error of a plan by regime (REGIMES: dense at scale, dense small jobs, MoE), as
+  the mean absolute error (MAPE) and the worst case of the held-out cases of that regime;
+- gaps: the cases that fail their tolerance or miss by more than GAP_ERROR, each with its model and
+  error, so that a plan for that model says so.
+
+Published figures stay in evals/runs/*.yaml; this file holds only the model's errors against them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import cache
+from pathlib import Path
+
+SUMMARY_PATH = Path(__file__).with_name("summary.json")
+THROUGHPUT = ("step_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "tflops_per_gpu_full_attention",
+              "hardware_tflops_per_gpu", "mfu", "mfu_full_attention")
+"""Headline quantities, in order: the first a case publishes is its error (they restate one step time)."""
+TOTALS = ("gpu_hours", "days", "cost_usd")
+GAP_ERROR = 0.15
+"""A case whose headline error is larger than this (the throughput tolerance of evals/cases.py) is a
+known gap even when its own tolerance is wider (GPU-hours: 25%)."""
+SMALL_JOB_GPUS = 64
+"""A job on at most this many GPUs is a small job (the FSDP, MPT and single-node rows)."""
+REGIMES = {
+    "dense at scale": "dense models on more than 64 GPUs",
+    "dense small jobs": "dense models on up to 64 GPUs",
+    "MoE": "mixture-of-experts models",
+}
+
+
+ALL = "all"
+"""The pooled band: what a regime without cases of a kind (GPU-hours of small jobs) falls back to."""
+
+
+def regime_of(is_moe: bool, gpus: int) -> str:
+    if is_moe:
+        return "MoE"
+    return "dense small jobs" if gpus <= SMALL_JOB_GPUS else "dense at scale"
+
+
+def build() -> dict:
+    """Run the prediction cases and summarise them (the content of summary.json)."""
+    from trainplan.tools.catalog import load_gpu, load_model
+    from trainplan.tools.contract import Layout
+    from trainplan.tools.layout import resolve_config
+
+    from .cases import run_case
+    from .dataset import load_dataset
+
+    dataset = load_dataset()
+    cases = []
+    for case in dataset.select(kind="prediction"):
+        result = run_case(case, dataset)
+        kwargs = case.kwargs()
+        spec, gpu = load_model(str(kwargs["model"])), load_gpu(kwargs["gpu"])
+        cfg = resolve_config(spec, kwargs["gpus"], fp8_supported=gpu.fp8_tflops is not None,
+                             **{k: kwargs[k] for k in Layout.model_fields if k in kwargs})
+        quantity = next((q for q in (*THROUGHPUT, *TOTALS) if q in result.error), None)
+        cases.append({
+            "id": case.id, "model": spec.name, "gpu": gpu.name, "gpus": int(kwargs["gpus"]), "is_moe": spec.is_moe,
+            "layers": spec.num_layers, "gpus_per_node": int(kwargs.get("gpus_per_node") or gpu.gpus_per_node),
+            "layout": {"tp": cfg.tp, "pp": cfg.pp, "cp": cfg.cp, "ep": cfg.ep, "vpp": cfg.vpp, "zero": cfg.zero,
+                       "schedule": cfg.schedule.value, "seq": cfg.seq},
+            "passed": bool(result.status == "ok" and result.passed), "fits": bool(result.predicted.get("fits", True)), "held_out": not result.used_for_calibration,
+            "quantity": quantity, "error": None if quantity is None else round(float(result.error[quantity]), 4)})
+    gaps = [c for c in cases if c["error"] is not None and (not c["passed"] or abs(c["error"]) > GAP_ERROR)]
+    return {"generated_by": "python -m trainplan.evals.summary", "cases": cases, "bands": bands(cases),
+            "gaps": [c["id"] for c in gaps]}
+
+
+def bands(cases: list[dict]) -> dict:
+    """Regime (and ALL) -> kind (throughput, gpu_hours) -> {mape, n, worst, worst_case}: held-out errors."""
+    out = {}
+    for regime in (*REGIMES, ALL):
+        for kind, quantities in (("throughput", THROUGHPUT), ("gpu_hours", TOTALS)):
+            rows = [c for c in cases if c["held_out"] and c["quantity"] in quantities
+                    and regime in (ALL, regime_of(c["is_moe"], c["gpus"]))]
+            if not rows:
+                continue
+            worst = max(rows, key=lambda c: abs(c["error"]))
+            out.setdefault(regime, {})[kind] = {
+                "mape": round(sum(abs(c["error"]) for c in rows) / len(rows), 4), "n": len(rows),
+                "worst": worst["error"], "worst_case": worst["id"]}
+    return out
+
+
+@cache
+def load_summary() -> dict:
+    """evals/summary.json as written by build()."""
+    return json.loads(SUMMARY_PATH.read_text())
+
+
+def write() -> Path:
+    data = build()
+    lines = ",\n  ".join(json.dumps(c) for c in data["cases"])
+    head = {k: v for k, v in data.items() if k != "cases"}
+    SUMMARY_PATH.write_text(json.dumps(head, indent=1)[:-2] + ',\n "cases": [\n  ' + lines + "\n ]\n}\n")
+    return SUMMARY_PATH
+
+
+if __name__ == "__main__":
+    print(f"wrote {write()}", file=sys.stderr)
