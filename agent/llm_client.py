@@ -33,6 +33,7 @@ import openai
 from .config import PLACEHOLDER_API_KEY, Settings, load_settings
 
 __all__ = ["AgentError", "MaxTurnsExceeded", "DeadlineExceeded", "Event", "make_client", "request_completion",
+           "deadline_line",
            "error_line", "error_kind", "is_context_overflow", "detail"]
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ def request_completion(client: openai.OpenAI, kwargs: dict, stream: bool, emit: 
     request are dropped."""
     left = deadline - time.monotonic()
     if left <= 0:
-        raise DeadlineExceeded(_deadline_line(deadline_s))
+        raise DeadlineExceeded(deadline_line(deadline_s))
     state: dict[str, Any] = {"cancelled": False, "stream": None, "tokens": 0}
     box: dict[str, Any] = {}
 
@@ -151,13 +152,13 @@ def request_completion(client: openai.OpenAI, kwargs: dict, stream: bool, emit: 
                 state["stream"].close()
             except Exception:  # the worker may be closing it too
                 log.debug("closing an abandoned stream failed", exc_info=True)
-        raise DeadlineExceeded(_deadline_line(deadline_s))
+        raise DeadlineExceeded(deadline_line(deadline_s))
     if "error" in box:
         raise box["error"]
     return box["value"]
 
 
-def _deadline_line(deadline_s: float) -> str:
+def deadline_line(deadline_s: float) -> str:
     return (f"the LLM gave no final answer within the {deadline_s:g} s deadline; raise TRAINPLAN_LLM_DEADLINE_S "
             "or use a faster model")
 
