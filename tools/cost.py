@@ -25,6 +25,8 @@ DEFAULT_GOODPUT = 0.9
 SECONDS_PER_DAY = 86400.0
 MIN_GOODPUT = 0.01
 """Smallest goodput a job may give (1% of wall-clock time training; Llama 3 reports more than 90%)."""
+MAX_STEP_S = 1e6
+"""Longest step time a cost may use (11.6 days per step): past it the input is not a step time."""
 MAX_PRICE_PER_GPU_HOUR = 1e4
 """Most dollars per GPU-hour a job may give: a thousand times any catalog price; beyond it a price is a
 typo, and dollars computed from it could overflow a float."""
@@ -109,8 +111,9 @@ def check_cost_inputs(price: float, goodput: float, step_s: float | None = None)
     if price > MAX_PRICE_PER_GPU_HOUR:
         raise InputError(f"price={price:g} dollars per GPU-hour is over {MAX_PRICE_PER_GPU_HOUR:,.0f}: give dollars "
                          "per GPU-hour, e.g. 2.5")
-    if step_s is not None and step_s <= 0:
-        raise InputError(f"step_s={step_s} must be positive")
+    if step_s is not None and not 0 < step_s <= MAX_STEP_S:
+        raise InputError(f"step_s={step_s:g} must be positive and at most {MAX_STEP_S:.0e} seconds (11.6 days per "
+                         "step): give the seconds of one training step")
 
 
 def _finite(cost: CostResult) -> CostResult:

@@ -450,7 +450,7 @@ def dispatch(name: str, arguments_json: str | dict | None) -> dict:
         else:
             arguments = arguments_json
     except InputError as exc:
-        return {"error": f"{exc}: send one JSON object"}
+        return {"error": str(exc)}
     if not isinstance(arguments, dict):
         return {"error": f"{name}: arguments must be a JSON object, not {type(arguments).__name__}"}
     try:
