@@ -95,7 +95,12 @@ class Transcript:
             if not line.strip():
                 continue
             where = f"transcript '{path}' line {number}"
-            record = safe_json.loads(line, where, safe_json.TRANSCRIPT)
+            try:
+                record = safe_json.loads(line, where, safe_json.TRANSCRIPT)
+            except InputError as exc:
+                if " not valid JSON" not in str(exc):
+                    raise
+                raise InputError(f"{where} is not JSON: is it a trainplan transcript?") from None
             records.append(check_record(record, where))
         return records
 
