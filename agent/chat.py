@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from trainplan.output import write_output
+from trainplan.tools import safe_json
 from trainplan.tools.errors import InputError
 
 from .planner import (calls_from_messages, grounding_of, offline_report, report_from_conversation,
@@ -67,21 +68,68 @@ class Transcript:
 
     @staticmethod
     def read(path: str | Path) -> list[dict]:
+        """The records of a transcript file, read within safe_json.TRANSCRIPT's limits and checked record by
+        record (check_record), so that a malformed file is one error line and the session goes on."""
         path = Path(path).expanduser()
         if not path.is_file():
             raise InputError(f"transcript '{path}' does not exist: check the path")
+        data = safe_json.read_bytes(path, f"transcript '{path}'", safe_json.TRANSCRIPT.max_bytes)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"transcript '{path}' is not UTF-8 text: is it a trainplan transcript?") from None
         records = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
+            where = f"transcript '{path}' line {number}"
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise InputError(f"transcript '{path}' line {number} is not JSON: is it a trainplan transcript?") from None
-            if not isinstance(record, dict) or "kind" not in record:
-                raise InputError(f"transcript '{path}' line {number} has no 'kind': is it a trainplan transcript?")
-            records.append(record)
+                record = safe_json.loads(line, where, safe_json.TRANSCRIPT)
+            except InputError as exc:
+                if " not valid JSON" not in str(exc):
+                    raise
+                raise InputError(f"{where} is not JSON: is it a trainplan transcript?") from None
+            records.append(check_record(record, where))
         return records
+
+
+_ROLES = ("system", "user", "assistant", "tool")
+
+
+def check_record(record: Any, where: str) -> dict:
+    """One transcript record, its fields type-checked (module docstring); InputError names what is wrong."""
+    if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+        raise InputError(f"{where} has no 'kind': is it a trainplan transcript?")
+    kind = record["kind"]
+    if kind == "user" and not isinstance(record.get("text"), str):
+        raise InputError(f"{where}: a user record needs 'text' as a string")
+    if kind == "plan" and not isinstance(record.get("request"), dict):
+        raise InputError(f"{where}: a plan record needs 'request' as an object")
+    if kind == "message":
+        _check_message(record.get("message"), where)
+    return record
+
+
+def _check_message(message: Any, where: str) -> None:
+    """A chat message as the LLM loop keeps it: role, text content, tool calls with string ids, names and
+    arguments."""
+    if not isinstance(message, dict) or message.get("role") not in _ROLES:
+        raise InputError(f"{where}: a message record needs 'message' with a role ({', '.join(_ROLES)})")
+    if message.get("content") is not None and not isinstance(message["content"], str):
+        raise InputError(f"{where}: a message's 'content' must be text or null")
+    if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):
+        raise InputError(f"{where}: a tool message needs 'tool_call_id' as a string")
+    calls = message.get("tool_calls")
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise InputError(f"{where}: a message's 'tool_calls' must be a list")
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if (not isinstance(call, dict) or not isinstance(call.get("id"), str) or not isinstance(function, dict)
+                or not isinstance(function.get("name"), str) or not isinstance(function.get("arguments"), str)):
+            raise InputError(f"{where}: each tool call needs a string 'id' and a 'function' with string 'name' "
+                             "and 'arguments'")
 
 
 class ChatSession:
@@ -153,18 +201,23 @@ class ChatSession:
         if not argument:
             raise InputError("/load needs a file name: /load session.jsonl")
         records = Transcript.read(argument)
-        self.transcript.records = records
-        self.transcript.path = Path(argument).expanduser()
-        self.request, self.report, self.messages, self.grounding = None, None, [], None
-        for record in records:
+        request, messages = None, []  # rebuilt before anything changes: a bad file leaves the session as it was
+        for number, record in enumerate(records, 1):
             if record["kind"] == "plan":
-                self.request = PlanRequest(**record["request"])
+                try:
+                    request = PlanRequest(**record["request"])
+                except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+                    raise InputError(f"transcript '{argument}' record {number}: the plan's request is not a "
+                                     f"request ({_first_error(exc)}): is it a trainplan transcript?") from None
             elif record["kind"] == "message":
-                self.messages.append(record["message"])
+                messages.append(record["message"])
                 content = record["message"].get("content") or ""
                 if record["message"].get("role") == "user" and not is_reask(content):
                     update = parse_partial(content)
-                    self.request = update if self.request is None else merge(self.request, update)
+                    request = update if request is None else merge(request, update)
+        self.transcript.records = records
+        self.transcript.path = Path(argument).expanduser()
+        self.request, self.report, self.messages, self.grounding = request, None, messages, None
         turns = sum(1 for r in records if r["kind"] == "user")
         self.console.print(f"loaded {turns} turns from {escape(argument)}; new turns are appended to it")
         if self.backend == "offline" and self.request is not None:
@@ -324,6 +377,14 @@ class ChatSession:
 
 
 _FLAG = re.compile(r"(?:\b(?:use|pass|with|try|add|set)\s+)?`?--([a-z][a-z0-9-]*)(?:[ =]([^\s,;:)`'\"]+))?`?")
+
+
+def _first_error(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"[:160]
+    return type(exc).__name__
 
 
 def for_chat(message: str) -> str:

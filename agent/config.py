@@ -48,7 +48,13 @@ class Settings:
     max_retries: int = DEFAULT_MAX_RETRIES  # TRAINPLAN_LLM_MAX_RETRIES
 
 
-def _number(name: str, default: float, *, integer: bool, minimum: float) -> float:
+MAX_DEADLINE_S = 86400.0
+"""The longest TRAINPLAN_LLM_DEADLINE_S: a day (a thread's join takes no timeout much past 1e9 s)."""
+MAX_TOKENS_LIMIT = 2**20
+MAX_RETRIES_LIMIT = 100
+
+
+def _number(name: str, default: float, *, integer: bool, minimum: float, maximum: float) -> float:
     raw = os.environ.get(name) or ""
     if not raw.strip():
         return default
@@ -56,23 +62,61 @@ def _number(name: str, default: float, *, integer: bool, minimum: float) -> floa
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value < minimum or (integer and value != int(value)):
+    if not math.isfinite(value) or not minimum <= value <= maximum or (integer and value != int(value)):
         kind = "a whole number" if integer else "a number"
-        raise InputError(f"{name}='{raw}' must be {kind} of at least {minimum:g}: unset it for the default "
-                         f"({default:g})")
+        shown = raw if len(raw) <= 40 and raw.isprintable() else "(a long or unprintable value)"
+        raise InputError(f"{name}='{shown}' must be {kind} from {minimum:g} to {maximum:g}: unset it for the "
+                         f"default ({default:g})")
     return int(value) if integer else value
 
 
 def load_settings() -> Settings:
     """Settings from the environment; empty variables count as unset. A malformed limit is an InputError."""
     return Settings(
-        api_key=os.environ.get("OPENAI_API_KEY") or None,
-        base_url=os.environ.get("OPENAI_BASE_URL") or None,
-        model=os.environ.get("TRAINPLAN_MODEL") or DEFAULT_MODEL,
-        deadline_s=_number("TRAINPLAN_LLM_DEADLINE_S", DEFAULT_DEADLINE_S, integer=False, minimum=0.001),
-        max_tokens=int(_number("TRAINPLAN_LLM_MAX_TOKENS", DEFAULT_MAX_TOKENS, integer=True, minimum=1)),
-        max_retries=int(_number("TRAINPLAN_LLM_MAX_RETRIES", DEFAULT_MAX_RETRIES, integer=True, minimum=0)),
+        api_key=_header_value("OPENAI_API_KEY"),
+        base_url=_base_url(),
+        model=_header_value("TRAINPLAN_MODEL", text=True) or DEFAULT_MODEL,
+        deadline_s=_number("TRAINPLAN_LLM_DEADLINE_S", DEFAULT_DEADLINE_S, integer=False, minimum=0.001,
+                           maximum=MAX_DEADLINE_S),
+        max_tokens=int(_number("TRAINPLAN_LLM_MAX_TOKENS", DEFAULT_MAX_TOKENS, integer=True, minimum=1,
+                               maximum=MAX_TOKENS_LIMIT)),
+        max_retries=int(_number("TRAINPLAN_LLM_MAX_RETRIES", DEFAULT_MAX_RETRIES, integer=True, minimum=0,
+                                maximum=MAX_RETRIES_LIMIT)),
     )
+
+
+def _header_value(name: str, text: bool = False) -> str | None:
+    """An environment value sent in an HTTP header (the key) or body (the model name): printable, and
+    ASCII for a header (httpx cannot encode anything else). Never echoed: it may be a secret."""
+    value = os.environ.get(name) or None
+    if value is None:
+        return None
+    if not value.isprintable() or len(value) > 4096 or (not text and not value.isascii()):
+        need = "printable text" if text else "printable ASCII, as API keys are"
+        raise InputError(f"{name} must be {need} (of at most 4,096 characters): check the variable")
+    return value
+
+
+def _base_url() -> str | None:
+    """OPENAI_BASE_URL, checked: an http(s) URL with a host (e.g. http://localhost:8000/v1)."""
+    from urllib.parse import urlsplit
+
+    value = os.environ.get("OPENAI_BASE_URL") or None
+    if value is None:
+        return None
+    hint = "set it to an http(s) URL such as http://localhost:8000/v1"
+    if not value.isascii() or not value.isprintable() or len(value) > 2048:
+        raise InputError(f"OPENAI_BASE_URL is not a URL: {hint}")
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # raises on a bad port
+        host = parts.hostname
+    except ValueError:
+        raise InputError(f"OPENAI_BASE_URL='{value[:200]}' is not a valid URL: {hint}") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise InputError(f"OPENAI_BASE_URL='{value[:200]}' has no http(s) scheme and host: {hint}")
+    del port
+    return value
 
 
 def llm_configured() -> bool:

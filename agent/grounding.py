@@ -56,13 +56,16 @@ after an inline code span's closing backtick, and on a line of its own after a f
 from __future__ import annotations
 
 import bisect
-import json
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["NumberMention", "GroundedNumber", "GroundingReport", "RequestText", "extract_numbers",
+from trainplan.tools import safe_json
+from trainplan.tools.errors import InputError
+
+__all__ = ["NumberMention", "GroundedNumber", "GroundingReport", "GroundingTimeout", "RequestText", "extract_numbers",
            "check_grounding", "mark_ungrounded", "UNGROUNDED_MARK", "WEAK_MAX_DIGITS"]
 
 UNGROUNDED_MARK = "[ungrounded]"
@@ -259,14 +262,22 @@ def _unit_after(text: str, end: int) -> str | None:
     return "days" if after["days"] else "h" if after["hours"] else "s" if after["secs"] else "min"
 
 
-def _is_exempt(text: str, m: re.Match, value: float) -> bool:
-    """List markers, heading numbers, footnotes, ordinals and years (module docstring)."""
+_ORDINAL_BEFORE = re.compile(r"(?:^|[^A-Za-z])(?:" + "|".join(sorted(_ORDINAL_WORDS)) + r")\.?\s{1,4}$", re.IGNORECASE)
+_WINDOW = 200
+"""Characters before a number that the exemptions look at: bounded, so that the check is linear in the text."""
+
+
+def _is_exempt(text: str, m: re.Match, value: float, line_start: int | None = None) -> bool:
+    """List markers, heading numbers, footnotes, ordinals and years (module docstring). `line_start`: where
+    the number's line starts (found when not given)."""
     start, end = m.start(), m.end()
-    line_start = text.rfind("\n", 0, start) + 1
-    before = text[line_start:start]
+    if line_start is None:
+        line_start = text.rfind("\n", max(0, start - _WINDOW - 1), start) + 1
+    whole_line = line_start >= start - _WINDOW  # the line's start is within the window
+    before = text[max(line_start, start - _WINDOW):start]
     after = text[end:end + 2]
     is_int = re.fullmatch(r"\d+", m.group(0)) is not None
-    if is_int or re.fullmatch(r"\d+(\.\d+)*", m.group(0)):
+    if whole_line and (is_int or re.fullmatch(r"\d+(\.\d+)*", m.group(0))):
         if re.fullmatch(r"\s*(?:[-*+]\s+)?\(?", before) and re.match(r"[.)](?:\s|$)", after + " "):
             return True  # "1. ", "2) ", "(3) "
         if re.fullmatch(r"\s*#{1,6}\s*", before):
@@ -276,11 +287,10 @@ def _is_exempt(text: str, m: re.Match, value: float) -> bool:
     prev = text[start - 1] if start else ""
     if prev == "#" or (prev == "[" and text[end:end + 1] == "]"):
         return True
-    word = re.search(r"([A-Za-z]+)\.?\s+$", before)
-    if word and word.group(1).lower() in _ORDINAL_WORDS and value <= 20:
+    if value <= 20 and _ORDINAL_BEFORE.search(before[-20:]):
         return True
     if 1950 <= value <= 2039 and (re.search(r"et al\.,?\s*$", before) or (
-            re.match(r"[ \t]*(?:[,.;:)\]]|\n|$)", text[end:]) and _YEAR_BEFORE.search(before))):
+            re.match(r"[ \t]*(?:[,.;:)\]]|\n|$)", text[end:end + 3]) and _YEAR_BEFORE.search(before))):
         return True
     return False
 
@@ -290,11 +300,12 @@ def _layout_before(text: str, start: int) -> re.Match | None:
     return _LAYOUT_BEFORE.search(text, max(0, start - 12), start)
 
 
-def _scan(text: str) -> list[tuple[re.Match, str, re.Match | None]]:
+def _scan(text: str, deadline: float | None = None) -> list[tuple[re.Match, str, re.Match | None]]:
     """Every number match with its kind ("number", "identifier" or "layout") and layout-key match."""
     out: list[tuple[re.Match, str, re.Match | None]] = []
     identifier_ends: set[int] = set()
-    for m in _NUMBER.finditer(text):
+    for count, m in enumerate(_NUMBER.finditer(text)):
+        _check_deadline(deadline, count)
         start, end = m.start(), m.end()
         prev = text[start - 1] if start else ""
         prev2 = text[start - 2] if start > 1 else ""
@@ -318,19 +329,34 @@ def _scan(text: str) -> list[tuple[re.Match, str, re.Match | None]]:
     return out
 
 
-def extract_numbers(text: str) -> list[NumberMention]:
-    """The numbers in `text` that must be grounded, in order (exemptions: module docstring)."""
+def extract_numbers(text: str, deadline: float | None = None) -> list[NumberMention]:
+    """The numbers in `text` that must be grounded, in order (exemptions: module docstring); linear in the
+    text. Past `deadline` (time.monotonic()), GroundingTimeout."""
     mentions = []
-    for m, kind, layout in _scan(text):
+    line_start, scanned = 0, 0
+    for count, (m, kind, layout) in enumerate(_scan(text, deadline)):
         if kind == "identifier":
             continue
+        newline = text.rfind("\n", scanned, m.start())
+        if newline >= 0:
+            line_start = newline + 1
+        scanned = m.start()
         value, quantum, unit, digits = _parse(m, text)
-        if kind == "number" and _is_exempt(text, m, value):
+        if kind == "number" and _is_exempt(text, m, value, line_start):
             continue
         start = layout.start() if layout else m.start()
         key = layout["key"].lower() if layout else None
         mentions.append(NumberMention(text[start:m.end()], start, m.end(), abs(value), quantum, unit, key, digits))
     return mentions
+
+
+class GroundingTimeout(TimeoutError):
+    """The grounding check ran past its deadline (the LLM run's)."""
+
+
+def _check_deadline(deadline: float | None, count: int) -> None:
+    if deadline is not None and count % 512 == 0 and time.monotonic() > deadline:
+        raise GroundingTimeout("the grounding check ran past the deadline")
 
 
 _ORIGINS = ("tool", "request")
@@ -342,6 +368,7 @@ class _Sources:
 
     values: dict[tuple[str, str | None], list[float]] = field(default_factory=dict)
     layout: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    deadline: float | None = None  # time.monotonic() past which the check stops (GroundingTimeout)
 
     def add(self, obj: Any, path: tuple[str, ...] = (), origin: str = "tool") -> None:
         """Add every number in a JSON-like object; strings are scanned generously (JSON text is parsed)."""
@@ -358,9 +385,9 @@ class _Sources:
         elif isinstance(obj, str):
             if obj.lstrip().startswith(("{", "[")):
                 try:
-                    self.add(json.loads(obj), path, origin)
+                    self.add(safe_json.loads(obj, "a tool result", safe_json.TRANSCRIPT), path, origin)
                     return
-                except json.JSONDecodeError:
+                except InputError:
                     pass
             self._add_text(obj, origin)
         elif isinstance(obj, dict):
@@ -376,7 +403,7 @@ class _Sources:
 
     def _add_text(self, text: str, origin: str) -> None:
         """Numbers in prose take the kind of the unit written with them ("$2/GPU-hour" is a cost)."""
-        for m, _, layout in _scan(text):
+        for m, _, layout in _scan(text, self.deadline):
             value, quantum, unit, digits = _parse(m, text)
             mention = NumberMention(m.group(0), m.start(), m.end(), abs(value), quantum, unit, None, digits)
             for reading, _, kinds in mention.readings():
@@ -411,15 +438,17 @@ class _Sources:
         return None
 
 
-def check_grounding(text: str, sources: list[Any]) -> GroundingReport:
+def check_grounding(text: str, sources: list[Any], deadline: float | None = None) -> GroundingReport:
     """Check every number in `text` against the numbers in `sources` (tool results; the request as a
-    RequestText)."""
-    found = _Sources()
+    RequestText). Linear in the text and the sources; past `deadline` (time.monotonic()) it raises
+    GroundingTimeout."""
+    found = _Sources(deadline=deadline)
     for source in sources:
         found.add(source)
     found.sort()
     report = GroundingReport(empty=not text.strip())
-    for mention in extract_numbers(text):
+    for count, mention in enumerate(extract_numbers(text, deadline)):
+        _check_deadline(deadline, count)
         match = found.find(mention)
         if match is None:
             report.ungrounded.append(mention)
@@ -435,17 +464,21 @@ _INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
 
 
 def _code_spans(text: str) -> list[tuple[int, int, bool]]:
-    """(start, end, fenced) of each code block and inline code span in Markdown `text`."""
+    """(start, end, fenced) of each code block and inline code span in Markdown `text`, in order."""
     spans: list[tuple[int, int, bool]] = []
     fences = list(_FENCE.finditer(text))
     i = 0
     while i < len(fences):
         opening = fences[i]
-        closing = next((f for f in fences[i + 1:] if f.group(1) == opening.group(1)), None)
-        end_of_line = text.find("\n", closing.end()) if closing else -1
-        end = len(text) if closing is None else (len(text) if end_of_line < 0 else end_of_line)
-        spans.append((opening.start(), end, True))
-        i = fences.index(closing) + 1 if closing else len(fences)
+        j = i + 1
+        while j < len(fences) and fences[j].group(1) != opening.group(1):
+            j += 1
+        if j < len(fences):
+            end_of_line = text.find("\n", fences[j].end())
+            spans.append((opening.start(), len(text) if end_of_line < 0 else end_of_line, True))
+        else:
+            spans.append((opening.start(), len(text), True))
+        i = j + 1
     outside = 0
     for start, end, _ in [*spans, (len(text), len(text), True)]:
         for m in _INLINE_CODE.finditer(text, outside, start):
@@ -456,17 +489,24 @@ def _code_spans(text: str) -> list[tuple[int, int, bool]]:
 
 def mark_ungrounded(text: str, mentions: list[NumberMention]) -> str:
     """`text` with " [ungrounded]" after each of `mentions` (mentions of this same text); never inside
-    code: after an inline code span, or on a line of its own after a fenced block, naming the numbers."""
+    code: after an inline code span, or on a line of its own after a fenced block, naming the numbers.
+    One pass: linear in the text and the mentions."""
     inserts: dict[int, list[NumberMention]] = {}
     spans = _code_spans(text)
+    starts = [s[0] for s in spans]
+    fenced_ends = {s[1] for s in spans if s[2]}
     for mention in mentions:
-        span = next((s for s in spans if s[0] <= mention.start < s[1]), None)
+        k = bisect.bisect_right(starts, mention.start) - 1
+        span = spans[k] if k >= 0 and spans[k][0] <= mention.start < spans[k][1] else None
         inserts.setdefault(mention.end if span is None else span[1], []).append(mention)
-    for position in sorted(inserts, reverse=True):
-        span = next((s for s in spans if s[1] == position), None)
-        if span is not None and span[2]:
+    pieces, done = [], 0
+    for position in sorted(inserts):
+        pieces.append(text[done:position])
+        if position in fenced_ends:
             names = ", ".join(m.text for m in inserts[position])
-            text = f"{text[:position]}\n{UNGROUNDED_MARK} in the block above: {names}{text[position:]}"
+            pieces.append(f"\n{UNGROUNDED_MARK} in the block above: {names}")
         else:
-            text = f"{text[:position]} {UNGROUNDED_MARK}{text[position:]}"
-    return text
+            pieces.append(f" {UNGROUNDED_MARK}")
+        done = position
+    pieces.append(text[done:])
+    return "".join(pieces)

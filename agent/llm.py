@@ -45,10 +45,13 @@ from typing import Any
 
 import openai
 
+from trainplan.tools import safe_json
+from trainplan.tools.errors import InputError
+
 from .config import Settings, llm_configured, load_settings
-from .grounding import GroundingReport, RequestText, check_grounding, mark_ungrounded
-from .llm_client import (AgentError, DeadlineExceeded, Event, MaxTurnsExceeded, error_kind, error_line,
-                         is_context_overflow, make_client, request_completion)
+from .grounding import GroundingReport, GroundingTimeout, RequestText, check_grounding, mark_ungrounded
+from .llm_client import (AgentError, DeadlineExceeded, Event, MaxTurnsExceeded, deadline_line, error_kind,
+                         error_line, is_context_overflow, make_client, request_completion)
 
 __all__ = ["AgentError", "MaxTurnsExceeded", "DeadlineExceeded", "AgentResult", "run_agent", "make_client",
            "REASK_PREFIX", "NO_TOOLS_REASK", "is_reask", "TRUNCATION_NOTICE"]
@@ -62,6 +65,9 @@ TRUNCATION_NOTICE = ("[cut off: this reply reached the limit of {max_tokens} tok
                      "(TRAINPLAN_LLM_MAX_TOKENS)]")
 OMITTED_RESULT = json.dumps({"omitted": "an earlier tool result, left out to fit the LLM's context; call the "
                                         "tool again if you need it"})
+MAX_CALLS_PER_REPLY = 16
+"""Tool calls run from one reply; any more are answered with an error without running (a plan needs a
+handful: search, estimate, cost, submit)."""
 _REASK_PREFIXES = (REASK_PREFIX, NO_TOOLS_REASK.split(",")[0], "You did not call ")
 
 
@@ -153,10 +159,15 @@ def run_agent(
             raise AgentError(error_line(exc, client, model), error_kind(exc)) from exc
         messages.append(reply)
         if reply.get("tool_calls"):
-            for call in reply["tool_calls"]:
+            for index, call in enumerate(reply["tool_calls"]):
                 name, arguments = call["function"]["name"], call["function"]["arguments"]
+                if time.monotonic() >= deadline:  # each call may take seconds: the deadline holds between them
+                    raise DeadlineExceeded(deadline_line(settings.deadline_s))
                 emit("tool_call", {"id": call["id"], "name": name, "arguments": arguments})
                 problem = _arguments_problem(name, arguments, finish)
+                if index >= MAX_CALLS_PER_REPLY:
+                    problem = (f"{name}: not run: one reply may make at most {MAX_CALLS_PER_REPLY} tool calls; "
+                               "call the ones you need again in the next reply")
                 if problem:
                     result: Any = {"error": problem}
                     call["function"]["arguments"] = "{}"  # valid JSON in the history; the error says why
@@ -178,7 +189,10 @@ def run_agent(
             emit("reask_tools", {"message": message})
             messages.append({"role": "user", "content": message})
             continue
-        report = check_grounding(text, sources)
+        try:
+            report = check_grounding(text, sources, deadline=deadline)
+        except GroundingTimeout:
+            raise DeadlineExceeded(deadline_line(settings.deadline_s)) from None
         unwilling = tools_reasked and not calls  # re-asked to use the tools, and still did not: final
         if report.ok or reasked or truncated or last_turn or unwilling or not text.strip():
             final = mark_ungrounded(text, report.ungrounded)
@@ -226,13 +240,14 @@ def _succeeded(calls: list[dict], name: str) -> bool:
 
 
 def _arguments_problem(name: str, arguments: str, finish: str | None) -> str | None:
-    """Why a call's arguments cannot be run (not JSON, not an object), or None."""
+    """Why a call's arguments cannot be run (not JSON, not an object, past safe_json's limits), or None."""
     try:
-        value = json.loads(arguments or "{}")
-    except json.JSONDecodeError as exc:
-        cut = ", cut off at the reply's token limit" if finish == "length" else ""
-        return (f"{name}: the arguments are not valid JSON{cut} ({exc.msg} at column {exc.colno}), so the tool "
-                f"did not run: call {name} again with one complete JSON object")
+        value = safe_json.loads(arguments or "{}", f"{name}: the arguments", safe_json.ARGUMENTS)
+    except InputError as exc:
+        message = str(exc).removesuffix(": fix it")
+        if finish == "length" and " not valid JSON" in message:
+            message = message.replace(" not valid JSON", " not valid JSON, cut off at the reply's token limit", 1)
+        return f"{message}, so the tool did not run: call {name} again with one complete JSON object"
     if not isinstance(value, dict):
         return f"{name}: the arguments must be one JSON object, not {type(value).__name__}: call {name} again"
     return None
@@ -243,12 +258,12 @@ def _sources(messages: list[dict]) -> list[Any]:
     out: list[Any] = []
     for m in messages:
         content = m.get("content")
-        if m["role"] == "tool":
+        if m.get("role") == "tool":
             try:
-                out.append(json.loads(content))
-            except (TypeError, json.JSONDecodeError):
+                out.append(safe_json.loads(content, "a tool result", safe_json.TRANSCRIPT))
+            except (TypeError, InputError):
                 out.append(content)
-        elif m["role"] == "user" and isinstance(content, str) and not is_reask(content):
+        elif m.get("role") == "user" and isinstance(content, str) and not is_reask(content):
             out.append(RequestText(content))
     return out
 

@@ -33,6 +33,7 @@ import openai
 from .config import PLACEHOLDER_API_KEY, Settings, load_settings
 
 __all__ = ["AgentError", "MaxTurnsExceeded", "DeadlineExceeded", "Event", "make_client", "request_completion",
+           "deadline_line",
            "error_line", "error_kind", "is_context_overflow", "detail"]
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ def request_completion(client: openai.OpenAI, kwargs: dict, stream: bool, emit: 
     request are dropped."""
     left = deadline - time.monotonic()
     if left <= 0:
-        raise DeadlineExceeded(_deadline_line(deadline_s))
+        raise DeadlineExceeded(deadline_line(deadline_s))
     state: dict[str, Any] = {"cancelled": False, "stream": None, "tokens": 0}
     box: dict[str, Any] = {}
 
@@ -151,13 +152,13 @@ def request_completion(client: openai.OpenAI, kwargs: dict, stream: bool, emit: 
                 state["stream"].close()
             except Exception:  # the worker may be closing it too
                 log.debug("closing an abandoned stream failed", exc_info=True)
-        raise DeadlineExceeded(_deadline_line(deadline_s))
+        raise DeadlineExceeded(deadline_line(deadline_s))
     if "error" in box:
         raise box["error"]
     return box["value"]
 
 
-def _deadline_line(deadline_s: float) -> str:
+def deadline_line(deadline_s: float) -> str:
     return (f"the LLM gave no final answer within the {deadline_s:g} s deadline; raise TRAINPLAN_LLM_DEADLINE_S "
             "or use a faster model")
 
@@ -195,22 +196,81 @@ def _sdk_retry_events(emit: Event) -> Iterator[None]:
         logger.setLevel(level)
 
 
+class _Malformed(ValueError):
+    """A reply that is not a chat completion (module docstring: a hostile or broken server)."""
+
+
+def _get(obj: Any, name: str, where: str) -> Any:
+    """obj.name of an SDK object (or a dict), None when absent; _Malformed when obj cannot have fields."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    if obj is None or isinstance(obj, (str, bytes, int, float, bool, list, tuple)):
+        raise _Malformed(f"{where} is {_kind(obj)}, not an object")
+    return getattr(obj, name, None)
+
+
+def _kind(value: Any) -> str:
+    return {str: "a string", list: "a list", tuple: "a list", type(None): "missing", bool: "true/false",
+            int: "a number", float: "a number", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _optional_text(value: Any, where: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise _Malformed(f"{where} is {_kind(value)}, not text")
+    return value
+
+
+def _list(value: Any, where: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Malformed(f"{where} is {_kind(value)}, not a list")
+    return value
+
+
+def _malformed_line(client: openai.OpenAI, exc: Exception) -> str:
+    return (f"the LLM server at {str(client.base_url).rstrip('/')} sent a reply that is not a chat completion "
+            f"({_one_line(exc, 160)}); check OPENAI_BASE_URL, or use --backend offline")
+
+
 def _complete(client: openai.OpenAI, kwargs: dict, stream: bool, emit: Event, state: dict) -> tuple[dict, str | None]:
-    """One chat completion, as the assistant message to append and its finish_reason."""
+    """One chat completion, as the assistant message to append and its finish_reason; a reply that is not a
+    chat completion (not JSON, `choices` a string, no message, arguments a list) is an AgentError."""
     if stream:
-        chunks = client.chat.completions.create(**kwargs, stream=True)
+        try:
+            chunks = client.chat.completions.create(**kwargs, stream=True)
+        except (_Malformed, ValueError, TypeError, AttributeError, KeyError) as exc:
+            raise AgentError(_malformed_line(client, exc)) from exc
         state["stream"] = chunks
-        return _complete_streaming(chunks, emit, state)
-    response = client.chat.completions.create(**kwargs)
-    if not response.choices:
-        raise AgentError(f"the LLM server at {client.base_url} returned no choices for model '{kwargs['model']}'")
-    choice = response.choices[0]
-    message = choice.message
-    return _assistant(message.content, [
-        (c.id, c.function.name, c.function.arguments) for c in message.tool_calls or []]), choice.finish_reason
+        return _complete_streaming(chunks, emit, state, client)
+    try:
+        response = client.chat.completions.create(**kwargs)
+        choices = _list(_get(response, "choices", "the reply"), "choices")
+        if not choices:
+            raise AgentError(f"the LLM server at {client.base_url} returned no choices for model '{kwargs['model']}'")
+        choice = choices[0]
+        message = _get(choice, "message", "the choice")
+        content = _optional_text(_get(message, "content", "the choice's message"), "the message's content")
+        calls = []
+        for call in _list(_get(message, "tool_calls", "the choice's message"), "tool_calls"):
+            function = _get(call, "function", "a tool call")
+            calls.append((_optional_text(_get(call, "id", "a tool call"), "a tool call's id"),
+                          _name(_get(function, "name", "a tool call's function")),
+                          _optional_text(_get(function, "arguments", "a tool call's function"), "tool arguments")))
+        finish = _optional_text(_get(choice, "finish_reason", "the choice"), "finish_reason")
+    except (_Malformed, ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise AgentError(_malformed_line(client, exc)) from exc
+    return _assistant(content, calls), finish
 
 
-def _complete_streaming(chunks: openai.Stream, emit: Event, state: dict) -> tuple[dict, str | None]:
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise _Malformed(f"a tool call's name is {_kind(value)}")
+    return value[:200]
+
+
+def _complete_streaming(chunks: openai.Stream, emit: Event, state: dict,
+                        client: openai.OpenAI | None = None) -> tuple[dict, str | None]:
     """Assemble a streamed reply: content pieces, and tool calls accumulated by their index.
     A stream that breaks off is not retried (its tokens were shown): it raises AgentError."""
     text: list[str] = []
@@ -221,27 +281,49 @@ def _complete_streaming(chunks: openai.Stream, emit: Event, state: dict) -> tupl
             for chunk in chunks:
                 if state["cancelled"]:
                     break
-                if not chunk.choices:
+                choices = _list(_get(chunk, "choices", "a stream chunk"), "a chunk's choices")
+                if not choices:
                     continue  # e.g. a usage-only chunk
-                choice = chunk.choices[0]
-                finish = choice.finish_reason or finish
-                delta = choice.delta
-                if delta.content:
-                    text.append(delta.content)
+                choice = choices[0]
+                finish = _optional_text(_get(choice, "finish_reason", "a chunk's choice"), "finish_reason") or finish
+                delta = _get(choice, "delta", "a chunk's choice")
+                if delta is None:
+                    continue
+                piece_text = _optional_text(_get(delta, "content", "a chunk's delta"), "a chunk's content")
+                if piece_text:
+                    text.append(piece_text)
                     state["tokens"] += 1
-                    emit("token", {"text": delta.content})
-                for piece in delta.tool_calls or []:
-                    slot = slots.setdefault(len(slots) if piece.index is None else piece.index, [None, "", ""])
-                    slot[0] = piece.id or slot[0]
-                    if piece.function:
-                        slot[1] += piece.function.name or ""
-                        slot[2] += piece.function.arguments or ""
-    except (openai.APIError, OSError, ValueError) as exc:
+                    emit("token", {"text": piece_text})
+                for piece in _list(_get(delta, "tool_calls", "a chunk's delta"), "a chunk's tool_calls"):
+                    index = _get(piece, "index", "a tool call piece")
+                    if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+                        raise _Malformed(f"a tool call piece's index is {_kind(index)}")
+                    slot = slots.setdefault(len(slots) if index is None else index, [None, "", ""])
+                    slot[0] = _optional_text(_get(piece, "id", "a tool call piece"), "a tool call's id") or slot[0]
+                    function = _get(piece, "function", "a tool call piece")
+                    if function is not None:
+                        slot[1] += _optional_text(_get(function, "name", "a tool call's function"), "a name") or ""
+                        slot[2] += _optional_text(_get(function, "arguments", "a tool call's function"),
+                                                  "tool arguments") or ""
+    except _Malformed as exc:
+        if state["cancelled"]:
+            raise AgentError("the request was abandoned at the deadline", "deadline") from exc
+        url = str(client.base_url).rstrip("/") if client is not None else "the LLM server"
+        raise AgentError(f"the LLM server at {url} sent a stream chunk that is not a chat completion chunk "
+                         f"({_one_line(exc, 160)}); check OPENAI_BASE_URL, or use --backend offline", "stream") from exc
+    except (openai.APIError, OSError, ValueError, TypeError, AttributeError, KeyError) as exc:
         if state["cancelled"]:
             raise AgentError("the request was abandoned at the deadline", "deadline") from exc
         raise AgentError(f"the LLM server's stream broke off after {state['tokens']} text pieces "
                          f"({_one_line(detail(exc))}); not retried, so nothing is shown twice", "stream") from exc
-    return _assistant("".join(text) or None, [tuple(slots[i]) for i in sorted(slots)]), finish
+    calls = []
+    for i in sorted(slots):
+        call_id, name, arguments = slots[i]
+        if not name:
+            raise AgentError("the LLM server streamed a tool call with no name; check the server, or use "
+                             "--backend offline", "stream")
+        calls.append((call_id, name[:200], arguments))
+    return _assistant("".join(text) or None, calls), finish
 
 
 def _assistant(content: str | None, calls: list[tuple]) -> dict:

@@ -23,12 +23,11 @@ count (no cost) unless given; precision: bf16; price: the GPU's catalog price; g
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from trainplan.prompts import DEFAULT_SEQ_CAP, DEFAULT_TOKENS_PER_PARAM, render, system_prompt
-from trainplan.tools import catalog
+from trainplan.tools import catalog, safe_json
 from trainplan.tools.cost import DEFAULT_GOODPUT, parse_tokens
 from trainplan.tools.counting import count_params
 from trainplan.tools.errors import InputError
@@ -442,8 +441,9 @@ def calls_from_messages(messages: list[dict]) -> list[dict]:
         for call in message.get("tool_calls") or []:
             content = results.get(call["id"])
             try:
-                result = json.loads(content) if isinstance(content, str) else content
-            except json.JSONDecodeError:
+                result = (safe_json.loads(content, "a tool result", safe_json.TRANSCRIPT)
+                          if isinstance(content, str) else content)
+            except InputError:
                 result = None
             calls.append({"id": call["id"], "name": call["function"]["name"],
                           "arguments": call["function"]["arguments"], "result": result})
@@ -465,8 +465,9 @@ def grounding_of(report: Any, reasked: bool = False, called_tools: bool = True) 
 
 def _parsed_arguments(arguments: Any) -> dict:
     try:
-        parsed = json.loads(arguments or "{}") if isinstance(arguments, str) else arguments
-    except json.JSONDecodeError:
+        parsed = (safe_json.loads(arguments or "{}", "the arguments", safe_json.ARGUMENTS)
+                  if isinstance(arguments, str) else arguments)
+    except InputError:
         return {}
     return parsed if isinstance(parsed, dict) else {}
 

@@ -15,12 +15,11 @@ raises InputError naming it: a request is never read as something else than it s
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from trainplan.tools import catalog
+from trainplan.tools import catalog, safe_json
 from trainplan.tools.catalog.names import (
     family_mentions, gpu_mentions, key, model_by_family_and_size, split_gpu_name, split_model_name,
 )
@@ -80,9 +79,9 @@ def read_paths(t: RequestText, found: dict[str, Any]) -> None:
 
 
 def _is_gpu_file(path: str) -> bool:
-    try:
-        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    try:  # bounded: a FIFO or /dev/zero named in a request is not read
+        data = safe_json.read_file(Path(path).expanduser(), "a GPU file", safe_json.CONFIG)
+    except (InputError, OSError, ValueError):
         return False
     return isinstance(data, dict) and "bf16_tflops" in data
 

@@ -20,9 +20,10 @@ server (tests/test_llm_plan.py checks the budget).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from trainplan.tools import safe_json
+from trainplan.tools.errors import InputError
 from trainplan.tools.registry import TOOLS
 
 __all__ = ["SUBMIT_PLAN", "agent_tools", "lean_agent_tools", "lean_result", "submitted_layout"]
@@ -147,8 +148,11 @@ def submitted_layout(calls: list[dict]) -> tuple[dict, dict] | None:
         if call["name"] != SUBMIT_PLAN or not isinstance(result, dict) or not result.get("accepted"):
             continue
         try:
-            arguments = json.loads(call["arguments"]) if isinstance(call["arguments"], str) else call["arguments"]
-        except json.JSONDecodeError:
+            arguments = (safe_json.loads(call["arguments"], "the arguments", safe_json.ARGUMENTS)
+                         if isinstance(call["arguments"], str) else call["arguments"])
+        except InputError:
+            continue
+        if not isinstance(arguments, dict):
             continue
         return arguments, result
     return None

@@ -6,7 +6,9 @@ Each POST /v1/chat/completions takes the next scripted turn and answers it as JS
 chunks (``data: {...}`` ... ``data: [DONE]``, tool calls split into deltas) when the request
 says ``"stream": true``. A turn can also be an HTTP error (with a Retry-After), a dropped
 connection, a reply cut at max_tokens (``finish="length"``), a server that accepts the request
-and never answers (`hang`), or a stream that stops after its first pieces (`stall`).
+and never answers (`hang`), a stream that stops after its first pieces (`stall`), or any body or
+stream events as written (`raw`, `raw_stream`: HOSTILE_BODIES and HOSTILE_STREAMS list a hostile
+server's replies).
 
 Like llama.cpp's server, and before taking a turn, it refuses:
 
@@ -62,6 +64,64 @@ def hang() -> dict:
 def stall(content: str) -> dict:
     """Stream the first word of `content`, then never send more (non-streaming: like hang)."""
     return {"stall": True, "content": content}
+
+
+def raw(body: str | bytes, status: int = 200, content_type: str = "application/json") -> dict:
+    """Answer with exactly this body, whatever it is (a hostile or broken server: not JSON, `choices` as a
+    string, a choice with no message, tool arguments as a list, ...)."""
+    return {"raw": body.encode() if isinstance(body, str) else body, "raw_status": status,
+            "content_type": content_type}
+
+
+def raw_stream(*events: str) -> dict:
+    """Answer a streamed request with these SSE data lines as written (``data: EVENT``), then [DONE]."""
+    return {"raw_stream": list(events)}
+
+
+HOSTILE_BODIES = {
+    "not json": "this is not JSON",
+    "empty": "",
+    "a list": "[1, 2, 3]",
+    "choices a string": json.dumps({"id": "x", "object": "chat.completion", "choices": "abc"}),
+    "choices empty": json.dumps({"id": "x", "object": "chat.completion", "choices": []}),
+    "choice a number": json.dumps({"id": "x", "object": "chat.completion", "choices": [7]}),
+    "no message": json.dumps({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop"}]}),
+    "message a string": json.dumps({"choices": [{"index": 0, "message": "hi", "finish_reason": "stop"}]}),
+    "content a list": json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": [1]},
+                                               "finish_reason": "stop"}]}),
+    "tool_calls a string": json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": None,
+                                                                            "tool_calls": "x"}, "finish_reason": "tool_calls"}]}),
+    "arguments a list": json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": None,
+                                    "tool_calls": [{"id": "c1", "type": "function", "function": {
+                                        "name": "list_catalog", "arguments": [1, 2]}}]}, "finish_reason": "tool_calls"}]}),
+    "function missing": json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": None,
+                                    "tool_calls": [{"id": "c1", "type": "function"}]}, "finish_reason": "tool_calls"}]}),
+    "name a number": json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": None,
+                                 "tool_calls": [{"id": 5, "type": "function", "function": {"name": 5, "arguments": "{}"}}]},
+                                 "finish_reason": "tool_calls"}]}),
+    "deep arguments": json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": None,
+                                  "tool_calls": [{"id": "c1", "type": "function", "function": {
+                                      "name": "list_catalog", "arguments": "[" * 50000 + "]" * 50000}}]},
+                                  "finish_reason": "tool_calls"}]}),
+    "finish a list": json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                              "finish_reason": [1]}]}),
+}
+"""Replies a hostile OpenAI-compatible server may send (bodies of `raw`)."""
+HOSTILE_STREAMS = {
+    "not json": ["this is not JSON"],
+    "choices a string": [json.dumps({"choices": "abc"})],
+    "choice a number": [json.dumps({"choices": [7]})],
+    "no delta": [json.dumps({"choices": [{"index": 0, "finish_reason": "stop"}]})],
+    "delta a string": [json.dumps({"choices": [{"index": 0, "delta": "x"}]})],
+    "content a list": [json.dumps({"choices": [{"index": 0, "delta": {"content": [1]}}]})],
+    "tool_calls a string": [json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": "x"}}]})],
+    "arguments a list": [json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "id": "c1", "function": {"name": "list_catalog", "arguments": [1]}}]}}]})],
+    "index a string": [json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": "a", "id": "c1", "function": {"name": "list_catalog", "arguments": "{}"}}]}}]})],
+    "a list": ["[1, 2]"],
+}
+"""Streamed replies a hostile server may send (events of `raw_stream`)."""
 
 
 PARSE_ERROR = "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] unexpected end of input"
@@ -191,6 +251,17 @@ def _handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
             turn = server.next_turn(self.path, body, {k.lower(): v for k, v in self.headers.items()})
             if turn.get("disconnect"):
                 self.close_connection = True
+                return
+            if "raw" in turn:
+                self._send(turn["raw_status"], turn["content_type"], turn["raw"])
+                return
+            if "raw_stream" in turn:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for event in turn["raw_stream"]:
+                    self.wfile.write(f"data: {event}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
                 return
             if "status" in turn:
                 error = {"error": {"message": turn["message"], "type": "scripted",

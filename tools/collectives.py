@@ -300,6 +300,13 @@ def collective_time_s(kind: str, size_bytes, group: Group, cluster: ClusterSpec)
 MAX_SIMULATED_RANKS = 256  # the simulations loop in Python over N^2 messages
 
 
+MAX_SIMULATED_MICRO_BATCHES = 1024
+"""Micro-batches per rank that `simulate accumulate` runs (each costs two small MLP gradients per rank)."""
+MAX_ACCUMULATE_WORK = 2**18
+"""ranks^2 x micro-batches that `simulate accumulate` runs: all-reducing after every micro-batch simulates
+N^2 ring messages each time (64 ranks x 64 micro-batches: about 4 s)."""
+
+
 def _ranks(n: int) -> None:
     if n < 1:
         raise InputError(f"ranks={n} must be a positive number")
@@ -464,14 +471,22 @@ def simulate_accumulate(ranks: int, micro_batches: int = 4, mbs: int = 2, seed: 
     _ranks(ranks)
     if micro_batches < 1:
         raise InputError(f"micro_batches={micro_batches} must be a positive number")
+    if micro_batches > MAX_SIMULATED_MICRO_BATCHES:
+        raise InputError(f"micro_batches={micro_batches} is too many to simulate: use at most "
+                         f"{MAX_SIMULATED_MICRO_BATCHES} (the check is the same at any K)")
+    if ranks * ranks * micro_batches > MAX_ACCUMULATE_WORK:
+        raise InputError(f"ranks^2 x micro_batches = {ranks}^2 x {micro_batches} is over the {MAX_ACCUMULATE_WORK:,} "
+                         f"simulated messages run (each micro-batch's all-reduce sends N^2): use at most "
+                         f"{max(1, MAX_ACCUMULATE_WORK // (ranks * ranks))} micro-batches on {ranks} ranks")
     w1, w2, x, t = _mlp_data(ranks * micro_batches * mbs, seed)
     rank_x, rank_t = np.split(x, ranks), np.split(t, ranks)
+    # each rank's micro-batches, split once: [rank][micro-batch] -> (x, t)
+    micro = [list(zip(np.split(xr, micro_batches), np.split(tr, micro_batches))) for xr, tr in zip(rank_x, rank_t)]
     once, every = _AllReduceCounter(), _AllReduceCounter()
-    local = [sum(mlp_grad(w1, w2, xm, tm) for xm, tm in zip(np.split(xr, micro_batches), np.split(tr, micro_batches)))
-             / micro_batches for xr, tr in zip(rank_x, rank_t)]
+    local = [sum(mlp_grad(w1, w2, xm, tm) for xm, tm in rank) / micro_batches for rank in micro]
     accumulated = once.mean(local)
-    per_micro = sum(every.mean([mlp_grad(w1, w2, np.split(xr, micro_batches)[i], np.split(tr, micro_batches)[i])
-                                for xr, tr in zip(rank_x, rank_t)]) for i in range(micro_batches)) / micro_batches
+    per_micro = sum(every.mean([mlp_grad(w1, w2, *rank[i]) for rank in micro])
+                    for i in range(micro_batches)) / micro_batches
     full = mlp_grad(w1, w2, x, t)
     return {
         "simulation": "accumulate", "ranks": ranks, "micro_batches": micro_batches, "batch": len(x),

@@ -51,7 +51,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field, model_serializer
 
-from .cost import DEFAULT_GOODPUT
+from .cost import DEFAULT_GOODPUT, MAX_PRICE_PER_GPU_HOUR, MIN_GOODPUT
 from .errors import InputError
 from .plan_defaults import DEFAULT_GBS_RULE, DEFAULT_HEADROOM, EVIDENCE_MARGIN, FINETUNE_SEQ, default_gbs
 from .finetune import DEFAULT_LORA_RANK, LoraTargets, Method
@@ -243,8 +243,6 @@ def default_seq(max_seq_len: int, fine_tune: bool = False) -> int:
 
 MIN_LINK_GB_S = 0.1
 """Slowest link bandwidth a job may give, GB/s per GPU per direction (1 Gb Ethernet carries 0.125 GB/s)."""
-MIN_GOODPUT = 0.01
-"""Smallest goodput a job may give (1% of wall-clock time training; Llama 3 reports more than 90%)."""
 POSITIVE_JOB_NUMBERS = ("price", "gpus_per_node", "intra_node_bw", "inter_node_bw", "deadline_days", "budget_usd")
 """Job and search numbers that must be finite and above zero when given."""
 
@@ -293,6 +291,10 @@ def check_job_numbers(values: dict[str, Any], capacity_gib: float) -> None:
         if value is not None and value < MIN_LINK_GB_S:
             raise InputError(f"{name}={value} GB/s is slower than any training link (1 Gb Ethernet carries 0.125 "
                              f"GB/s): give GB/s per GPU per direction, at least {MIN_LINK_GB_S}, e.g. 50 for 400 Gb/s")
+    price = values.get("price")
+    if isinstance(price, (int, float)) and price > MAX_PRICE_PER_GPU_HOUR:
+        raise InputError(f"price={price:g} dollars per GPU-hour is over {MAX_PRICE_PER_GPU_HOUR:,.0f}: give dollars "
+                         "per GPU-hour, e.g. 2.5")
     goodput = values.get("goodput")
     if goodput is not None and 0 < goodput < MIN_GOODPUT:
         raise InputError(f"goodput={goodput} is below {MIN_GOODPUT:.0%}: it is the share of wall-clock time that "

@@ -49,6 +49,41 @@ def _with_aliases(config: dict, model_type: str) -> dict:
     return filled
 
 
+MAX_LAYERS = 256
+"""The most transformer blocks a config may have: twice the deepest published decoder (Megatron's 1T
+model, 128 layers). Calculators loop over layers and the search's interleaved schedules over layers per
+stage, so this bounds one estimate to about a second and one search to tens of seconds (a 256-layer MoE
+on 1,024 GPUs: 19 s); 10^5 layers took 9 s per estimate."""
+MAX_DIMENSION = 2**24
+"""The largest width, head count, vocabulary or rank a config may give (16.8M: over 100x any model's)."""
+MAX_EXPERTS = 2**14
+"""The most routed experts per MoE layer (the largest published: 384)."""
+MAX_POSITIONS = 2**26
+"""The longest context a config may give (67M tokens: contract.MAX_SEQUENCES_OR_TOKENS)."""
+_FIELD_LIMITS = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_nextn_predict_layers", "first_k_dense_replace",
+                     "decoder_sparse_step", "moe_layer_freq", "num_mtp_layers"), (MAX_LAYERS, "the most layers")),
+    **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+                     "n_shared_experts", "n_group", "topk_group"), (MAX_EXPERTS, "the most experts")),
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "seq_length",
+                     "rope_scaling.original_max_position_embeddings",
+                     "rope_parameters.original_max_position_embeddings"), (MAX_POSITIONS, "the longest context")),
+}
+
+
+def _limit(key: str) -> tuple[int, str]:
+    return _FIELD_LIMITS.get(key, (MAX_DIMENSION, "the largest width, head count or vocabulary"))
+
+
+def shown(value: Any) -> str:
+    """A config value in an error line without echoing its content: a short number as written, else its type."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)) and len(repr(value)) <= 24:
+        return repr(value)
+    return {str: "a string", list: "a list", dict: "an object", type(None): "null"}.get(type(value), "a number")
+
+
 def _is_whole(value: Any) -> bool:
     """A JSON number that is a finite whole number (not a bool, NaN, Infinity or 2.5)."""
     return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -87,12 +122,20 @@ class _Config:
         if value is None:
             return default
         if not _is_whole(value) or value < 0:
-            raise InputError(f"model config '{self.name}': field '{key}'={value!r} must be a non-negative integer")
-        return int(value)
+            raise InputError(f"model config '{self.name}': field '{key}'={shown(value)} must be a non-negative integer")
+        return self._bounded(key, value)
 
     def _positive(self, key: str, value: Any) -> int:
         if not _is_whole(value) or value <= 0:
-            raise InputError(f"model config '{self.name}': field '{key}'={value!r} must be a positive integer")
+            raise InputError(f"model config '{self.name}': field '{key}'={shown(value)} must be a positive integer")
+        return self._bounded(key, value)
+
+    def _bounded(self, key: str, value: int | float) -> int:
+        limit, what = _limit(key)
+        if value > limit:
+            written = f"{value:,}" if isinstance(value, int) else f"{value:.4g}"
+            raise InputError(f"model config '{self.name}': field '{key}'={written} is over {limit:,}, {what} "
+                             "trainplan models: check the config")
         return int(value)
 
     def optional_size(self, *keys: str) -> int | None:
@@ -105,17 +148,24 @@ class _Config:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise InputError(f"model config '{self.name}': field '{key}'={value!r} must be true or false")
+            raise InputError(f"model config '{self.name}': field '{key}'={shown(value)} must be true or false")
         return value
 
     def text(self, *keys: str, default: str) -> str:
-        _, value = self._find(keys)
-        return str(value) if value is not None else default
+        key, value = self._find(keys)
+        if value is None:
+            return default
+        if not isinstance(value, str) or len(value) > 64:
+            raise InputError(f"model config '{self.name}': field '{key}' must be a name (a short string), not "
+                             f"{shown(value)}")
+        return value
 
     def indices(self, key: str) -> tuple[int, ...]:
         value = self.raw.get(key) or []
-        if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-            raise InputError(f"model config '{self.name}': field '{key}' must be a list of layer indices")
+        if (not isinstance(value, list) or len(value) > MAX_LAYERS
+                or any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < MAX_LAYERS for v in value)):
+            raise InputError(f"model config '{self.name}': field '{key}' must be a list of layer indices "
+                             f"(0 to {MAX_LAYERS - 1})")
         return tuple(value)
 
     def head_dim(self, hidden: int, heads: int) -> int:
@@ -512,6 +562,8 @@ def _attention_dropout(config: dict, model_type: str) -> float:
     for key in ("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob"):
         value = config.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not 0 <= value <= 1:  # NaN fails this too
+                raise InputError(f"model config: field '{key}'={shown(value)} must be a probability in [0, 1]")
             return float(value)
     return ATTENTION_DROPOUT_DEFAULTS.get(model_type, 0.0)
 
@@ -555,13 +607,16 @@ def spec_from_config(config: dict, name: str) -> ModelSpec:
     if not isinstance(config, dict):
         raise InputError(f"model config '{name}' must be a JSON object, not {type(config).__name__}")
     model_type = config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise InputError(f"model config '{name}': field 'model_type' must be a name such as \"llama\", not "
+                         f"{shown(model_type)}")
     if model_type is None:
         reader, model_type = _llama, "llama"
     elif model_type in READERS:
         reader = READERS[model_type]
     else:
         raise InputError(
-            f"unknown model_type '{model_type}' in model config '{name}': supported: {', '.join(sorted(READERS))}; "
+            f"unknown model_type '{model_type[:40]}' in model config '{name}': supported: {', '.join(sorted(READERS))}; "
             f"or give a llama-style config (model_type 'llama') with {', '.join(LLAMA_STYLE_FIELDS)}"
         )
     c = _Config(_with_aliases(config, model_type), name, model_type)

@@ -23,15 +23,15 @@ and the prompts.
 from __future__ import annotations
 
 import copy
-import json
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import catalog
+from . import catalog, safe_json
 from .cost import DEFAULT_GOODPUT, parse_tokens, training_cost
 from .counting import count_params, flops_per_token
 from .errors import InputError
@@ -40,7 +40,7 @@ from .estimate import estimate
 from .memory import memory_breakdown
 from .pipeline import render_ascii, simulate
 from .contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Job, Layout, search_chosen_description,  # noqa: F401
-                       ParallelConfig, Schedule, fields_of, optional_model, search_fields)
+                       ParallelConfig, Schedule, check_job_numbers, fields_of, optional_model, search_fields)
 from .plan_defaults import DEFAULT_GBS_RULE, default_gbs, default_gbs_reason
 
 log = logging.getLogger(__name__)
@@ -358,6 +358,8 @@ def _estimate_cost(args: CostArgs) -> dict:
     if args.price is None and args.gpu is None:
         raise InputError("give price (dollars per GPU-hour) or gpu (for its catalog price)")
     price = catalog.load_gpu(args.gpu).price if args.price is None else args.price
+    check_job_numbers({"gpus": args.gpus, "gbs": args.gbs, "seq": args.seq, "price": args.price,
+                       "goodput": args.goodput}, math.inf)
     cost = training_cost(tokens, args.gbs * args.seq, args.step_s, args.gpus, price,
                          DEFAULT_GOODPUT if args.goodput is None else args.goodput)
     return {"training": cost.to_dict()}
@@ -446,24 +448,28 @@ def _validation_line(name: str, exc: ValidationError) -> str:
         elif error["type"] == "missing":
             parts.append(f"{field}: required")
         else:
-            parts.append(f"{field}: {error['msg']} (got {error.get('input')!r})")
+            parts.append(f"{field}: {error['msg']} (got {_shown(error.get('input'))})")
     more = f" (+{exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
     return f"{name}: invalid arguments: " + "; ".join(parts) + more
 
 
 def dispatch(name: str, arguments_json: str | dict | None) -> dict:
-    """Validate and run one tool call; every failure is an {"error": "..."} result, never an exception."""
+    """Validate and run one tool call; every failure is an {"error": "..."} result, never an exception.
+    Arguments are untrusted (an LLM's or an MCP client's): read within safe_json.ARGUMENTS' limits; a
+    result that would hold NaN or an infinity is an error too, so no tool output is non-finite JSON."""
     tool = TOOLS_BY_NAME.get(name)
     if tool is None:
-        return {"error": f"unknown tool '{name}': use one of {', '.join(tool_names())}"}
-    if isinstance(arguments_json, dict):
-        arguments = arguments_json
-    else:
-        try:
-            arguments = json.loads(arguments_json or "{}")
-        except json.JSONDecodeError as exc:
-            return {"error": f"{name}: arguments are not valid JSON ({exc.msg} at column {exc.colno}): "
-                             "send one JSON object"}
+        shown = name if isinstance(name, str) and len(name) <= 64 else "(a long name)"
+        return {"error": f"unknown tool '{shown}': use one of {', '.join(tool_names())}"}
+    try:
+        if isinstance(arguments_json, dict):
+            arguments = safe_json.check_value(arguments_json, f"{name}: the arguments", safe_json.ARGUMENTS)
+        elif arguments_json is None or isinstance(arguments_json, (str, bytes)):
+            arguments = safe_json.loads(arguments_json or "{}", f"{name}: the arguments", safe_json.ARGUMENTS)
+        else:
+            arguments = arguments_json
+    except InputError as exc:
+        return {"error": str(exc)}
     if not isinstance(arguments, dict):
         return {"error": f"{name}: arguments must be a JSON object, not {type(arguments).__name__}"}
     try:
@@ -472,9 +478,20 @@ def dispatch(name: str, arguments_json: str | dict | None) -> dict:
         return {"error": _validation_line(name, exc)}
     try:
         with untrusted_caller():
-            return tool.function(args)
+            result = tool.function(args)
     except InputError as exc:
         return {"error": f"{name}: {exc}"}
     except Exception as exc:  # the loop must go on; a bug shows as a tool error, named, and in the log
-        log.exception("tool %s failed on arguments %s", name, arguments)
-        return {"error": f"{name} failed: {type(exc).__name__}: {exc}"}
+        log.exception("tool %s failed on arguments %s", name, _shown(arguments, 2000))
+        return {"error": f"{name} failed: {type(exc).__name__}: {_shown(str(exc), 300)}"}
+    where = safe_json.non_finite_path(result)
+    if where is not None:
+        return {"error": f"{name}: the result's {where} is not a finite number: the inputs are outside what "
+                         "trainplan can compute; check their sizes"}
+    return result
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A value in an error line: its repr, cut at `limit` characters."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

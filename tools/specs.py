@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # The layout vocabulary is defined in contract.py; re-exported here for the calculators.
 from .contract import Attention, ParallelConfig, Precision, Recompute, RecomputeModule, Schedule  # noqa: F401
+from .cost import MAX_PRICE_PER_GPU_HOUR
 from .errors import InputError
 
 
@@ -108,6 +109,16 @@ class ModelSpec(BaseModel):
         return "mqa" if self.num_kv_heads == 1 else "gqa"
 
 
+# Bounds of a GPU file's figures: ten to a hundred times any accelerator's, so that a typo (or 1e308)
+# is refused in one line instead of overflowing the step-time and cost arithmetic.
+MAX_TFLOPS = 1e6
+MAX_MEMORY_GIB = 1e5
+MAX_BANDWIDTH_GB_S = 1e6
+MAX_LATENCY_US = 1e6
+MAX_GPUS_PER_NODE = 2**16
+MAX_SM_COUNT = 2**16
+
+
 class GPUSpec(BaseModel):
     """One accelerator and its node, with figures from public sources (see each JSON's 'sources').
 
@@ -124,18 +135,18 @@ class GPUSpec(BaseModel):
         default="nvlink", description="what joins the GPUs of one fast domain: NVLink, AMD xGMI (Infinity Fabric) or PCIe only"
     )
     aliases: list[str] = Field(default_factory=list, description="other spellings, normalised (lower case, no separators)")
-    bf16_tflops: float = Field(gt=0, description="dense BF16 peak, TFLOP/s (no sparsity)")
-    fp8_tflops: float | None = Field(default=None, description="dense FP8 peak, TFLOP/s; None when unsupported")
-    memory_gib: float = Field(gt=0, description="HBM capacity usable by one process, GiB")
-    hbm_bandwidth_gb_s: float = Field(gt=0, description="HBM bandwidth, GB/s")
-    intra_node_bw: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s")
-    inter_node_bw: float = Field(gt=0, description="network bandwidth per GPU per direction, GB/s")
+    bf16_tflops: float = Field(gt=0, le=MAX_TFLOPS, description="dense BF16 peak, TFLOP/s (no sparsity)")
+    fp8_tflops: float | None = Field(default=None, gt=0, le=MAX_TFLOPS, description="dense FP8 peak, TFLOP/s; None when unsupported")
+    memory_gib: float = Field(gt=0, le=MAX_MEMORY_GIB, description="HBM capacity usable by one process, GiB")
+    hbm_bandwidth_gb_s: float = Field(gt=0, le=MAX_BANDWIDTH_GB_S, description="HBM bandwidth, GB/s")
+    intra_node_bw: float = Field(gt=0, le=MAX_BANDWIDTH_GB_S, description="NVLink bandwidth per GPU per direction, GB/s")
+    inter_node_bw: float = Field(gt=0, le=MAX_BANDWIDTH_GB_S, description="network bandwidth per GPU per direction, GB/s")
     # Communication parameters of the alpha-beta model (collectives.py documents the choices).
     intra_node_latency_us: float = Field(
-        default=1.9, ge=0, description="latency of one NVLink hop of a collective, microseconds (NCCL ring/LL128)"
+        default=1.9, ge=0, le=MAX_LATENCY_US, description="latency of one NVLink hop of a collective, microseconds (NCCL ring/LL128)"
     )
     inter_node_latency_us: float = Field(
-        default=4.0, ge=0, description="latency of one network hop of a collective, microseconds (NCCL ring/LL128)"
+        default=4.0, ge=0, le=MAX_LATENCY_US, description="latency of one network hop of a collective, microseconds (NCCL ring/LL128)"
     )
     intra_node_bw_efficiency: float = Field(
         default=0.80, gt=0, le=1, description="NCCL bus bandwidth reached over NVLink, share of intra_node_bw"
@@ -143,11 +154,11 @@ class GPUSpec(BaseModel):
     inter_node_bw_efficiency: float = Field(
         default=0.90, gt=0, le=1, description="NCCL bus bandwidth reached over the network, share of inter_node_bw"
     )
-    gpus_per_node: int = Field(gt=0, description="GPUs sharing one NVLink/xGMI domain (PCIe cards: one host)")
-    gpus_per_host: int | None = Field(default=None, gt=0, description="GPUs in one server; None: gpus_per_node")
-    price: float = Field(gt=0, description="default price, dollars per GPU-hour")
+    gpus_per_node: int = Field(gt=0, le=MAX_GPUS_PER_NODE, description="GPUs sharing one NVLink/xGMI domain (PCIe cards: one host)")
+    gpus_per_host: int | None = Field(default=None, gt=0, le=MAX_GPUS_PER_NODE, description="GPUs in one server; None: gpus_per_node")
+    price: float = Field(gt=0, le=MAX_PRICE_PER_GPU_HOUR, description="default price, dollars per GPU-hour")
     price_date: str = Field(default="", description="when the price was read (YYYY-MM)")
-    sm_count: int = Field(default=132, gt=0, description="streaming multiprocessors (GEMM wave quantization)")
+    sm_count: int = Field(default=132, gt=0, le=MAX_SM_COUNT, description="streaming multiprocessors (GEMM wave quantization)")
     gemm_efficiency: float = Field(
         gt=0, le=1, description="share of the dense peak that large GEMMs sustain; default: the family's row of "
                                 "the calibration table (tools/calibration.py)"

@@ -94,17 +94,33 @@ def given(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def saved_config(path: Path, fields: dict[str, Any]) -> dict[str, Any]:
-    """The layout in a saved `estimate --json` result (key 'config') or a plan (its recommended config)."""
-    from trainplan.tools.catalog import read_json_object  # UTF-8, strict JSON (no NaN), one object
+    """The layout in a saved `estimate --json` result (key 'config') or a plan (its recommended config),
+    every value type-checked against its field (`"tp": "8"` is refused in one line)."""
+    from trainplan.tools.catalog import read_json_object  # bounded, UTF-8, strict JSON (no NaN), one object
 
     data = read_json_object(Path(path), "--from")
-    candidates = [data.get("config"), (data.get("recommended") or {}).get("config"), data] \
-        if isinstance(data, dict) else []
-    keys = fields
+    recommended = data.get("recommended")
+    candidates = [data.get("config"), recommended.get("config") if isinstance(recommended, dict) else None, data]
     for config in candidates:
         if isinstance(config, dict) and "tp" in config:
-            return {key: config[key] for key in keys if config.get(key) is not None}
+            return {key: _typed(path, key, config[key], fields[key]) for key in fields
+                    if config.get(key) is not None}
     raise InputError(f"--from file '{path}' has no 'config' object with a layout: save one with estimate --json")
+
+
+def _typed(path: Path, key: str, value: Any, info: Any) -> Any:
+    """A saved value as its field's type, checked strictly as JSON (no "8" for 8, no list for a name)."""
+    import json
+
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        TypeAdapter(info.annotation).validate_json(json.dumps(value), strict=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputError(f"--from file '{path}': '{key}' {first['msg'][:120].lower()}: fix the file or pass "
+                         f"--{key.replace('_', '-')}") from None
+    return value
 
 
 def merged_options(fields: dict[str, Any], values: dict[str, Any], source: Path | None) -> dict[str, Any]:

@@ -19,19 +19,33 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _read_args(value: str) -> str:
-    """--args: JSON text, '-' for standard input, or @FILE."""
-    if value == "-":
-        return sys.stdin.read()
-    if value.startswith("@"):
-        path = Path(value[1:])
-        if not path.is_file():
-            _fail(f"--args file '{path}' does not exist")
-        try:
-            return path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            _fail(f"--args file '{path}' is not UTF-8 text: save it as UTF-8 JSON")
+def _read_args(value: str) -> str | bytes:
+    """--args: JSON text, '-' for standard input, or @FILE; read within the tool arguments' byte limit
+    (safe_json.ARGUMENTS), so /dev/zero or an endless pipe is refused, not read into memory."""
+    from trainplan.tools import safe_json
+    from trainplan.tools.errors import InputError
+
+    limit = safe_json.ARGUMENTS.max_bytes
+    try:
+        if value == "-":
+            return safe_json.read_stream(sys.stdin.buffer, "--args from standard input", limit)
+        if value.startswith("@"):
+            return safe_json.read_bytes(value[1:], f"--args file '{value[1:]}'", limit)
+    except InputError as exc:
+        _fail(str(exc))
     return value
+
+
+def _current_text(path: Path) -> str | None:
+    """The file `prompt --check` compares, or None when there is none; one error line when it cannot be
+    read as UTF-8 text (the rendered prompt is UTF-8, so such a file is out of step)."""
+    try:
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+    except UnicodeDecodeError:
+        _fail(f"{path} is not UTF-8 text, so it is not the rendered prompt: run `trainplan prompt` to write it", code=1)
+    except OSError as exc:
+        _fail(f"cannot read {path}: {(exc.strerror or type(exc).__name__).lower()}")
+    return None
 
 
 def render_prompt_file() -> str:
@@ -93,7 +107,7 @@ def register(app: typer.Typer) -> None:
         path = out or SHIPPED_PATH
         text = render_prompt_file()
         if check:
-            current = path.read_text(encoding="utf-8") if path.is_file() else None
+            current = _current_text(path)
             if current != text:
                 state = "is missing" if current is None else "is out of step with prompts/ and the tool registry"
                 _fail(f"{path} {state}: run `trainplan prompt` and commit the result", code=1)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .. import file_access
+from .. import file_access, safe_json
 from ..errors import InputError, unknown_name
 from ..specs import GPUSpec, ModelSpec
 
@@ -92,9 +92,22 @@ def _gpu_written(name: str) -> str | None:
     return None
 
 
+MAX_NAME_CHARS = 4096
+"""The longest model or GPU name or path read (Linux's PATH_MAX); a path part over 255 characters
+(NAME_MAX) is a file that cannot exist."""
+
+
+def _is(path: Path, kind: str) -> bool:
+    """path.is_dir() / is_file() / exists(), False where the path cannot exist (a part over NAME_MAX, a bad byte)."""
+    try:
+        return path.is_dir() if kind == "dir" else path.is_file() if kind == "file" else path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _catalog_entry(name: str, directory: Path, aliases: dict[str, str], kind: str, known: list[str]) -> Path | None:
     """The catalog file a name or alias names, or None (no file outside the package is opened)."""
-    if (directory / f"{name}.json").is_file() and "/" not in name and name not in (".", ".."):
+    if _is(directory / f"{name}.json", "file") and "/" not in name and name not in (".", ".."):
         return directory / f"{name}.json"
     key = _normalise(name)
     for known_name in known:
@@ -119,6 +132,9 @@ def _resolve(name: str, directory: Path, aliases: dict[str, str], kind: str, kno
     allowed root; a missing file then reads as an unusable one."""
     if not name or not name.strip():
         raise InputError(f"{kind} is empty: pass a catalog name ({', '.join(known)}) or a path to a JSON file")
+    if len(name) > MAX_NAME_CHARS:
+        raise InputError(f"{kind} name is over {MAX_NAME_CHARS:,} characters: pass a catalog name or a path to a "
+                         "JSON file")
     if file_access.is_untrusted():
         entry = _catalog_entry(name, directory, aliases, kind, known)
         if entry is not None:
@@ -127,18 +143,20 @@ def _resolve(name: str, directory: Path, aliases: dict[str, str], kind: str, kno
             raise _unknown(file_access.shown(name), kind, known)
         file_access.require_allowed(name, kind)
         candidate = Path(name).expanduser()
-        if candidate.is_dir() and (candidate / "config.json").is_file():
+        if _is(candidate, "dir") and _is(candidate / "config.json", "file"):
             return candidate / "config.json"
-        if not candidate.is_file():
+        if not _is(candidate, "file"):
             raise file_access.unreadable(kind, name, _WHAT[kind])
         return candidate
     candidate = Path(name).expanduser()
-    if candidate.is_dir():
-        if (candidate / "config.json").is_file():
+    if _is(candidate, "dir"):
+        if _is(candidate / "config.json", "file"):
             return candidate / "config.json"
         raise InputError(f"{kind} '{name}' is a directory with no config.json in it: pass the JSON file itself")
-    if candidate.suffix == ".json" or "/" in name or candidate.is_file():
-        if not candidate.is_file():
+    if candidate.suffix == ".json" or "/" in name or _is(candidate, "file"):
+        if not _is(candidate, "file"):
+            if _is(candidate, "exists"):
+                raise InputError(f"{kind} file '{name}' is not a regular file (a FIFO or device): pass a JSON file")
             raise InputError(f"{kind} file '{name}' does not exist: check the path")
         return candidate
     entry = _catalog_entry(name, directory, aliases, kind, known)
@@ -167,22 +185,10 @@ def _guarded(name_or_path: str, kind: str, load):
         raise file_access.unreadable(kind, name_or_path, _WHAT[kind]) from None
 
 
-def _reject_constant(name: str):
-    raise ValueError(f"non-finite number {name}")
-
-
 def read_json_object(path: Path, kind: str) -> dict:
-    """A JSON object from a UTF-8 file; NaN and Infinity (not JSON, though Python writes them) are refused."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
-    except UnicodeDecodeError:
-        raise InputError(f"{kind} file '{path}' is not UTF-8 text: save it as UTF-8 JSON") from None
-    except ValueError as exc:
-        if not isinstance(exc, json.JSONDecodeError):
-            raise InputError(f"{kind} file '{path}' holds a {exc}, which JSON does not allow: write a finite number") from None
-        raise InputError(f"{kind} file '{path}' is not valid JSON ({exc.msg} at line {exc.lineno}): fix the file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {kind} file '{path}': {exc.strerror}") from None
+    """A JSON object from a UTF-8 file, read within safe_json.CONFIG's limits (size, depth, digits; NaN and
+    Infinity, which are not JSON though Python writes them, refused; a FIFO or device is not read)."""
+    data = safe_json.read_file(path, f"{kind} file '{path}'", safe_json.CONFIG)
     if not isinstance(data, dict):
         raise InputError(f"{kind} file '{path}' must hold a JSON object, not {type(data).__name__}")
     return data
