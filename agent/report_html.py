@@ -4,7 +4,8 @@ The charts are drawn by matplotlib (`pip install "trainplan[html]"`) as inline S
 
 - memory per GPU on the most loaded rank, stacked by part, against the GPU's capacity;
 - the step time by part (compute, each exposed communication, bubble, optimizer);
-- the pipeline timeline: the ops the report's gantt draws, one row per pipeline rank.
+- the pipeline timeline: the ops the report's gantt draws, one row per pipeline rank;
+- the plan's GPU-count table (agent/tradeoffs.py) as days against dollars, with its Pareto front.
 
 The text is the full Markdown report, rendered by markdown-it-py (the parser rich uses) with raw HTML
 disabled, so nothing in it becomes markup (the LLM's prose is neutralised before that, agent/prose.py).
@@ -99,6 +100,27 @@ def timeline_chart(report: PlanReport, plt) -> str:
     return _svg(fig, plt)
 
 
+def tradeoff_chart(report: PlanReport, plt) -> str:
+    """Each GPU count of the plan's table as days against dollars; the Pareto front joined, the plan's
+    count ringed."""
+    rows = sorted(report.tradeoffs, key=lambda row: row["days"])
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    front = [row for row in rows if row.get("pareto")]
+    ax.plot([r["days"] for r in front], [r["cost_usd"] for r in front], color="#4c78a8", linewidth=1,
+            label="Pareto front")
+    ax.scatter([r["days"] for r in rows], [r["cost_usd"] for r in rows], color="#4c78a8", s=18, zorder=3)
+    for row in rows:
+        ax.annotate(f"{row['gpus']:,} GPUs, MFU {row['mfu']:.0%}", (row["days"], row["cost_usd"]), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
+        if row.get("chosen"):
+            ax.scatter([row["days"]], [row["cost_usd"]], s=120, facecolors="none", edgecolors="#e45756",
+                       linewidths=1.5, zorder=4, label="the plan")
+    ax.set_xlabel("days to train")
+    ax.set_ylabel("dollars")
+    ax.legend(fontsize=7, frameon=False)
+    return _svg(fig, plt)
+
+
 def _markdown_html(markdown: str) -> str:
     from markdown_it import MarkdownIt
 
@@ -115,6 +137,8 @@ def to_html(report: PlanReport) -> str:
             figures.append(("Step time by part", time_chart(report, plt)))
         if report.timeline is not None and report.timeline.bars:
             figures.append(("Pipeline timeline", timeline_chart(report, plt)))
+        if report.tradeoffs:
+            figures.append(("GPU count against days and dollars", tradeoff_chart(report, plt)))
     title = html.escape(f"Training plan: {report.request.get('model')} on {report.request.get('gpus')} x "
                         f"{report.request.get('gpu')}")
     body = "".join(f'<figure><figcaption><strong>{html.escape(caption)}</strong></figcaption>{svg}</figure>'

@@ -1,5 +1,6 @@
-"""`trainplan plan --html`: a self-contained page whose charts are matplotlib SVG, which loads
-nothing, runs nothing, and holds no markup from the LLM."""
+"""`trainplan plan --html`: a self-contained page whose charts are matplotlib SVG (memory, step time,
+pipeline timeline, GPU-count tradeoffs), which loads nothing, runs nothing, and holds no markup from
+the LLM."""
 
 from __future__ import annotations
 
@@ -45,10 +46,13 @@ def parse(text: str) -> Page:
 
 def test_the_page_draws_memory_time_and_the_timeline(report):
     page = parse(to_html(report))
-    assert page.tags.count("svg") == 3 and page.tags.count("figure") == 3
+    assert report.tradeoffs          # a plan that states its tokens has a GPU-count table
+    assert page.tags.count("svg") == 4 and page.tags.count("figure") == 4
     captions = " ".join(page.text)
-    for caption in ("Memory per GPU", "Step time by part", "Pipeline timeline"):
+    for caption in ("Memory per GPU", "Step time by part", "Pipeline timeline", "GPU count against days and dollars"):
         assert caption in captions
+    for row in report.tradeoffs:
+        assert f"{row['gpus']:,} GPUs, MFU {row['mfu']:.0%}" in captions
     assert ("http-equiv", "Content-Security-Policy") in page.attributes
     assert "script" not in page.tags and "img" not in page.tags and "link" not in page.tags
     assert "table" in page.tags and report.layout in captions      # the full report follows the charts
@@ -76,4 +80,4 @@ def test_cli_writes_the_page(tmp_path):
     result = subprocess.run([sys.executable, "-m", "trainplan.cli", "plan", SMALL, "--html", str(out)],
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr
-    assert parse(out.read_text()).tags.count("svg") == 3
+    assert parse(out.read_text()).tags.count("svg") == 4
