@@ -620,6 +620,8 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
     if chosen == "offline":
         report = offline_report(parsed, text, engine)
     else:
+        if client is None:
+            _settings_model()   # the LLM's configuration (environment values) is checked first: one line
         failure: Exception | None = None
         try:
             report, _ = plan_openai(text, parsed, llm_model=llm_model, client=client, stream=stream,
