@@ -80,7 +80,7 @@ def summarise(results: list[CaseResult], dataset: Dataset | None = None) -> dict
     }
 
 
-THROUGHPUT_QUANTITIES = ("step_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "tflops_per_gpu_full_attention",
+THROUGHPUT_QUANTITIES = ("step_s", "tokens_per_s_per_gpu", "tokens_per_s", "tflops_per_gpu", "tflops_per_gpu_full_attention",
                          "hardware_tflops_per_gpu")
 """Per-step speed, however published: the issue-10 targets pool these for dense models."""
 

@@ -36,11 +36,14 @@ linears are not saved; a targeted one saves its input for A's gradient, as befor
 product x A for B's gradient (bf16). lora_dropout is taken as 0 (PEFT's default): a non-zero dropout
 would save a second copy of x per targeted linear.
 
-Time: forward as the full model; backward computes input gradients (dX) for every GEMM but no weight
-gradient for frozen weights; each targeted linear adds two skinny GEMMs in the forward, two for dX and
-two for dA/dB (they fall to the memory roofline and show the LoRA overhead of rereading x); QLoRA adds
-the memory-bound dequantisation of every frozen linear in each forward (recompute included) and each
-backward (dX needs W again).
+Time (adapt_layer_times, per block, before host.py's floor so the floor sees the frozen base's shorter backward):
+forward as the full model; backward computes input gradients (dX) for every GEMM but no weight gradient for
+frozen weights; each targeted linear adds two skinny GEMMs in the forward, two for dX and two for dA/dB (they
+fall to the memory roofline and show the LoRA overhead of rereading x) and PEFT's scale-and-add of the adapter
+output (memory-bound; one fused kernel under torch.compile); QLoRA adds the memory-bound dequantisation of
+every frozen linear in each forward (recompute included: HF and torchtune checkpoint per decoder layer, so the
+recomputed forward dequantises again) and each backward (dX needs W again). host.py counts the adapters' and
+the dequantisations' host ops.
 
 FLOPs convention (stated in every result): full = 3 x forward (PaLM/Megatron). lora/qlora = forward +
 input-gradient backward (frozen-weight gradients are not computed and not counted) + 3 x the
@@ -332,6 +335,9 @@ ADAPTER_SCALE_ADD_BYTES = (4.0, 6.0)
 the scaling multiply reads and writes B's bf16 output (2 + 2 B per output element), the add reads both and writes the
 sum (2 + 2 + 2 B); in the backward, the multiply's gradient (2 + 2 B per output element) and autograd's
 accumulation of the two input gradients of x (base linear and lora_A: 2 + 2 + 2 B per input element)."""
+COMPILED_SCALE_ADD_FORWARD_BYTES = 6.0
+"""Under torch.compile the scaling multiply and the add fuse into one kernel: B's output and the base output read,
+the sum written (2 + 2 + 2 B per output element)."""
 DEQUANT_KERNELS = 2
 """bitsandbytes dequantize_4bit with double quantisation (bitsandbytes/functional.py): dequantize_blockwise of the
 8-bit absmax, then the NF4 kernel writing the bf16 weight."""
@@ -344,6 +350,7 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
     input gradient dX = dY W^T needs W in bf16; MatMul4Bit.backward dequantises it again). Gradient checkpointing
     reruns the forward keys, so a recomputed block dequantises a third time (recompute.recomputed_forward_s)."""
     from . import compute
+    from .contract import Launch
     from .counting import layer_params
     from .specs import Precision
 
@@ -351,6 +358,10 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
                           {key: 0.0 for key in layer.backward_weight_s})
     tokens = cfg.mbs * cfg.seq / cfg.cp
     tp, rank = cfg.tp, cfg.lora_rank
+    compiled = cfg.launch is Launch.compile
+    forward_bytes, backward_bytes = ADAPTER_SCALE_ADD_BYTES
+    if compiled:
+        forward_bytes = COMPILED_SCALE_ADD_FORWARD_BYTES
     scale_add_forward = scale_add_backward = 0.0
     kernels = 0
     for lin in targeted_linears(model, moe, cfg.lora_targets):
@@ -361,11 +372,11 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
         rows = tokens * lin.rows * lin.copies / copies
         compute.linear(out, ADAPTER_KEY, rows, d_in, rank, gpu, Precision.bf16, copies)
         compute.linear(out, ADAPTER_KEY, rows, rank, d_out, gpu, Precision.bf16, copies)
-        forward_bytes, backward_bytes = ADAPTER_SCALE_ADD_BYTES
         scale_add_forward += forward_bytes * rows * d_out * copies
         scale_add_backward += backward_bytes * rows * d_in * copies + 4.0 * rows * d_out * copies
         kernels += copies
-    out.add("lora/scale_add", compute.memory_bound_time_s(scale_add_forward, gpu, kernels=2 * kernels),
+    forward_kernels = (1 if compiled else 2) * kernels
+    out.add("lora/scale_add", compute.memory_bound_time_s(scale_add_forward, gpu, kernels=forward_kernels),
             compute.memory_bound_time_s(scale_add_backward, gpu, kernels=2 * kernels))
     if Method(cfg.method) is Method.qlora:
         lp = layer_params(model, next(i for i in range(model.num_layers) if _is_moe(model, i) is moe))
