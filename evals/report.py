@@ -143,13 +143,16 @@ def render_markdown(report: dict, backend: str = "offline") -> str:
                                                        ("single_held_out", "held out (hidden 1024)"),
                                                        ("multi", "multi-node, held out")))
                         + "."]
-        tuning = s.get("fine_tuning_memory")
-        if tuning and tuning["n"]:
+        for key, title, what in (("fine_tuning_memory", "peak memory", "peak memory"),
+                                 ("fine_tuning_speed", "speed", "step time / throughput")):
+            tuning = s.get(key)
+            if not (tuning and tuning["n"]):
+                continue
             rows = [c for c in prediction if c["id"] in tuning["cases"]]
-            out += ["", "## Fine-tuning: peak memory", ""]
+            out += ["", f"## Fine-tuning: {title}", ""]
             out += _table(["case", "quantity", "predicted", "published", "error", "tol", "pass", "set", "source"],
                           _figure_rows(rows, held_column=True))
-            out += ["", f"Fine-tuning peak memory (LoRA and QLoRA): MAPE {pct(tuning['mape']).lstrip('+')} over "
+            out += ["", f"Fine-tuning {what} (LoRA and QLoRA): MAPE {pct(tuning['mape']).lstrip('+')} over "
                         f"{tuning['n']} cases ({pct(tuning['mape_held_out']).lstrip('+')} over {tuning['n_held_out']} "
                         f"held out); {tuning['inside_tolerance']} of {tuning['n']} within tolerance; worst "
                         f"{tuning['worst_case']} {pct(tuning['worst_error'])}."]

@@ -160,8 +160,9 @@ def test_held_out_mape_leaves_out_calibration_cases(dataset: Dataset) -> None:
 
 def test_dense_and_moe_held_out_figures_pool_each_family_once(prediction_report: dict, dataset: Dataset) -> None:
     """Issue 10 sets one target for dense models and one for MoE: each pooled figure takes one
-    throughput error per held-out case of its family, and the two families split the cases."""
-    from trainplan.evals.runner import THROUGHPUT_QUANTITIES
+    throughput error per held-out pre-training case of its family, and the two families split the cases
+    (fine-tuning cases have their own section)."""
+    from trainplan.evals.runner import THROUGHPUT_QUANTITIES, is_fine_tuning
     from trainplan.tools.catalog import load_model
 
     summary = prediction_report["summary"]
@@ -171,6 +172,8 @@ def test_dense_and_moe_held_out_figures_pool_each_family_once(prediction_report:
     for case in prediction_report["cases"]:
         quantity = next((q for q in THROUGHPUT_QUANTITIES if q in case["error"]), None)
         if case["status"] != "ok" or quantity is None or case["id"] in summary["calibration_cases"]:
+            continue
+        if is_fine_tuning(dataset, case["id"]):
             continue
         is_moe = load_model(str(dataset.case(case["id"]).kwargs()["model"])).is_moe
         expected[is_moe].append(abs(case["error"][quantity]))

@@ -21,8 +21,9 @@ def test_the_data_and_its_licence_are_in_the_repository():
 def test_the_calibration_table_names_the_vtrain_groups():
     fit = calibration.HOST_S_PER_OP
     assert set(fit.fitted_on) == {"vtrain-single-h2048"}
-    assert set(fit.held_out) == {"vtrain-single-h1024", "vtrain-multi"}
-    assert set(fit.fitted_on) | set(fit.held_out) <= set(vtrain.CASE_GROUPS)
+    vtrain_held = set(fit.held_out) - set(calibration.FINE_TUNING_SPEED_HELD)   # the fine-tuning rows are eval cases
+    assert vtrain_held == {"vtrain-single-h1024", "vtrain-multi"}
+    assert set(fit.fitted_on) | vtrain_held <= set(vtrain.CASE_GROUPS)
     assert 5e-6 <= fit.value <= 25e-6   # the range its method names
     fitted = [r for r in vtrain.rows(False) if r.fitted]
     assert fitted and all(r.hidden == vtrain.FIT_HIDDEN for r in fitted)

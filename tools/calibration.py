@@ -89,12 +89,19 @@ MOE_HOST_S_PER_EXPERT_GEMM = Fitted(
 VTRAIN_FIT = ("vtrain-single-h2048",)
 VTRAIN_HELD = ("vtrain-single-h1024", "vtrain-multi")
 
+FINE_TUNING_SPEED_HELD = tuple(
+    [f"qwen-{size}-lora-a100-s{seq}" for size in ("1.8b", "7b", "14b") for seq in (256, 512, 1024, 2048, 4096, 8192)]
+    + ["torchtune-llama31-8b-lora-4090", "torchtune-llama31-8b-qlora-4090", "torchtune-llama31-70b-lora-8xa100",
+       "torchtune-llama31-405b-qlora-8xa100"])
+"""Fine-tuning speed rows (evals/runs/qwen-finetune-speed.yaml, torchtune-finetune-speed.yaml): held out for the host
+floor and the Ampere and Ada GEMM efficiencies; no constant is fitted on them."""
+
 HOST_S_PER_OP = Fitted(
     value=17e-6,
     meaning="host seconds to issue one op of a layer in PyTorch eager (Python, autograd, dispatcher, launch); a "
             "layer's pass takes max(device time, ops x this) (host.py)",
     fitted_on=VTRAIN_FIT,
-    held_out=VTRAIN_HELD,
+    held_out=VTRAIN_HELD + FINE_TUNING_SPEED_HELD,
     method="grid search, 8-32 us in 1 us steps, on the mean absolute log error of step time of vTrain's 720 "
            "single-node A100 rows with hidden 2048 (Megatron-DeepSpeed, eager attention, full recompute; "
            "benchmarks/fit_calibration.py --family host; evals/vtrain.py maps the rows); the 720 rows with hidden "

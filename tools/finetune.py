@@ -36,11 +36,14 @@ linears are not saved; a targeted one saves its input for A's gradient, as befor
 product x A for B's gradient (bf16). lora_dropout is taken as 0 (PEFT's default): a non-zero dropout
 would save a second copy of x per targeted linear.
 
-Time: forward as the full model; backward computes input gradients (dX) for every GEMM but no weight
-gradient for frozen weights; each targeted linear adds two skinny GEMMs in the forward, two for dX and
-two for dA/dB (they fall to the memory roofline and show the LoRA overhead of rereading x); QLoRA adds
-the memory-bound dequantisation of every frozen linear in each forward (recompute included) and each
-backward (dX needs W again).
+Time (adapt_layer_times, per block, before host.py's floor so the floor sees the frozen base's shorter backward):
+forward as the full model; backward computes input gradients (dX) for every GEMM but no weight gradient for
+frozen weights; each targeted linear adds two skinny GEMMs in the forward, two for dX and two for dA/dB (they
+fall to the memory roofline and show the LoRA overhead of rereading x) and PEFT's scale-and-add of the adapter
+output (memory-bound; one fused kernel under torch.compile); QLoRA adds the memory-bound dequantisation of
+every frozen linear in each forward (recompute included: HF and torchtune checkpoint per decoder layer, so the
+recomputed forward dequantises again) and each backward (dX needs W again). host.py counts the adapters' and
+the dequantisations' host ops.
 
 FLOPs convention (stated in every result): full = 3 x forward (PaLM/Megatron). lora/qlora = forward +
 input-gradient backward (frozen-weight gradients are not computed and not counted) + 3 x the
@@ -325,35 +328,96 @@ def largest_linear(model, moe: bool) -> float:
 # --- time hooks (step.py) ----------------------------------------------------------------------------
 
 
-def adapt_stage_times(times, model, cfg, gpu, layer_ids, moe_layers):
-    """OpTimes of a stage under LoRA/QLoRA: no weight gradients for the frozen base, plus the adapter
-    GEMMs of every targeted linear and, for QLoRA, the dequantisation of every frozen linear."""
+ADAPTER_KEY = "lora"
+"""OpTimes key of the adapters' GEMMs: the only weight gradients a LoRA/QLoRA step computes."""
+ADAPTER_SCALE_ADD_BYTES = (4.0, 6.0)
+"""PEFT's LoRA Linear forward, result = result + lora_B(lora_A(dropout(x))) * scaling (peft/tuners/lora/layer.py):
+the scaling multiply reads and writes B's bf16 output (2 + 2 B per output element), the add reads both and writes the
+sum (2 + 2 + 2 B); in the backward, the multiply's gradient (2 + 2 B per output element) and autograd's
+accumulation of the two input gradients of x (base linear and lora_A: 2 + 2 + 2 B per input element)."""
+COMPILED_SCALE_ADD_FORWARD_BYTES = 6.0
+"""Under torch.compile the scaling multiply and the add fuse into one kernel: B's output and the base output read,
+the sum written (2 + 2 + 2 B per output element)."""
+DEQUANT_KERNELS = 2
+"""bitsandbytes dequantize_4bit with double quantisation (bitsandbytes/functional.py): dequantize_blockwise of the
+8-bit absmax, then the NF4 kernel writing the bf16 weight."""
+
+
+def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
+    """One block's OpTimes under LoRA/QLoRA: no weight gradients for the frozen base, plus the adapter GEMMs
+    (x A and its result times B, forward, dX and dA/dB), PEFT's scale-and-add of each adapter's output and, for
+    QLoRA, bitsandbytes' dequantisation of every frozen 4-bit linear in the forward and again in the backward (the
+    input gradient dX = dY W^T needs W in bf16; MatMul4Bit.backward dequantises it again). Gradient checkpointing
+    reruns the forward keys, so a recomputed block dequantises a third time (recompute.recomputed_forward_s)."""
     from . import compute
+    from .contract import Launch
+    from .counting import layer_params
     from .specs import Precision
 
-    method = Method(cfg.method)
-    out = compute.OpTimes(dict(times.forward_s), dict(times.backward_input_s),
-                          {key: 0.0 for key in times.backward_weight_s})
+    out = compute.OpTimes(dict(layer.forward_s), dict(layer.backward_input_s),
+                          {key: 0.0 for key in layer.backward_weight_s})
     tokens = cfg.mbs * cfg.seq / cfg.cp
     tp, rank = cfg.tp, cfg.lora_rank
-    for index in layer_ids:
-        moe = index in moe_layers
-        for lin in targeted_linears(model, moe, cfg.lora_targets):
-            # Column-parallel: x is whole on every TP rank, B's output split; row-parallel: x split.
-            d_in = lin.d_in / tp if lin.row_parallel else lin.d_in
-            d_out = lin.d_out if lin.row_parallel else lin.d_out / tp
-            copies = max(1, round(lin.copies / (cfg.ep if lin.expert else 1)))
-            rows = tokens * lin.rows * lin.copies / copies
-            compute.linear(out, "lora", rows, d_in, rank, gpu, Precision.bf16, copies)
-            compute.linear(out, "lora", rows, rank, d_out, gpu, Precision.bf16, copies)
-        if method is Method.qlora:
-            from .counting import layer_params
-
-            lp = layer_params(model, index)
-            frozen = (lp.non_expert - lp.norms - lp.router) / tp + lp.routed_experts / (tp * cfg.ep)
-            seconds = compute.memory_bound_time_s(DEQUANT_BYTES_PER_PARAM * frozen, gpu, kernels=7)
-            out.add("qlora/dequant", seconds, seconds)
+    compiled = cfg.launch is Launch.compile
+    forward_bytes, backward_bytes = ADAPTER_SCALE_ADD_BYTES
+    if compiled:
+        forward_bytes = COMPILED_SCALE_ADD_FORWARD_BYTES
+    scale_add_forward = scale_add_backward = 0.0
+    kernels = 0
+    for lin in targeted_linears(model, moe, cfg.lora_targets):
+        # Column-parallel: x is whole on every TP rank, B's output split; row-parallel: x split.
+        d_in = lin.d_in / tp if lin.row_parallel else lin.d_in
+        d_out = lin.d_out if lin.row_parallel else lin.d_out / tp
+        copies = max(1, round(lin.copies / (cfg.ep if lin.expert else 1)))
+        rows = tokens * lin.rows * lin.copies / copies
+        compute.linear(out, ADAPTER_KEY, rows, d_in, rank, gpu, Precision.bf16, copies)
+        compute.linear(out, ADAPTER_KEY, rows, rank, d_out, gpu, Precision.bf16, copies)
+        scale_add_forward += forward_bytes * rows * d_out * copies
+        scale_add_backward += backward_bytes * rows * d_in * copies + 4.0 * rows * d_out * copies
+        kernels += copies
+    forward_kernels = (1 if compiled else 2) * kernels
+    out.add("lora/scale_add", compute.memory_bound_time_s(scale_add_forward, gpu, kernels=forward_kernels),
+            compute.memory_bound_time_s(scale_add_backward, gpu, kernels=2 * kernels))
+    if Method(cfg.method) is Method.qlora:
+        lp = layer_params(model, next(i for i in range(model.num_layers) if _is_moe(model, i) is moe))
+        frozen = (lp.non_expert - lp.norms - lp.router) / tp + lp.routed_experts / (tp * cfg.ep)
+        linears = len(frozen_linears(model, moe))
+        seconds = compute.memory_bound_time_s(DEQUANT_BYTES_PER_PARAM * frozen, gpu, kernels=DEQUANT_KERNELS * linears)
+        out.add("qlora/dequant", seconds, seconds)
     return out
+
+
+def _is_moe(model, index: int) -> bool:
+    from .counting import is_moe_layer
+
+    return is_moe_layer(model, index)
+
+
+def frozen_linears(model, moe: bool) -> list[Linear]:
+    """The nn.Linear modules of one block (HF layout: q, k, v, o and the MLP or router + shared experts; routed
+    experts are grouped weights, not counted here): what bitsandbytes replaces by Linear4bit."""
+    every = _attention_linears(model)
+    if not moe:
+        return every + _mlp_linears(model, model.intermediate_size)
+    shared = (_mlp_linears(model, model.shared_expert_intermediate_size or model.moe_intermediate_size)
+              if model.num_shared_experts else [])
+    return every + shared + [Linear("router", model.hidden_size, model.num_experts)]
+
+
+def adapted_linears_per_block(model, cfg, moe: bool) -> int:
+    """Targeted linear modules the host issues per block (routed experts carry their own host term, moe.py)."""
+    if not is_lora(cfg.method):
+        return 0
+    return sum(1 for lin in targeted_linears(model, moe, cfg.lora_targets) if not lin.expert)
+
+
+def adapt_stage_times(times, model, cfg, gpu, layer_ids, moe_layers):
+    """OpTimes of a stage under LoRA/QLoRA after its blocks were adapted (adapt_layer_times, before the host
+    floor): the embedding and LM head are frozen too, so only the adapters keep weight gradients."""
+    from . import compute
+
+    return compute.OpTimes(dict(times.forward_s), dict(times.backward_input_s),
+                           {key: (value if key == ADAPTER_KEY else 0.0) for key, value in times.backward_weight_s.items()})
 
 
 def trainable_stage_params(model, cfg, stage_layers) -> list[tuple[float, float]]:

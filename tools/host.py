@@ -50,6 +50,17 @@ COLLECTIVE_OPS = 2
 # inputs: two GEMMs per Linear (input and weight gradients), the backward of each view a view, of each elementwise
 # kernel a kernel. Two host ops per forward op is that count rounded (assumed, not fitted).
 BACKWARD_OPS_PER_FORWARD_OP = 2
+# LoRA (PEFT's LoRA Linear, peft/tuners/lora/layer.py, eager): per adapted linear, lora_A and lora_B as two Linears
+# (LINEAR_OPS each), the dropout module (nn.Identity at lora_dropout 0: one module call, no kernel, taken as one op),
+# the scaling multiply and the add into the base output: 2 x 3 + 3 = 9. Under torch.compile the two GEMMs stay
+# launched kernels and the multiply-add fuses into a neighbour.
+LORA_OPS_PER_ADAPTED_LINEAR = 2 * LINEAR_OPS + 3
+COMPILED_LORA_KERNELS_PER_ADAPTED_LINEAR = 2
+# QLoRA (bitsandbytes Linear4bit -> MatMul4Bit, bitsandbytes/autograd/_functions.py and functional.py
+# dequantize_4bit with double quantisation): the absmax output buffer and dequantize_blockwise of the 8-bit absmax,
+# the offset add, the bf16 weight buffer and the NF4 dequantisation kernel, and the transpose view of the
+# dequantised weight: 6 host ops per 4-bit linear per dequantisation (two of them kernels, finetune.DEQUANT_KERNELS).
+DEQUANT_OPS_PER_4BIT_LINEAR = 6
 # Kernels of the eager attention core that torch.compile still launches: the two batched GEMMs and one fused
 # softmax-dropout kernel (Inductor fuses the pointwise and reduction ops between them).
 COMPILED_EAGER_ATTENTION_KERNELS = 3
@@ -77,18 +88,39 @@ def tp_collectives_per_pass(cfg: ParallelConfig, is_moe: bool) -> int:
     return blocks * (2 if cfg.sequence_parallel else 1)
 
 
+def fine_tuning_ops_forward(model: ModelSpec, cfg: ParallelConfig, is_moe: bool) -> float:
+    """Ops the host issues for one block's adapters and 4-bit dequantisations in its forward (0 for full training);
+    the backward issues BACKWARD_OPS_PER_FORWARD_OP times as many, bitsandbytes' second dequantisation for dX
+    among them."""
+    from . import finetune
+
+    adapted = finetune.adapted_linears_per_block(model, cfg, is_moe)
+    if not adapted:
+        return 0.0
+    if cfg.launch is Launch.compile:
+        ops = COMPILED_LORA_KERNELS_PER_ADAPTED_LINEAR * adapted
+    else:
+        ops = LORA_OPS_PER_ADAPTED_LINEAR * adapted
+    if finetune.Method(cfg.method) is finetune.Method.qlora:
+        quantised = len(finetune.frozen_linears(model, is_moe))
+        ops += (finetune.DEQUANT_KERNELS if cfg.launch is Launch.compile else DEQUANT_OPS_PER_4BIT_LINEAR) * quantised
+    return float(ops)
+
+
 def host_ops_forward(model: ModelSpec, cfg: ParallelConfig, is_moe: bool) -> float:
-    """Ops the host issues for one block's forward under cfg.launch (module docstring)."""
+    """Ops the host issues for one block's forward under cfg.launch (module docstring), the fine-tuning adapters
+    and dequantisations included."""
     if cfg.launch is Launch.cuda_graphs:
         return 1.0
     collectives = tp_collectives_per_pass(cfg, is_moe)
     linears = _linears(model, is_moe)
+    tuning = fine_tuning_ops_forward(model, cfg, is_moe)
     if cfg.launch is Launch.compile:
         attention = COMPILED_EAGER_ATTENTION_KERNELS if cfg.attention is Attention.eager else 1
-        return linears + attention + ELEMENTWISE_PASSES[True]["kernels"] + collectives
+        return linears + attention + ELEMENTWISE_PASSES[True]["kernels"] + collectives + tuning
     attention = EAGER_ATTENTION_OPS if cfg.attention is Attention.eager else FLASH_ATTENTION_OPS
     return (LINEAR_OPS * linears + attention + ELEMENTWISE_PASSES[cfg.fused_kernels]["kernels"]
-            + COLLECTIVE_OPS * collectives)
+            + COLLECTIVE_OPS * collectives + tuning)
 
 
 def host_pass_s(model: ModelSpec, cfg: ParallelConfig, is_moe: bool) -> tuple[float, float]:

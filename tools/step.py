@@ -246,6 +246,8 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
         key = index in model.moe_layers
         if key not in cache:
             layer = compute.layer_times(model, cfg, gpu, index)
+            if finetune.is_lora(cfg.method):   # frozen base, adapters, NF4 dequantisation: before the host floor
+                layer = finetune.adapt_layer_times(layer, model, cfg, gpu, key)
             attention = (layer.forward_s.get("attention/core", 0.0), layer.backward_input_s.get("attention/core", 0.0))
             total = layer.forward + layer.backward_input + layer.backward_weight
             gemm = total - sum(part[k] for part in (layer.forward_s, layer.backward_input_s, layer.backward_weight_s)
