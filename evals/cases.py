@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trainplan
+from trainplan.tools.export.support import ENGINE_DECIDED_KNOBS
 from trainplan.tools.contract import Layout
 
 from .dataset import Case, Dataset
@@ -298,7 +299,10 @@ def evaluate_planning(case: Case, dataset: Dataset, planner: Callable[..., Any] 
     out.predicted["tokens_per_s"] = tokens_per_s
     if case.reference_case:
         reference = dataset.case(case.reference_case)
-        ref = trainplan.estimate(**reference.kwargs())
+        # The published layout under the plan's engine knobs (its attention kernel and parameter storage,
+        # export.support.ENGINE_DECIDED_KNOBS): the ratio compares the layouts, not two engines' kernels.
+        same_kernels = {k: config[k] for k in ENGINE_DECIDED_KNOBS if k in config}
+        ref = trainplan.estimate(**{**reference.kwargs(), **same_kernels})
         ratio = tokens_per_s / ref["time"]["tokens_per_s"]
         out.predicted["reference_tokens_per_s"] = ref["time"]["tokens_per_s"]
         out.predicted["throughput_ratio"] = ratio

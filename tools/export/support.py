@@ -63,6 +63,10 @@ def engine_knobs(engine: str) -> dict:
             "loss_kernel": ENGINE_LOSS_KERNEL[engine]}
 
 
+ENGINE_DECIDED_KNOBS = tuple(engine_knobs(ENGINES[0]))
+"""The names of the knobs engine_knobs sets (every engine sets the same ones)."""
+
+
 def param_storage_note(engine: str, cfg: ParallelConfig) -> str | None:
     """The note of an FP32_PARAM_ENGINES export of a full-training ZeRO-3 layout planned with bf16 parameters
     beside an fp32 master: the engine holds less than planned (None otherwise)."""
