@@ -335,13 +335,14 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     limited = bool(job["deadline_days"] or job["budget_usd"])
     if engine is not None:
         assumptions.append(f"only layouts {engine} can run were searched")
-    result = _search(job, SEARCH_TOP_K, headroom_gib=headroom, engine=engine)
+    result = {}
     if not counted and job["deadline_days"]:
         # The count was sized to finish DEADLINE_MARGIN early: the layout keeps that margin where one does
         # (the search's own ranking may otherwise pick a slower layout that only meets the deadline).
-        early = _search({**job, "deadline_days": job["deadline_days"] * (1 - DEADLINE_MARGIN)}, SEARCH_TOP_K,
-                        headroom_gib=headroom, engine=engine)
-        result = early if early.get("candidates") else result
+        result = _search({**job, "deadline_days": job["deadline_days"] * (1 - DEADLINE_MARGIN)}, SEARCH_TOP_K,
+                         headroom_gib=headroom, engine=engine)
+    if not result.get("candidates"):
+        result = _search(job, SEARCH_TOP_K, headroom_gib=headroom, engine=engine)
     if not result.get("candidates") and limited:
         # a count chosen for a budget was the cheapest already: choose_count said so
         would = sizing.what_would_meet(search_fn, job, headroom) if counted or job["deadline_days"] else None

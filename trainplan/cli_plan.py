@@ -44,6 +44,10 @@ def _progress(status: Any, to_lines: bool) -> Callable[[str, dict], None]:
     """The planner's steps and the LLM loop's events as the spinner's text; when stderr is not a terminal
     (no spinner), as one line each on stderr, so that a log shows what a long plan is waiting for."""
 
+    from rich.markup import escape
+
+    from trainplan.agent.prose import strip_terminal_controls
+
     def on_event(kind: str, data: dict) -> None:
         if kind == "request":
             line = f"asking the LLM (turn {data['turn']}, {data['left_s']:.0f} s left before the deadline)"
@@ -63,10 +67,6 @@ def _progress(status: Any, to_lines: bool) -> Callable[[str, dict], None]:
             line = data["text"]
         else:
             return
-        from rich.markup import escape
-
-        from trainplan.agent.prose import strip_terminal_controls
-
         line = " ".join(strip_terminal_controls(line).split())    # server text among it: no escape sequences
         status.update(escape(line) + "...")
         if to_lines:
