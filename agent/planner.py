@@ -484,7 +484,7 @@ def report_from_conversation(request_text: str, partial: PlanRequest, *, text: s
     submitted = submitted_layout(calls)
     if submitted is None:
         require_complete(partial)
-        report = offline_report(partial, request_text)
+        report = offline_report(partial, request_text, engine)
         status = "no_submission" if calls else "no_tool_calls"
         said = ("the LLM called no tool, so it gave no grounded plan" if not calls else
                 "the LLM did not submit a layout with submit_plan")

@@ -227,3 +227,12 @@ def test_a_small_context_model_plans_qlora_through_the_lean_tools(openai_server)
     config = report.recommended["config"]
     assert (config["method"], config["lora_rank"], config["lora_targets"]) == ("qlora", 64, "attention")
     assert report.recommended["fits"] is True
+
+
+def test_an_llm_that_submits_nothing_gets_the_offline_plan_of_the_named_engine(openai_server):
+    prose = "Use TP8 x PP4."
+    openai_server.script(reply(prose), reply(prose))
+    report = llm_plan(openai_server, engine="torchtitan")
+    assert report.llm_status == "no_tool_calls" and report.engine == "torchtitan"
+    assert report.launch.engine == "torchtitan"
+    assert report.recommended["config"]["attention"] == "flash2"     # scored with torchtitan's kernel
