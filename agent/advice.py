@@ -2,7 +2,7 @@
 error band the evals measured for its regime, and the eval rows of its model that miss.
 
 All three read what the evals measured (evals/summary.json, `python -m trainplan.evals.summary`):
-- evidence_lines: the search's note on the evidence margin (tools/evidence.py, search_choice.prefer_evidence)
+- evidence_lines: the search's note on the evidence margin (tools/search/evidence.py, search_choice.prefer_evidence)
   and the recommended layout's departures, each with the eval cases that bound it;
 - error_band: the regime of the plan (evals.summary.regime_of: dense at scale, dense small jobs, MoE)
   and the held-out MAPE and worst case of that regime, for step time and (with tokens) GPU-hours;
@@ -13,8 +13,8 @@ All three read what the evals measured (evals/summary.json, `python -m trainplan
 from __future__ import annotations
 
 from trainplan.evals.summary import ALL, REGIMES, load_summary, regime_of
-from trainplan.tools import catalog
-from trainplan.tools.evidence import departures_of, margin_sentence, shape_of
+from trainplan.tools.hardware import catalog
+from trainplan.tools.search.evidence import departures_of, margin_sentence, shape_of
 
 _SLOWER_WHEN_NEGATIVE = {"step_s", "gpu_hours", "days", "cost_usd"}
 """Quantities where a negative error (predicted below published) means the model is optimistic."""
@@ -26,7 +26,7 @@ def evidence_lines(search: dict | None, model: str, config: dict) -> list[str]:
     margin = (search or {}).get("evidence_margin")
     lines = []
     if margin is not None:
-        lines.append(margin_sentence(margin) + " (evidence_margin; tools/evidence.py lists the features)")
+        lines.append(margin_sentence(margin) + " (evidence_margin; tools/search/evidence.py lists the features)")
     if search and search.get("evidence"):
         lines.append(search["evidence"])
     shape = shape_of(spec, config["seq"], config["gpus_per_node"])

@@ -29,8 +29,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from trainplan.output import write_output
-from trainplan.tools import safe_json
-from trainplan.tools.errors import InputError
+from trainplan.tools.core import safe_json
+from trainplan.tools.core.errors import InputError
 
 from .planner import (calls_from_messages, grounding_of, offline_report, report_from_conversation,
                       resolve_backend, run_llm)
@@ -183,7 +183,7 @@ class ChatSession:
         self.console.print(escape(HELP))
 
     def cmd_tools(self, _: str) -> None:
-        from trainplan.tools.registry import TOOLS
+        from trainplan.agent.registry import TOOLS
 
         for tool in TOOLS:
             self.console.print(f"[bold]{tool.name}[/bold]: {escape(tool.description)}")

@@ -21,7 +21,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the SDK's default

@@ -62,8 +62,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainplan.tools import safe_json
-from trainplan.tools.errors import InputError
+from trainplan.tools.core import safe_json
+from trainplan.tools.core.errors import InputError
 
 __all__ = ["NumberMention", "GroundedNumber", "GroundingReport", "GroundingTimeout", "RequestText", "extract_numbers",
            "check_grounding", "mark_ungrounded", "UNGROUNDED_MARK", "WEAK_MAX_DIGITS"]

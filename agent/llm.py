@@ -45,8 +45,8 @@ from typing import Any
 
 import openai
 
-from trainplan.tools import safe_json
-from trainplan.tools.errors import InputError
+from trainplan.tools.core import safe_json
+from trainplan.tools.core.errors import InputError
 
 from .config import Settings, llm_configured, load_settings
 from .grounding import GroundingReport, GroundingTimeout, RequestText, check_grounding, mark_ungrounded

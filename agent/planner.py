@@ -27,16 +27,17 @@ from collections.abc import Callable
 from typing import Any
 
 from trainplan.prompts import DEFAULT_SEQ_CAP, DEFAULT_TOKENS_PER_PARAM, render, system_prompt
-from trainplan.tools import catalog, safe_json
-from trainplan.tools.cost import DEFAULT_GOODPUT, parse_tokens
-from trainplan.tools.counting import count_params
-from trainplan.tools.errors import InputError
-from trainplan.tools.estimate import estimate
-from trainplan.tools.finetune import DEFAULT_LORA_RANK, LoraTargets, Method, is_lora
-from trainplan.tools.contract import FINE_TUNING_KNOBS, default_seq
-from trainplan.tools.plan_defaults import DEADLINE_MARGIN, DEFAULT_HEADROOM, FINETUNE_SOURCE, default_gbs, default_gbs_reason
-from trainplan.tools.file_access import user_named_files
-from trainplan.tools.registry import dispatch, estimate_kwargs
+from trainplan.tools.hardware import catalog
+from trainplan.tools.core import safe_json
+from trainplan.tools.perf.cost import DEFAULT_GOODPUT, parse_tokens
+from trainplan.tools.hardware.counting import count_params
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.perf.estimate import estimate
+from trainplan.tools.perf.finetune import DEFAULT_LORA_RANK, LoraTargets, Method, is_lora
+from trainplan.tools.config.contract import FINE_TUNING_KNOBS, default_seq
+from trainplan.tools.config.plan_defaults import DEADLINE_MARGIN, DEFAULT_HEADROOM, FINETUNE_SOURCE, default_gbs, default_gbs_reason
+from trainplan.tools.core.file_access import user_named_files
+from trainplan.agent.registry import dispatch, estimate_kwargs
 
 from . import sizing, tradeoffs
 from .prose import neutralise, neutralise_line
@@ -58,7 +59,7 @@ DEFAULT_ENGINE = "megatron"
 restricted to one engine) and Megatron-LM runs the recommended layout."""
 LAUNCH_FALLBACK = ("torchtitan", "deepspeed", "accelerate")
 """When DEFAULT_ENGINE cannot run the recommended layout (e.g. ZeRO-2 with pipeline parallelism), the
-first of these that can (tools/export/support.py) carries the launch settings instead."""
+first of these that can (tools/engines/support.py) carries the launch settings instead."""
 PLAN_ENGINES = (DEFAULT_ENGINE, LAUNCH_FALLBACK[0])
 """A request that names no engine is planned once for each of these, each scored with its own kernels
 and limits (Megatron-LM: Transformer Engine attention, bf16 parameters; torchtitan: SDPA's
@@ -178,8 +179,8 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
 
 def _cheapest_gpu(request: PlanRequest, assumptions: list[str]) -> str:
     """The catalog GPU a solve=gpu request runs on: the cheapest on which its leanest layout fits (data parallel,
-    ZeRO-3 across GPUs, full recompute, micro-batch 1), as tools/limits.py finds it."""
-    from trainplan.tools.limits import solve
+    ZeRO-3 across GPUs, full recompute, micro-batch 1), as tools/search/limits.py finds it."""
+    from trainplan.tools.search.limits import solve
 
     gpus = request.gpus or 1
     lean = {"zero": 3 if gpus > 1 else 0, "recompute": "full", "mbs": 1}
@@ -195,12 +196,12 @@ def _cheapest_gpu(request: PlanRequest, assumptions: list[str]) -> str:
 
 
 def _limit_of(request: PlanRequest, recommended: dict) -> dict | None:
-    """The limit the request asked (request.solve), tools/limits.py's answer: the GPUs the recommended layout fits
+    """The limit the request asked (request.solve), tools/search/limits.py's answer: the GPUs the recommended layout fits
     on; the longest seq (at micro-batch 1) or the largest mbs of the recommended layout with full recompute, the
     recompute that fits the most (the pins of the request kept)."""
     if request.solve is None or recommended is None:
         return None
-    from trainplan.tools.limits import solve
+    from trainplan.tools.search.limits import solve
 
     config = estimate_kwargs(recommended["config"])
     config.pop("gpu", None)
@@ -223,7 +224,7 @@ def _shown(job: dict) -> dict:
 
 def is_fine_tune(request: PlanRequest) -> bool:
     """A fine-tune: the request says so ("fine-tune", "SFT") or names LoRA/QLoRA. It gets the fine-tuning
-    defaults of tools/plan_defaults.py, not the pre-training ones."""
+    defaults of tools/config/plan_defaults.py, not the pre-training ones."""
     return (bool(request.fine_tuning) or (request.method is not None and is_lora(request.method))
             or request.lora_targets is not None)
 
@@ -252,7 +253,7 @@ def _evaluate(config: dict, job: dict, timeline: bool = False) -> dict:
 
 def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float = 0.0,
             max_gpus: int | None = None, engine: str | None = None) -> dict:
-    from trainplan.tools.search import search
+    from trainplan.tools.search.driver import search
 
     kwargs: dict[str, Any] = {pin: job[pin] for pin in PINS if job[pin] is not None}
     kwargs.update({k: job[k] for k in FINE_TUNING_KNOBS if job.get(k) is not None})   # fixed knobs
@@ -557,7 +558,7 @@ def run_llm(request_text: str, *, llm_model: str | None = None, client: Any = No
 
     settings = settings or load_settings()
     # The LLM's tool calls may open the files the user's own words named (this request and earlier
-    # turns); any other file only under the allowed roots (tools/file_access.py).
+    # turns); any other file only under the allowed roots (tools/core/file_access.py).
     user_text = [request_text, *(m.get("content") for m in history or ()
                                  if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str))]
     with user_named_files([path for text in user_text for path in json_paths_in(text)]):
@@ -593,7 +594,7 @@ def offline_after_llm_failure(request: PlanRequest, request_text: str, error: Ex
 def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: str | None = None,
          client: Any = None, stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
          request: PlanRequest | None = None, engine: str | None = None, **fields: Any) -> PlanReport:
-    """Plan a training run from plain language (and/or the contract's fields, tools/contract.py: model=, gpu=, gpus=, ...).
+    """Plan a training run from plain language (and/or the contract's fields, tools/config/contract.py: model=, gpu=, gpus=, ...).
 
     backend: 'offline', 'openai' or 'auto' (openai when an LLM is configured). engine (megatron,
     deepspeed, torchtitan, accelerate): the offline search keeps only layouts it runs, and the report
@@ -667,8 +668,8 @@ def offline_report(request: PlanRequest, text: str, engine: str | None = None) -
 def _best_engine_plan(parsed: PlanRequest, text: str) -> tuple[PlanReport, str | None]:
     """The plan of the PLAN_ENGINES engine whose recommended layout wins by the request's objective,
     and that engine; when none fits, the plan over every engine's layouts (and None)."""
-    from trainplan.tools.contract import Objective
-    from trainplan.tools.search_rank import result_objective
+    from trainplan.tools.config.contract import Objective
+    from trainplan.tools.search.rank import result_objective
 
     plans = {engine: plan_offline(parsed, text, engine=engine) for engine in PLAN_ENGINES}
     fitting = {engine: report for engine, report in plans.items() if report.recommended}
@@ -714,9 +715,9 @@ def launch_engine(model: str, config: dict) -> str:
     """The engine whose launch settings a plan that names none carries: DEFAULT_ENGINE when it runs the
     layout, else the first of LAUNCH_FALLBACK that does, else DEFAULT_ENGINE (whose refusal the report
     then states)."""
-    from trainplan.tools.contract import Layout
-    from trainplan.tools.export.support import knobs_of, runs
-    from trainplan.tools.layout import resolve_config
+    from trainplan.tools.config.contract import Layout
+    from trainplan.tools.engines.support import knobs_of, runs
+    from trainplan.tools.config.layout import resolve_config
 
     spec = catalog.load_model(model)
     knobs = knobs_of(resolve_config(spec, config["gpus"], **{k: config.get(k) for k in Layout.model_fields}))

@@ -33,10 +33,10 @@ from pydantic import BaseModel, Field
 from trainplan.prompts import render
 
 from .advice import departures_risk, error_band, evidence_lines, known_gaps
-from trainplan.tools.finetune import model_states_sentence
-from trainplan.tools.memory_hints import largest_component, memory_fixes, phrase
-from trainplan.tools.pipeline import PipelineEvent, PipelineResult, render_ascii, render_mermaid
-from trainplan.tools.plan_defaults import DEFAULT_HEADROOM
+from trainplan.tools.perf.finetune import model_states_sentence
+from trainplan.tools.perf.memory_hints import largest_component, memory_fixes, phrase
+from trainplan.tools.perf.pipeline import PipelineEvent, PipelineResult, render_ascii, render_mermaid
+from trainplan.tools.config.plan_defaults import DEFAULT_HEADROOM
 
 from .prose import neutralise_line
 
@@ -107,7 +107,7 @@ class Grounding(BaseModel):
 
 
 class Launch(BaseModel):
-    """Launch settings for the recommended layout in one engine (tools/export)."""
+    """Launch settings for the recommended layout in one engine (tools/engines)."""
 
     engine: str = Field(description="megatron, deepspeed, torchtitan, accelerate, axolotl, llamafactory or trl")
     filename: str | None = Field(default=None, description="suggested file name")
@@ -151,7 +151,7 @@ class PlanReport(BaseModel):
     not_understood: list[str] = Field(default_factory=list, description="words of the request the parser did "
                                                                          "not understand")
     limit: dict | None = Field(default=None, description="the limit the request asked (its solve: the longest seq, "
-                               "the largest mbs or the GPUs that fit) for the recommended layout, tools/limits.py")
+                               "the largest mbs or the GPUs that fit) for the recommended layout, tools/search/limits.py")
     evidence: list[str] = Field(default_factory=list, description="the evidence margin, the search's choice by it, "
                                 "and the recommended layout's departures from what the evals validate")
     error_band: str | None = Field(default=None, description="the expected error of this kind of plan, from the evals")
@@ -166,8 +166,8 @@ class PlanReport(BaseModel):
         return json.dumps(self.model_dump(mode="json"), indent=indent)
 
     def limit_text(self) -> str:
-        """The limit's answer as tools/limits.py words it (estimate --solve prints the same)."""
-        from trainplan.tools.limits import render_limit
+        """The limit's answer as tools/search/limits.py words it (estimate --solve prints the same)."""
+        from trainplan.tools.search.limits import render_limit
 
         return render_limit(self.limit) if self.limit else ""
 
@@ -373,11 +373,11 @@ def summary_line(report: PlanReport) -> str:
 
 def launch_settings(model: str, config: dict, engine: str) -> Launch:
     """The chosen engine's launch settings for a resolved layout, or the one line saying why not."""
-    from trainplan.tools.catalog import load_model
-    from trainplan.tools.contract import Layout
-    from trainplan.tools.errors import InputError
-    from trainplan.tools.export import export
-    from trainplan.tools.layout import resolve_config
+    from trainplan.tools.hardware.catalog import load_model
+    from trainplan.tools.config.contract import Layout
+    from trainplan.tools.core.errors import InputError
+    from trainplan.tools.engines import export
+    from trainplan.tools.config.layout import resolve_config
 
     spec = load_model(model)
     cfg = resolve_config(spec, config["gpus"], **{k: config.get(k) for k in Layout.model_fields})

@@ -18,7 +18,7 @@ import html
 import io
 import re
 
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 from .report import MEMORY_COMPONENTS, PlanReport
 

@@ -11,7 +11,7 @@ What it reads (case and word order do not matter; full-width and CJK text is rea
   one model of that size ("a 70B"; the plan says so; "a 7B" is refused with the 7B models), or a path
   ending in .json;
 - gpu: a catalog GPU as people write it, qualifiers included ("H100", "H100 PCIe", "A100 40GB",
-  "8xH100"; tools/catalog/names.py derives this from the catalog's entries), or a GPU JSON path.
+  "8xH100"; tools/hardware/catalog/names.py derives this from the catalog's entries), or a GPU JSON path.
   A part the catalog lacks ("H100 NVL", "MI300X", "RTX 9090") is refused with close names;
 - gpus: "512 H100s", "one RTX 4090", "two 4090s", "a single H100", "two H100 nodes", "16k H100" (k = 1024), "512张H100", "H100 x 512",
   "N GPUs", "64 nodes of 8 H100s" (= 512, gpus_per_node 8), "8 H100s per node, 64 nodes", "N nodes" (x the GPU's node);
@@ -32,7 +32,7 @@ What it reads (case and word order do not matter; full-width and CJK text is rea
 - gpus as a lower bound: "at least 256 H100s", "256 GPUs or more" (gpus_at_least: the search has no
   lower bound, so the plan uses 256 and says so);
 - engine: "using DeepSpeed", "with torchtitan", "in Megatron-LM", "Axolotl", "LLaMA-Factory", "TRL",
-  "HF Accelerate" (tools/export/support.py); an engine the text refuses ("not DeepSpeed") sets nothing
+  "HF Accelerate" (tools/engines/support.py); an engine the text refuses ("not DeepSpeed") sets nothing
   and stays in `unparsed`. Two engines named at once raise InputError.
 
 Impossible counts ("-512 H100s", "512.5 H100s", "for -15T tokens"), any other negative number ("TP -8",
@@ -51,9 +51,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from trainplan.tools import catalog
-from trainplan.tools.contract import FINE_TUNING_KNOBS, Job, Layout, SearchOptions, optional_model
-from trainplan.tools.errors import InputError
+from trainplan.tools.hardware import catalog
+from trainplan.tools.config.contract import FINE_TUNING_KNOBS, Job, Layout, SearchOptions, optional_model
+from trainplan.tools.core.errors import InputError
 
 from . import request_rules as rules
 from . import request_steering as steering
@@ -69,7 +69,7 @@ _SEARCH = ("objective", "max_gpus", "deadline_days", "budget_usd", "engine")
 
 
 class _Request(BaseModel):
-    """A planning request in the contract's vocabulary (tools/contract.py). None: not given (the planner chooses)."""
+    """A planning request in the contract's vocabulary (tools/config/contract.py). None: not given (the planner chooses)."""
 
     batch_tokens: float | None = Field(default=None, description="tokens per step as asked (gbs = batch_tokens / seq)")
     unparsed: list[str] | None = Field(default=None, description="words of the request the parser did not understand")
@@ -81,7 +81,7 @@ class _Request(BaseModel):
                                                                "training does not fit, the plan says whether LoRA or "
                                                                "QLoRA would")
     solve: Literal["seq", "mbs", "gpu"] | None = Field(
-        default=None, description="the limit the request asks for (tools/limits.py): seq, the longest context that "
+        default=None, description="the limit the request asks for (tools/search/limits.py): seq, the longest context that "
         "fits ('longest context I can QLoRA Llama 3 8B on a 4090'); mbs, the largest micro-batch that fits; gpu, the "
         "smallest or cheapest catalog GPU that fits (the plan then runs on the cheapest); the report answers it for "
         "the recommended layout; a request that asks one and names no GPU count plans one GPU")
@@ -109,7 +109,7 @@ PlanRequest = optional_model(
                                f"{Layout.model_fields['attention'].default.value} (the search does not choose it)",
                   "gpus": "total GPUs; null: the planner chooses up to max_gpus, or to meet deadline_days or "
                           "budget_usd"})
-"""The fields of tools/contract.py's Job, Layout and SearchOptions that a request may state, each
+"""The fields of tools/config/contract.py's Job, Layout and SearchOptions that a request may state, each
 None when the request does not (the planner fills it and says so), plus what only a request has."""
 
 

@@ -19,12 +19,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trainplan.tools import catalog, safe_json
-from trainplan.tools.catalog.names import (
+from trainplan.tools.hardware import catalog
+from trainplan.tools.core import safe_json
+from trainplan.tools.hardware.catalog.names import (
     family_mentions, gpu_mentions, key, model_by_family_and_size, split_gpu_name, split_model_name,
 )
-from trainplan.tools.cost import MAX_TRAINING_TOKENS
-from trainplan.tools.errors import InputError
+from trainplan.tools.perf.cost import MAX_TRAINING_TOKENS
+from trainplan.tools.core.errors import InputError
 
 from .request_text import DECIMAL, MULT, NUM, STOPWORDS, RequestText, number
 
@@ -193,7 +194,7 @@ _NOT_THIS = r"(?:instead\s+of|rather\s+than|not|from|than|vs\.?|versus)\s+(?:the
 
 
 def read_gpu(t: RequestText, found: dict[str, Any]) -> None:
-    """The GPU: a catalog entry as people write it (tools/catalog/names.py), or InputError when the
+    """The GPU: a catalog entry as people write it (tools/hardware/catalog/names.py), or InputError when the
     written part is not in the catalog ('H100 NVL' without an NVL entry; 'MI300X', 'RTX 9090')."""
     if "gpu" in found:
         return

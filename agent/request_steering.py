@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 from .request_text import RequestText
 
@@ -22,7 +22,7 @@ OBJECTIVES = {
     "throughput": r"(?:max(?:imi[sz]e|imum)?|highest|best|most)\s+(?:the\s+)?(?:throughput|tokens?/s|"
                   r"tokens\s+per\s+second|mfu)",
 }
-"""Words that choose the search objective (tools/search.py: throughput, time, cost)."""
+"""Words that choose the search objective (tools/search/driver.py: throughput, time, cost)."""
 
 
 LIMITS = {
@@ -32,7 +32,7 @@ LIMITS = {
            r"(?:[\s-]*size)?)",
     "gpu": r"(?:smallest|cheapest|least\s+expensive|which)\s+(?:catalog\s+)?(?:gpu|card|accelerator)s?",
 }
-"""How a request asks a limit of tools/limits.py: 'longest context', 'largest micro-batch', 'cheapest GPU'."""
+"""How a request asks a limit of tools/search/limits.py: 'longest context', 'largest micro-batch', 'cheapest GPU'."""
 
 
 def read_limit(t: RequestText, found: dict[str, Any]) -> None:
@@ -175,7 +175,7 @@ ENGINES = {
     "llamafactory": r"llama[\s-]*factory",
     "trl": r"trl",
 }
-"""How the engines of tools/export/support.py are written: 'Megatron-LM', 'DeepSpeed', 'torchtitan',
+"""How the engines of tools/engines/support.py are written: 'Megatron-LM', 'DeepSpeed', 'torchtitan',
 'HF Accelerate', 'Axolotl', 'LLaMA-Factory', 'TRL'."""
 
 
@@ -225,7 +225,7 @@ ATTENTION_KERNELS = {
     "flash": rf"{_FLASH}[\s-]*(?:v|version[\s-]*)?3|fa[\s-]*3|cudnn[\s-]*(?:fused[\s-]*)?(?:attention|attn)|"
              rf"(?:te|transformer[\s-]*engine)[\s-]*(?:fused[\s-]*)?(?:attention|attn)|{_FLASH}",
 }
-"""How the attention kernels of tools/contract.py's Attention are written: 'eager attention', 'FlashAttention-2',
+"""How the attention kernels of tools/config/contract.py's Attention are written: 'eager attention', 'FlashAttention-2',
 'FA2', 'SDPA' (PyTorch's flash backend is FlashAttention-2), 'FlashAttention 1', 'Triton flash attention',
 'FlashAttention-3', 'cuDNN attention', 'Transformer Engine attention', and plain 'flash attention' (the GPU's own
 fused kernel); the more specific first."""
@@ -246,7 +246,7 @@ SCHEDULES = {
     "1f1b": r"1f1b|one[\s-]*forward[\s-]*one[\s-]*backward",
     "gpipe": r"gpipe",
 }
-"""How the pipeline schedules of tools/contract.py's Schedule are written ('DualPipe', 'interleaved 1F1B',
+"""How the pipeline schedules of tools/config/contract.py's Schedule are written ('DualPipe', 'interleaved 1F1B',
 'zero bubble', 'ZB-H1', '1F1B', 'GPipe'); the more specific first."""
 
 

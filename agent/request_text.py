@@ -29,7 +29,7 @@ import re
 import unicodedata
 from collections.abc import Iterator
 
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 MAX_CHARS = 4000
 """Longest request read, in characters."""

@@ -27,12 +27,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import SimpleNamespace
 
-from trainplan.tools import catalog
-from trainplan.tools.counting import count_params
-from trainplan.tools.finetune import frozen_bytes_per_param, is_lora
-from trainplan.tools.plan_defaults import DEADLINE_MARGIN, default_finetune_gbs, default_gbs
-from trainplan.tools.search import gpu_counts, min_gpus
-from trainplan.tools.search_space import R_BUDGET
+from trainplan.tools.hardware import catalog
+from trainplan.tools.hardware.counting import count_params
+from trainplan.tools.perf.finetune import frozen_bytes_per_param, is_lora
+from trainplan.tools.config.plan_defaults import DEADLINE_MARGIN, default_finetune_gbs, default_gbs
+from trainplan.tools.search.driver import gpu_counts, min_gpus
+from trainplan.tools.search.space import R_BUDGET
 
 from . import tradeoffs
 
@@ -251,7 +251,7 @@ def what_would_meet(search: Search, job: dict, headroom_gib: float) -> str | Non
 def adapters_that_fit(job: dict) -> str | None:
     """For a fine-tune whose full training does not fit: whether LoRA, else QLoRA, fits on the same GPUs,
     on the leanest layout (data parallel, ZeRO-3 across GPUs, full recompute, micro-batch 1), as a sentence."""
-    from trainplan.tools.estimate import estimate
+    from trainplan.tools.perf.estimate import estimate
 
     for method, what in (("lora", "LoRA (adapters beside a frozen bf16 base)"),
                          ("qlora", "QLoRA (adapters beside a frozen 4-bit NF4 base)")):

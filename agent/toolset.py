@@ -1,7 +1,7 @@
 """The LLM's view of the tool set: the registry's tools (submit_plan included) with lean schemas,
 and the layout the model handed over with submit_plan.
 
-`submit_plan` (tools/registry.py) is the tool through which the LLM hands over the layout it
+`submit_plan` (agent/registry.py) is the tool through which the LLM hands over the layout it
 recommends: the LLM backend's report is built from the last accepted submit_plan call, never from
 the model's prose. Its `layout` argument is the layout tool model itself (StepArgs: the job, every
 layout knob and gbs, as estimate_step_time takes them), so a knob added to the layout model
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainplan.tools import safe_json
-from trainplan.tools.errors import InputError
-from trainplan.tools.registry import TOOLS
+from trainplan.tools.core import safe_json
+from trainplan.tools.core.errors import InputError
+from trainplan.agent.registry import TOOLS
 
 __all__ = ["SUBMIT_PLAN", "agent_tools", "lean_agent_tools", "lean_result", "submitted_layout"]
 
@@ -42,8 +42,8 @@ LEAN_DROPPED_KNOBS = ("gpus_per_node", "intra_node_bw", "inter_node_bw", "optimi
 full sharding; the search still tries one-node shard groups for ZeRO-3); so do the MoE engine knobs
 (null: expert TP = tp, alltoall, dropless, learned routing, per-expert GEMMs, no all-to-all overlap),
 DeepSeek-V3's FP8 activation storage and fine-grained activation offloading, the stack's loss kernel
-and norm precision (null: what the method's stack runs, tools/loss.py and finetune.resolved_fp32_norms),
-and the search's evidence margin (tools/evidence.py; null: 5%). The fine-tuning knobs
+and norm precision (null: what the method's stack runs, tools/perf/loss.py and finetune.resolved_fp32_norms),
+and the search's evidence margin (tools/search/evidence.py; null: 5%). The fine-tuning knobs
 (contract.FINE_TUNING_KNOBS: method, lora_rank, lora_targets) stay, so that a small-context model can
 plan "QLoRA on two RTX 4090s" as QLoRA."""
 LEAN_DROPPED_RESULTS = ("candidate", "per_stage", "mfu_denominator", "convention", "units", "shares", "loss_kernel",

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainplan.tools import catalog
-from trainplan.tools.evidence import departures_of, shape_of
-from trainplan.tools.plan_defaults import COST_SLACK
-from trainplan.tools.search_explain import label
-from trainplan.tools.search_rank import pareto_front
+from trainplan.tools.hardware import catalog
+from trainplan.tools.search.evidence import departures_of, shape_of
+from trainplan.tools.config.plan_defaults import COST_SLACK
+from trainplan.tools.search.explain import label
+from trainplan.tools.search.rank import pareto_front
 
 TABLE_ROWS = 9
 """At most this many GPU counts in a plan's table (one search each)."""
@@ -64,7 +64,7 @@ class Table:
 
     def rows(self, counts: list[int], chosen: int | None) -> list[dict]:
         """One row per count with a layout that fits: gpus, days, cost_usd, mfu, layout, departures (from
-        the evals' evidence, tools/evidence.py), meets, pareto, chosen, and the result (for the report's alternatives; dropped from the report's table)."""
+        the evals' evidence, tools/search/evidence.py), meets, pareto, chosen, and the result (for the report's alternatives; dropped from the report's table)."""
         rows = []
         for gpus in counts:
             result = self.best(gpus)

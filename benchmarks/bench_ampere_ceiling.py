@@ -1,6 +1,6 @@
 """The Ampere GEMM efficiency each A100 eval case implies, grouped by family, and what separates them.
 
-1. Per case: the family's gemm_efficiency (eta_max, tools/calibration.py) solved by bisection so that
+1. Per case: the family's gemm_efficiency (eta_max, tools/config/calibration.py) solved by bisection so that
    the case's throughput figure (step time, tokens/s, TFLOP/s or HFU: the first it publishes) matches
    exactly, every other constant as in the calibration table. Printed with the error at the table's
    value, the published HFU in the model's own count (the FLOPs the kernels run: causal under flash,
@@ -28,11 +28,13 @@ import statistics
 import trainplan
 from trainplan.evals.cases import evaluate_prediction
 from trainplan.evals.dataset import load_dataset
-from trainplan.tools import calibration, catalog, compute, recompute, step
-from trainplan.tools.collectives import collective_time_s, group_layout
-from trainplan.tools.contract import Layout
-from trainplan.tools.layout import resolve_with_batch
-from trainplan.tools.specs import ClusterSpec
+from trainplan.tools.config import calibration
+from trainplan.tools.hardware import catalog
+from trainplan.tools.perf import compute, recompute, step
+from trainplan.tools.perf.collectives import collective_time_s, group_layout
+from trainplan.tools.config.contract import Layout
+from trainplan.tools.config.layout import resolve_with_batch
+from trainplan.tools.hardware.specs import ClusterSpec
 
 import fit_calibration   # benchmarks/, next to this script
 
@@ -93,7 +95,7 @@ def block_shares(case) -> dict[str, float]:
     kwargs = case.kwargs()
     model = catalog.load_model(kwargs["model"])
     gpu = catalog.load_gpu(kwargs["gpu"])
-    knobs = {k: v for k, v in kwargs.items() if k in Layout.model_fields}   # as tools/estimate.py splits them
+    knobs = {k: v for k, v in kwargs.items() if k in Layout.model_fields}   # as tools/perf/estimate.py splits them
     cfg, _ = resolve_with_batch(model, kwargs["gpus"], fp8_supported=gpu.fp8_tflops is not None, **knobs)
     times = compute.layer_times(model, cfg, gpu, 0)
     total = times.forward + times.backward_input + times.backward_weight

@@ -11,9 +11,9 @@ import argparse
 
 import numpy as np
 
-from trainplan.tools import catalog
-from trainplan.tools.collectives import KINDS, Group, bus_bytes_per_rank, collective_time_s
-from trainplan.tools.specs import ClusterSpec
+from trainplan.tools.hardware import catalog
+from trainplan.tools.perf.collectives import KINDS, Group, bus_bytes_per_rank, collective_time_s
+from trainplan.tools.hardware.specs import ClusterSpec
 
 
 def main() -> None:

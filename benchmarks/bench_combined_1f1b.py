@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import trainplan
 from trainplan.evals.dataset import load_dataset
-from trainplan.tools import compute, step
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.collectives import group_layout
-from trainplan.tools.combined_1f1b import chunk_layers, replay_s
-from trainplan.tools.estimate import resolve_with_batch
-from trainplan.tools.pipeline import combined_steps
-from trainplan.tools.specs import ClusterSpec, Schedule
+from trainplan.tools.perf import compute, step
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.perf.collectives import group_layout
+from trainplan.tools.perf.combined_1f1b import chunk_layers, replay_s
+from trainplan.tools.perf.estimate import resolve_with_batch
+from trainplan.tools.perf.pipeline import combined_steps
+from trainplan.tools.hardware.specs import ClusterSpec, Schedule
 
 
 def _ms(x: float) -> str:

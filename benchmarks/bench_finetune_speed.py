@@ -17,9 +17,9 @@ MECHANISM_KEYS = ("lora", "lora/scale_add", "qlora/dequant", "host")
 
 def mechanism_shares(kwargs: dict) -> dict[str, float]:
     """Seconds per micro-batch of each fine-tuning OpTimes key over one stage's blocks (forward + backward)."""
-    from trainplan.tools import compute, finetune, host
-    from trainplan.tools.catalog import load_gpu, load_model
-    from trainplan.tools.layout import resolve_config
+    from trainplan.tools.perf import compute, finetune, host
+    from trainplan.tools.hardware.catalog import load_gpu, load_model
+    from trainplan.tools.config.layout import resolve_config
 
     model = load_model(kwargs["model"])
     gpu = load_gpu(kwargs["gpu"])

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from trainplan.tools import compute
-from trainplan.tools.catalog import load_gpu
-from trainplan.tools.specs import Precision
+from trainplan.tools.perf import compute
+from trainplan.tools.hardware.catalog import load_gpu
+from trainplan.tools.hardware.specs import Precision
 
 DEFAULT_GPUS = ("a100-sxm-80gb", "h100-sxm-80gb", "b200")
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from trainplan.evals.cases import evaluate_prediction
 from trainplan.evals.dataset import load_dataset
-from trainplan.tools import compute, moe
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.estimate import resolve_with_batch
+from trainplan.tools.perf import compute, moe
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.perf.estimate import resolve_with_batch
 
 QWEN3_30B_ROWS = ("mbridge-h100-qwen3-30b-a3b-fp8", "mbridge-2602-h100-qwen3-30b-a3b-fp8",
                   "mbridge-b200-qwen3-30b-a3b-fp8", "mbridge-2602-b200-qwen3-30b-a3b-fp8",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from trainplan.tools.pipeline import simulate
+from trainplan.tools.perf.pipeline import simulate
 
 CASES = [(8, 64, 1), (16, 1024, 1), (16, 1024, 4)]
 SCHEDULES = ["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]

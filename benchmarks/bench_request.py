@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from trainplan.agent.request import parse_partial
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 KINDS = {
     "spaced digits": "12 ",

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from trainplan.tools.search import (
+from trainplan.tools.search.driver import (
     CALCULON_LAYOUTS_PER_S, KNOBS, enumerate_space, exact, label, prepare, search, validity,
 )
 

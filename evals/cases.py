@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trainplan
-from trainplan.tools.export.support import ENGINE_DECIDED_KNOBS
-from trainplan.tools.contract import Layout
+from trainplan.tools.engines.support import ENGINE_DECIDED_KNOBS
+from trainplan.tools.config.contract import Layout
 
 from .dataset import Case, Dataset
 
@@ -170,7 +170,7 @@ class PlannerUnavailable(Exception):
 
 
 # Where each backend's planner lives: (module, function), tried in order. The function takes the
-# request (the contract's vocabulary, tools/contract.py, as keyword arguments, plus `backend`) and returns a search result
+# request (the contract's vocabulary, tools/config/contract.py, as keyword arguments, plus `backend`) and returns a search result
 # {"candidates": [...]}, a PlanReport-like {"recommended": {...}, "markdown"?, "grounding"?}, or
 # one estimate object. Both backends go through the product's planner (agent/planner.py).
 PLANNERS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -246,7 +246,7 @@ def expert_vs_best(reference: dict) -> dict:
     no memory headroom (the published run used its GPUs' memory as it saw fit). Returns the ratio of
     tokens/s, the rank among the search's EXPERT_TOP_K best distinct layouts (EXPERT_TOP_K + 1: below
     all of them), the best layout and whether the published one fits in the memory model."""
-    from trainplan.tools.contract import search_fields
+    from trainplan.tools.config.contract import search_fields
 
     fields = search_fields()
     job = {k: v for k, v in reference.items() if k in fields and k not in EXPERT_SEARCHED}
@@ -357,7 +357,7 @@ def tool_bytes_per_param(model: str = "llama3-405b") -> dict[str, float]:
         "weights": per_param(base, "weights"),
         "gradients_fp32": per_param(base, "gradients"),
         "gradients_bf16": per_param(bf16, "gradients"),
-        "optimizer": per_param(base, "optimizer"),   # fp32 master + m + v, 4 B each (tools/memory.py)
+        "optimizer": per_param(base, "optimizer"),   # fp32 master + m + v, 4 B each (tools/perf/memory.py)
     }
 
 
@@ -423,7 +423,7 @@ def claim_min_gpus_for_states(params: float, gpu_memory_gb: float) -> tuple[dict
 
 
 def claim_pipeline_bubble(schedule: str, pp: int, m: int, vpp: int = 1) -> tuple[dict, list[str]]:
-    from trainplan.tools.pipeline import simulate
+    from trainplan.tools.perf.pipeline import simulate
 
     sim = simulate(schedule, pp, m, vpp=vpp, forward_s=1.0, backward_s=2.0, p2p_s=0.0, record_timeline=False)
     ratio = sim.bubble_fraction / (1 - sim.bubble_fraction)

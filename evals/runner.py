@@ -89,7 +89,7 @@ def _throughput_held_out(results: list[CaseResult], dataset: Dataset, moe: bool)
     """Held-out step time / throughput errors of the dense-model (moe False) or MoE prediction cases:
     MAPE and the worst case (one error per case: its first throughput figure, as each restates the
     same step time). Issue 10 sets a target for each family."""
-    from trainplan.tools.catalog import load_model
+    from trainplan.tools.hardware.catalog import load_model
 
     errors: dict[str, float] = {}
     for r in results:

@@ -4,7 +4,7 @@
 
 Running the prediction cases takes seconds; a plan needs their outcome at once, so it is stored here
 and tests/test_evidence.py fails when the file no longer matches what the cases give (stale). The file
-holds, per prediction case: its layout as resolved (tools/evidence.py derives the evidence region from
+holds, per prediction case: its layout as resolved (tools/search/evidence.py derives the evidence region from
 the layouts of the cases that pass), whether it passes, and its headline error (the first throughput
 figure it publishes, else GPU-hours). From them:
 
@@ -52,9 +52,9 @@ def regime_of(is_moe: bool, gpus: int) -> str:
 
 def build() -> dict:
     """Run the prediction cases and summarise them (the content of summary.json)."""
-    from trainplan.tools.catalog import load_gpu, load_model
-    from trainplan.tools.contract import Layout
-    from trainplan.tools.layout import resolve_config
+    from trainplan.tools.hardware.catalog import load_gpu, load_model
+    from trainplan.tools.config.contract import Layout
+    from trainplan.tools.config.layout import resolve_config
 
     from .cases import run_case
     from .dataset import load_dataset

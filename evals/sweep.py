@@ -9,9 +9,9 @@ import random
 from collections.abc import Iterator
 
 import trainplan
-from trainplan.tools.catalog import load_gpu
-from trainplan.tools.compute import efficiency_ceiling
-from trainplan.tools.errors import InputError
+from trainplan.tools.hardware.catalog import load_gpu
+from trainplan.tools.perf.compute import efficiency_ceiling
+from trainplan.tools.core.errors import InputError
 
 MODELS = ("llama3-8b", "mistral-7b", "qwen2.5-7b", "llama3-70b", "qwen2.5-72b", "gpt3-175b")
 GPUS = ("a100-sxm-80gb", "h100-sxm-80gb", "b200")

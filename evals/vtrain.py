@@ -16,7 +16,7 @@ checkpointing on, 1F1B, 150 GB/s NVLink and 800 Gb/s per node of 8 GPUs):
 - the row's tp, pp, mbs, gbs and seq; recompute full, zero 0 (Megatron-DeepSpeed without ZeRO), attention eager
   (Megatron-DeepSpeed's unfused softmax attention); every other knob at its default.
 
-Calibration (tools/calibration.py): fitted on the single-node rows with hidden 2048 only; the hidden-1024 rows
+Calibration (tools/config/calibration.py): fitted on the single-node rows with hidden 2048 only; the hidden-1024 rows
 are held out, and the multi-node rows are held out. `fitted_rows` / `held_out_rows` say which is which.
 
 Figures: MAPE of step time, median signed error, and the in-group Spearman rank correlation (a group is the
@@ -49,7 +49,7 @@ CASE_GROUPS = {
     "vtrain-single-h1024": "ground_truth_single.csv rows with hidden 1024 (720)",
     "vtrain-multi": "ground_truth_multi.csv (109 rows)",
 }
-"""The row groups tools/calibration.py names in fitted_on / held_out."""
+"""The row groups tools/config/calibration.py names in fitted_on / held_out."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def sample(all_rows: tuple[Row, ...], every: int) -> tuple[Row, ...]:
 
 @lru_cache(maxsize=64)
 def _model(hidden: int, heads: int, layers: int, seq: int):
-    from trainplan.tools.hf import spec_from_config
+    from trainplan.tools.hardware.hf import spec_from_config
 
     config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": layers, "n_embd": hidden,
               "n_head": heads, "n_inner": 4 * hidden, "n_positions": seq, "vocab_size": VOCAB,
@@ -113,11 +113,11 @@ def _model(hidden: int, heads: int, layers: int, seq: int):
 def predict_s(row: Row, floors: bool = True, **knobs: Any) -> float:
     """Predicted seconds per step of one row (knobs override KNOBS). floors=False: without the floors of small
     work (host.py's host floor and NCCL's per-call base latency), the model before issue 23, for comparison."""
-    from trainplan.tools import host
-    from trainplan.tools.catalog import load_gpu
-    from trainplan.tools.layout import resolve_config
-    from trainplan.tools.specs import ClusterSpec
-    from trainplan.tools.step import step_time
+    from trainplan.tools.perf import host
+    from trainplan.tools.hardware.catalog import load_gpu
+    from trainplan.tools.config.layout import resolve_config
+    from trainplan.tools.hardware.specs import ClusterSpec
+    from trainplan.tools.perf.step import step_time
 
     if not floors:
         saved, host.HOST_S_PER_OP = host.HOST_S_PER_OP, 0.0

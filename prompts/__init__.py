@@ -1,7 +1,7 @@
 """trainplan.prompts: the jinja2 templates of the agent, rendered with StrictUndefined.
 
 - system.md.j2: the system prompt (the method, the rules, the conventions, the defaults);
-- tool_guide.md.j2: each tool's purpose and arguments, rendered from trainplan.tools.registry;
+- tool_guide.md.j2: each tool's purpose and arguments, rendered from trainplan.agent.registry;
 - report.md.j2: the Markdown plan report (agent/report.py's PlanReport);
 - rationale.md.j2: the offline planner's rationale, written from the tools' numbers;
 - shipped.md.j2: outputs/prompt-distributed-training-planner.md, the shipped prompt.
@@ -27,7 +27,7 @@ IN_REPOSITORY = (TEMPLATE_DIR.parent / "pyproject.toml").is_file()
 """Whether this is a source checkout (editable install), where `trainplan prompt` rewrites SHIPPED_PATH;
 an installed trainplan prints the prompt instead and checks it against its packaged copy."""
 
-from trainplan.tools.contract import DEFAULT_SEQ_CAP, DEFAULT_SEQ_RULE  # noqa: E402,F401  (one seq default)
+from trainplan.tools.config.contract import DEFAULT_SEQ_CAP, DEFAULT_SEQ_RULE  # noqa: E402,F401  (one seq default)
 DEFAULT_TOKENS_PER_PARAM = 20
 """tokens, when not given: 20 per parameter, the compute-optimal ratio of Hoffmann et al. 2022."""
 
@@ -83,7 +83,7 @@ def figure_sections() -> list[tuple[str, str, list[str]]]:
 
 def missing_figures() -> list[str]:
     """The PLAN_FIGURES whose field a tool result lacks (or holds no value in), each named with its tool."""
-    from trainplan.tools.registry import dispatch
+    from trainplan.agent.registry import dispatch
 
     results: dict[str, dict] = {}
     missing = []
@@ -172,7 +172,7 @@ def _type_name(schema: dict) -> str:
 
 def tool_specs() -> list[dict]:
     """Each tool's name, description and arguments (name, type, required, description), from the registry."""
-    from trainplan.tools.registry import TOOLS
+    from trainplan.agent.registry import TOOLS
 
     specs = []
     for tool in TOOLS:
@@ -186,8 +186,8 @@ def tool_specs() -> list[dict]:
 
 
 def _defaults() -> dict:
-    from trainplan.tools.cost import DEFAULT_GOODPUT
-    from trainplan.tools.registry import DEFAULT_GBS_RULE
+    from trainplan.tools.perf.cost import DEFAULT_GOODPUT
+    from trainplan.agent.registry import DEFAULT_GBS_RULE
 
     return {
         "default_gbs_rule": DEFAULT_GBS_RULE,

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainplan.tools import compute
-from trainplan.tools.activations import activation_bytes_per_layer, chunk_inflight
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.errors import InputError
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.memory import GIB, memory_breakdown
-from trainplan.tools.recompute import recomputed_forward_s
+from trainplan.tools.perf import compute
+from trainplan.tools.perf.activations import activation_bytes_per_layer, chunk_inflight
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.perf.memory import GIB, memory_breakdown
+from trainplan.tools.perf.recompute import recomputed_forward_s
 
 H100 = load_gpu("h100-sxm-80gb")
 LLAMA_405B = dict(gpus=8192, tp=8, pp=16, vpp=8, zero=2, gbs=2048, mbs=1, seq=8192, recompute="none")
@@ -78,7 +78,7 @@ def test_fused_swiglu_needs_a_dense_mlp():
 @pytest.mark.parametrize("engine", ["megatron", "torchtitan"])
 def test_exports_say_the_engine_keeps_the_product(engine):
     """No exported engine has a setting for the fused SwiGLU's recompute: the export says what it costs."""
-    from trainplan.tools.export import export
+    from trainplan.tools.engines import export
 
     model = load_model("llama3-8b")
     kw = dict(gpus=8, tp=2, seq=4096, gbs=8, zero=1)

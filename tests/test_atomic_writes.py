@@ -14,7 +14,7 @@ import pytest
 from trainplan import output
 from trainplan.agent.chat import ChatSession, Transcript
 from trainplan.cli import main
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 PREVIOUS = "the previous report\n"
 EXPORT = ["export", "--engine", "megatron", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--tp", "2"]

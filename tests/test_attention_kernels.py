@@ -4,9 +4,9 @@ flash2 (FlashAttention-2, PyTorch SDPA's kernel) is flash on Ampere and runs Amp
 import pytest
 
 import trainplan
-from trainplan.tools import compute
-from trainplan.tools.catalog import load_gpu
-from trainplan.tools.contract import Attention
+from trainplan.tools.perf import compute
+from trainplan.tools.hardware.catalog import load_gpu
+from trainplan.tools.config.contract import Attention
 
 LONG = dict(tokens_q=65536, tokens_kv=65536, heads=16, qk_dim=128, v_dim=128)
 
@@ -73,9 +73,9 @@ def test_same_flops_and_memory_as_flash_longer_step():
 
 
 def test_exports_say_the_engine_runs_a_faster_kernel():
-    from trainplan.tools.catalog import load_model
-    from trainplan.tools.export import export
-    from trainplan.tools.layout import resolve_config
+    from trainplan.tools.hardware.catalog import load_model
+    from trainplan.tools.engines import export
+    from trainplan.tools.config.layout import resolve_config
 
     model = load_model("llama3-8b")
     cfg = resolve_config(model, 8, zero=3, attention="flash1")
@@ -108,9 +108,9 @@ def test_flash2_step_on_h100_is_slower_than_flash_with_the_same_flops_and_memory
 
 
 def test_flash2_exports_load_flash_attention_2_and_megatron_says_it_runs_faster():
-    from trainplan.tools.catalog import load_model
-    from trainplan.tools.export import export
-    from trainplan.tools.layout import resolve_config
+    from trainplan.tools.hardware.catalog import load_model
+    from trainplan.tools.engines import export
+    from trainplan.tools.config.layout import resolve_config
 
     model = load_model("llama3-8b")
     cfg = resolve_config(model, 8, zero=3, attention="flash2")

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from test_fuzz_cli import run
-from trainplan.tools import safe_json
-from trainplan.tools.catalog import MODELS_DIR, load_model
-from trainplan.tools.errors import InputError
-from trainplan.tools.registry import dispatch
+from trainplan.tools.core import safe_json
+from trainplan.tools.hardware.catalog import MODELS_DIR, load_model
+from trainplan.tools.core.errors import InputError
+from trainplan.agent.registry import dispatch
 
 LLAMA = json.loads((MODELS_DIR / "llama3-8b.json").read_text())
 ESTIMATE = ["--gpu", "h100", "--gpus", "8"]
@@ -170,7 +170,7 @@ def test_estimate_cost_refuses_what_the_cli_refuses(arguments, fragment):
 
 
 def test_dispatch_refuses_a_non_finite_result(monkeypatch):
-    from trainplan.tools import registry
+    from trainplan.agent import registry
 
     tool = registry.TOOLS_BY_NAME["list_catalog"]
     monkeypatch.setitem(registry.TOOLS_BY_NAME, "list_catalog",

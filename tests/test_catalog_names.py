@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainplan.tools.catalog import gpu_names
-from trainplan.tools.catalog.names import (
+from trainplan.tools.hardware.catalog import gpu_names
+from trainplan.tools.hardware.catalog.names import (
     choose_gpu, family_mentions, gpu_mentions, model_by_family_and_size, split_gpu_name,
 )
 

@@ -9,7 +9,7 @@ import openai
 
 from openai_server import reply, tool_calls
 from trainplan.agent.chat import Transcript, run_chat
-from trainplan.tools.registry import dispatch
+from trainplan.agent.registry import dispatch
 
 FIRST = "Llama 3 8B on 64 H100s for 100B tokens, seq 4096, gbs 256"
 

@@ -151,7 +151,7 @@ def test_tp_across_nodes_is_warned_with_its_share_of_the_step():
 @pytest.mark.parametrize("model, kind", [("llama3-70b", "gqa"), ("gpt3-175b", "mha"), ("falcon-7b", "mqa"),
                                          ("deepseek-v3", "mla")])
 def test_describe_model_names_the_attention_kind(model, kind):
-    from trainplan.tools.registry import dispatch
+    from trainplan.agent.registry import dispatch
 
     assert dispatch("describe_model", {"model": model})["architecture"]["attention_type"] == kind
 
@@ -226,7 +226,7 @@ def test_help_never_shows_pydantic_internals(command):
 ])
 def test_implausible_job_numbers_are_refused_with_the_fix(knobs, fragment):
     import trainplan
-    from trainplan.tools.errors import InputError
+    from trainplan.tools.core.errors import InputError
 
     job = {"model": "llama3-8b", "gpu": "h100", "gpus": 8, "gbs": 64, "tokens": "1T", **knobs}
     with pytest.raises(InputError, match=fragment):
@@ -242,8 +242,8 @@ def test_plausible_extremes_still_estimate():
 
 
 def test_a_stage_time_past_any_run_is_refused_not_an_infinite_makespan():
-    from trainplan.tools.errors import InputError
-    from trainplan.tools.pipeline import simulate
+    from trainplan.tools.core.errors import InputError
+    from trainplan.tools.perf.pipeline import simulate
 
     with pytest.raises(InputError, match="seconds per micro-batch"):
         simulate("1f1b", 4, 8, forward_s=1e308, backward_s=2.0)
@@ -257,7 +257,7 @@ def test_a_stage_time_past_any_run_is_refused_not_an_infinite_makespan():
 def test_expert_knobs_on_a_dense_model_name_the_one_given(knobs, says, not_says):
     """The error once read 'ep=16 or etp=1 needs a mixture-of-experts model' for --ep 16 alone."""
     import trainplan
-    from trainplan.tools.errors import InputError
+    from trainplan.tools.core.errors import InputError
 
     with pytest.raises(InputError) as error:
         trainplan.estimate(model="llama3-70b", gpu="h100", gpus=64, **knobs)

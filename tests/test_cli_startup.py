@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from trainplan.cli import COMMANDS, app, load_command
 
-HEAVY = ("numpy", "pydantic", "rich", "jinja2", "openai", "yaml", "trainplan.tools.contract")
+HEAVY = ("numpy", "pydantic", "rich", "jinja2", "openai", "yaml", "trainplan.tools.config.contract")
 
 
 def test_help_and_version_import_no_command_module():

@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-from trainplan.tools import catalog
-from trainplan.tools import collectives as col
-from trainplan.tools.collectives import Group, bus_bytes_per_rank, collective_time_s, group_layout
-from trainplan.tools.errors import InputError
-from trainplan.tools.specs import ClusterSpec, ParallelConfig
+from trainplan.tools.hardware import catalog
+from trainplan.tools.perf import collectives as col
+from trainplan.tools.perf.collectives import Group, bus_bytes_per_rank, collective_time_s, group_layout
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.hardware.specs import ClusterSpec, ParallelConfig
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import trainplan
-from trainplan.tools.combined_1f1b import LayerNodes, chunk_layers, hidden_per_microbatch_s, replay_s
-from trainplan.tools.errors import InputError
-from trainplan.tools.overlap import COMM_COMPUTE_CONTENTION as C
-from trainplan.tools.pipeline import combined_steps, simulate
-from trainplan.tools.pipeline_closed_form import combined_makespan, warmup_forwards
-from trainplan.tools.specs import Schedule
+from trainplan.tools.perf.combined_1f1b import LayerNodes, chunk_layers, hidden_per_microbatch_s, replay_s
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.perf.overlap import COMM_COMPUTE_CONTENTION as C
+from trainplan.tools.perf.pipeline import combined_steps, simulate
+from trainplan.tools.perf.pipeline_closed_form import combined_makespan, warmup_forwards
+from trainplan.tools.hardware.specs import Schedule
 
 
 def nodes(comm: float = 1.0, **override) -> LayerNodes:

@@ -1,4 +1,4 @@
-"""The typed contract (tools/contract.py): every knob is defined once and reaches the API, the CLI, the
+"""The typed contract (tools/config/contract.py): every knob is defined once and reaches the API, the CLI, the
 tools and the exports; the result is typed and round-trips through JSON."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import pytest
 import trainplan
 from trainplan.cli import load_command
 from trainplan.cli_export import export_from_options
-from trainplan.tools.finetune import LoraTargets, Method
-from trainplan.tools.loss import LossKernel
-from trainplan.tools import registry
-from trainplan.tools.contract import (DEFAULT_SEQ_CAP, SEARCHED_KNOBS, Estimate, Job, Layout, ParallelConfig,
+from trainplan.tools.perf.finetune import LoraTargets, Method
+from trainplan.tools.perf.loss import LossKernel
+from trainplan.agent import registry
+from trainplan.tools.config.contract import (DEFAULT_SEQ_CAP, SEARCHED_KNOBS, Estimate, Job, Layout, ParallelConfig,
                                       Attention, Dispatcher, GroupedGemm, Launch, Precision, Recompute, RecomputeModule,
                                       Schedule, SearchOptions,
                                       search_fields)
-from trainplan.tools.search import Pins
+from trainplan.tools.search.driver import Pins
 
 LAYOUT_DEFAULTS = {name: info.default for name, info in Layout.model_fields.items()}
 
@@ -33,7 +33,7 @@ def _cli_options(command: str) -> dict[str, object]:
 def test_api_signatures_list_every_field_with_its_default():
     estimate = inspect.signature(trainplan.estimate).parameters
     for name, info in {**Job.model_fields, **Layout.model_fields}.items():
-        assert name in estimate, f"trainplan.estimate lacks {name}: add it (tools/contract.py says how)"
+        assert name in estimate, f"trainplan.estimate lacks {name}: add it (tools/config/contract.py says how)"
         if not info.is_required():
             default = getattr(info.default, "value", info.default)
             assert estimate[name].default == default, name

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from trainplan.tools.cost import parse_tokens, ramp_cost, training_cost
-from trainplan.tools.errors import InputError
+from trainplan.tools.perf.cost import parse_tokens, ramp_cost, training_cost
+from trainplan.tools.core.errors import InputError
 
 
 @pytest.mark.parametrize("text, tokens", [("15.6T", 15.6e12), ("15.6e12", 15.6e12), ("300B", 3e11),

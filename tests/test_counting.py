@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainplan.tools.catalog import load_model, model_names
-from trainplan.tools.counting import count_params, flops_per_token, layer_flops_per_token, norm_params
+from trainplan.tools.hardware.catalog import load_model, model_names
+from trainplan.tools.hardware.counting import count_params, flops_per_token, layer_flops_per_token, norm_params
 
 HF_TRUTH = {
     "llama3-8b": 8_030_261_248,

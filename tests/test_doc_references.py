@@ -1,6 +1,6 @@
 """Every file of this repository that a docstring, comment or doc names exists: a path that starts at
 one of the repository's own folders (tools/, agent/, ...) or names one of its top-level files, and a
-module reference such as tools/layout.resolve_config. A path in another repository is written after
+module reference such as tools/config/layout.resolve_config. A path in another repository is written after
 its repository and a colon (pytorch/pytorch:tools/autograd/derivatives.yaml) or after the
 repository's name (NVIDIA/Megatron-LM megatron/training/arguments.py) and is not checked here."""
 
@@ -34,7 +34,7 @@ def _exists(reference: str) -> bool:
     if target.exists():
         return True
     module = reference.split("/")
-    module[-1] = module[-1].split(".")[0] + ".py"          # tools/layout.resolve_config -> tools/layout.py
+    module[-1] = module[-1].split(".")[0] + ".py"          # tools/config/layout.resolve_config -> tools/config/layout.py
     return (ROOT.joinpath(*module)).exists()
 
 

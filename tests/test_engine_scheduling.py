@@ -4,7 +4,7 @@ and data-parallel reductions after the last backward (Megatron-LM 2021-22, DeepS
 import pytest
 
 import trainplan
-from trainplan.tools.step import blocking_p2p_s
+from trainplan.tools.perf.step import blocking_p2p_s
 
 # A pipelined dense layout with large transfers (no sequence parallelism, a slow network), so that the
 # mechanisms show: 16 GPUs, TP2 PP4 DP2.
@@ -62,9 +62,9 @@ def test_the_search_times_these_knobs_as_the_estimate_does(knobs):
 
 
 def _export(engine, **knobs):
-    from trainplan.tools.catalog import load_model
-    from trainplan.tools.export import export
-    from trainplan.tools.layout import resolve_config
+    from trainplan.tools.hardware.catalog import load_model
+    from trainplan.tools.engines import export
+    from trainplan.tools.config.layout import resolve_config
 
     model = load_model("llama3-8b")
     cfg = resolve_config(model, 16, tp=2, pp=4, zero=1, gbs=64, seq=4096, **knobs)

@@ -102,7 +102,7 @@ def test_citations_are_copied_from_public_runs(dataset: Dataset) -> None:
 
 
 def test_eval_model_configs_load() -> None:
-    from trainplan.tools.catalog import load_model
+    from trainplan.tools.hardware.catalog import load_model
 
     configs = sorted((RUNS_DIR / "models").glob("*.json"))
     models = [str(c.kwargs().get("model", "")) for c in load_dataset().cases]
@@ -163,7 +163,7 @@ def test_dense_and_moe_held_out_figures_pool_each_family_once(prediction_report:
     throughput error per held-out pre-training case of its family, and the two families split the cases
     (fine-tuning cases have their own section)."""
     from trainplan.evals.runner import THROUGHPUT_QUANTITIES, is_fine_tuning
-    from trainplan.tools.catalog import load_model
+    from trainplan.tools.hardware.catalog import load_model
 
     summary = prediction_report["summary"]
     dense, moe = summary["dense_throughput_held_out"], summary["moe_throughput_held_out"]
@@ -185,7 +185,7 @@ def test_dense_and_moe_held_out_figures_pool_each_family_once(prediction_report:
 
 def test_calibration_table_names_only_real_cases_and_marks_them(dataset: Dataset) -> None:
     """The calibration table is the one place that says which cases a constant was fitted on."""
-    from trainplan.tools.calibration import constants, fitted_case_ids
+    from trainplan.tools.config.calibration import constants, fitted_case_ids
 
     assert calibration_unknown_cases(dataset) == []
     fitted = fitted_case_ids()

@@ -10,10 +10,10 @@ import trainplan
 from trainplan.evals.cases import DEFAULT_TOLERANCE, expert_vs_best
 from trainplan.evals.dataset import load_dataset
 from trainplan.evals.summary import build, load_summary
-from trainplan.tools.errors import InputError
-from trainplan.tools.evidence import Shape, departures_of, region
-from trainplan.tools.plan_defaults import EVIDENCE_MARGIN
-from trainplan.tools.search import search
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.search.evidence import Shape, departures_of, region
+from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
+from trainplan.tools.search.driver import search
 
 DENSE_80 = Shape(layers=80, is_moe=False, seq=8192, gpus_per_node=8)
 DSV3 = Shape(layers=61, is_moe=True, seq=4096, gpus_per_node=8)

@@ -26,10 +26,10 @@ import tomllib
 import pytest
 import yaml
 
-from trainplan.tools.errors import InputError
-from trainplan.tools.export import Engine, ExportError, export, parse_args_text
-from trainplan.tools.layout import layers_per_stage, model_layers_per_stage, resolve_config
-from trainplan.tools.specs import ModelSpec
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.engines import Engine, ExportError, export, parse_args_text
+from trainplan.tools.config.layout import layers_per_stage, model_layers_per_stage, resolve_config
+from trainplan.tools.hardware.specs import ModelSpec
 
 # flag -> None for a switch (store_true/store_false), () for any value, or the tuple of its choices.
 MEGATRON_FLAGS: dict[str, tuple | None] = {
@@ -423,8 +423,8 @@ def test_cli_bad_input_is_one_error_line(monkeypatch, capsys, tmp_path, argv, me
 
 def test_the_engine_enum_and_the_refusal_table_name_the_same_engines():
     """export.Engine (the CLI choice) and export.support.ENGINES (what search --engine checks) are one list."""
-    from trainplan.tools.export import EXPORTERS, Engine
-    from trainplan.tools.export.support import ENGINES
+    from trainplan.tools.engines import EXPORTERS, Engine
+    from trainplan.tools.engines.support import ENGINES
 
     assert [e.value for e in Engine] == list(ENGINES)
     assert set(EXPORTERS) | {Engine.accelerate} == set(Engine)
@@ -433,7 +433,7 @@ def test_the_engine_enum_and_the_refusal_table_name_the_same_engines():
 def test_exports_name_the_planned_recompute_modules_and_low_precision_storage():
     """A plan the search gave DeepSeek-V3's recipe (recompute modules, bf16 moments, FP8 activation
     caching) says what to add to the arguments, instead of silently dropping it."""
-    from trainplan.tools.catalog import load_model
+    from trainplan.tools.hardware.catalog import load_model
 
     model = load_model("deepseek-v3")
     layout = dict(pp=4, ep=256, schedule="1f1b", precision="fp8", seq=4096, gbs=15360, recompute="selective",
@@ -457,8 +457,8 @@ def test_exports_name_the_planned_recompute_modules_and_low_precision_storage():
 def test_megatron_export_carries_the_rope_base_scaling_and_norm_epsilon_of_the_config():
     import copy
 
-    from trainplan.tools.catalog import MODELS_DIR
-    from trainplan.tools.hf import spec_from_config
+    from trainplan.tools.hardware.catalog import MODELS_DIR
+    from trainplan.tools.hardware.hf import spec_from_config
 
     config = json.loads((MODELS_DIR / "llama3-8b.json").read_text())
     base = spec_from_config(config, "llama3-8b")
@@ -482,7 +482,7 @@ def test_megatron_export_carries_the_rope_base_scaling_and_norm_epsilon_of_the_c
 
 
 def load_model_spec(name):
-    from trainplan.tools.catalog import load_model
+    from trainplan.tools.hardware.catalog import load_model
 
     return load_model(name)
 
@@ -490,8 +490,8 @@ def load_model_spec(name):
 @pytest.mark.parametrize("field, value", [("rope_theta", "10000"), ("rope_theta", -1), ("rms_norm_eps", True),
                                           ("rope_scaling", "llama3"), ("rope_scaling", {"rope_type": 3})])
 def test_a_malformed_rope_or_norm_field_is_one_input_error(field, value):
-    from trainplan.tools.catalog import MODELS_DIR
-    from trainplan.tools.hf import spec_from_config
+    from trainplan.tools.hardware.catalog import MODELS_DIR
+    from trainplan.tools.hardware.hf import spec_from_config
 
     config = json.loads((MODELS_DIR / "llama3-8b.json").read_text()) | {field: value}
     with pytest.raises(InputError, match=field.split(".")[0]):

@@ -22,7 +22,7 @@ import json
 import pytest
 
 from test_export import LAYOUTS
-from trainplan.tools.export import ExportError, export, parse_args_text
+from trainplan.tools.engines import ExportError, export, parse_args_text
 
 
 def exported(engine: str):

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from test_export import BATCH_LINE, dense, mla, moe
-from trainplan.tools.export import ExportError, export
-from trainplan.tools.export.support import HF_TRAINER_ENGINES
-from trainplan.tools.layout import resolve_config
+from trainplan.tools.engines import ExportError, export
+from trainplan.tools.engines.support import HF_TRAINER_ENGINES
+from trainplan.tools.config.layout import resolve_config
 
 METHODS = [dict(method="full"), dict(method="lora", lora_rank=8, lora_targets="attention"),
            dict(method="lora", lora_rank=32, lora_targets="all-linear"), dict(method="qlora", lora_rank=64)]
@@ -92,7 +92,7 @@ def test_model_parallel_and_unsupported_layouts_are_refused_in_one_line(engine, 
 
 @pytest.mark.parametrize("engine", HF_TRAINER_ENGINES)
 def test_search_for_the_tool_keeps_only_data_parallel_layouts(engine):
-    from trainplan.tools.search import search
+    from trainplan.tools.search.driver import search
 
     result = search(model="llama3-8b", gpu="h100", gpus=8, gbs=32, seq=4096, method="lora", top_k=5, engine=engine)
     assert result["candidates"], result["notes"]
@@ -160,7 +160,7 @@ def test_trl_offload_is_zero_offload_in_the_deepspeed_dict():
 
 @pytest.mark.parametrize("engine", ["megatron", "torchtitan"])
 def test_engines_without_adapters_refuse_lora_instead_of_training_every_weight(engine):
-    from trainplan.tools.search import search
+    from trainplan.tools.search.driver import search
 
     result = subprocess.run([sys.executable, "-m", "trainplan.cli", "export", "--engine", engine, "--model",
                              "llama3-8b", "--gpu", "h100", "--gpus", "8", "--method", "lora", "--seq", "2048"],
@@ -172,7 +172,7 @@ def test_engines_without_adapters_refuse_lora_instead_of_training_every_weight(e
 
 @pytest.mark.parametrize("engine", HF_TRAINER_ENGINES)
 def test_all_linear_on_an_moe_model_says_how_the_tools_treat_fused_experts(engine):
-    from trainplan.tools.export.common import MOE_ALL_LINEAR_NOTE
+    from trainplan.tools.engines.common import MOE_ALL_LINEAR_NOTE
 
     for model, targets, expected in ((moe(), "all-linear", True), (moe(), "attention", False),
                                      (dense(32), "all-linear", False)):

@@ -25,9 +25,9 @@ import yaml
 
 from test_export import dense, mla
 from test_export_finetune import layouts, load
-from trainplan.tools.export import export
-from trainplan.tools.finetune import NF4_BYTES_PER_PARAM, total_adapter_params
-from trainplan.tools.layout import resolve_config
+from trainplan.tools.engines import export
+from trainplan.tools.perf.finetune import NF4_BYTES_PER_PARAM, total_adapter_params
+from trainplan.tools.config.layout import resolve_config
 
 # What a run adds to the exported file (the files say so in their notes): data, output, schedule.
 LLAMAFACTORY_RUN = {"dataset": "identity", "template": "llama3", "learning_rate": 1e-4, "num_train_epochs": 1.0}
@@ -136,7 +136,7 @@ def test_peft_trains_as_many_adapter_parameters_as_the_estimate_counts():
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from trainplan.tools.hf import spec_from_config
+    from trainplan.tools.hardware.hf import spec_from_config
 
     tiny = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
                 max_position_embeddings=256)

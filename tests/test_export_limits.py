@@ -11,10 +11,10 @@ import sys
 import pytest
 
 import trainplan
-from trainplan.tools.export import ExportError, export, parse_args_text
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.specs import ModelSpec
-from trainplan.tools.validity import R_KV_REPLICA
+from trainplan.tools.engines import ExportError, export, parse_args_text
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.validity import R_KV_REPLICA
 
 TP_ENGINES = ("megatron", "torchtitan", "deepspeed")
 
@@ -107,7 +107,7 @@ def test_search_never_recommends_replicated_key_value_heads():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from trainplan.tools.errors import InputError  # noqa: E402
+from trainplan.tools.core.errors import InputError  # noqa: E402
 
 
 @settings(max_examples=60, deadline=None)

@@ -9,10 +9,11 @@ import shutil
 
 import pytest
 
-from trainplan.tools import catalog, file_access
-from trainplan.tools.catalog import MODELS_DIR
-from trainplan.tools.errors import InputError
-from trainplan.tools.registry import dispatch
+from trainplan.tools.hardware import catalog
+from trainplan.tools.core import file_access
+from trainplan.tools.hardware.catalog import MODELS_DIR
+from trainplan.tools.core.errors import InputError
+from trainplan.agent.registry import dispatch
 
 SECRET = "TOKEN-7f3a9c"
 

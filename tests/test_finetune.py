@@ -1,4 +1,4 @@
-"""Fine-tuning methods (tools/finetune.py): memory against published claims, the frozen-base
+"""Fine-tuning methods (tools/perf/finetune.py): memory against published claims, the frozen-base
 mechanisms one by one, time and the FLOPs convention, and bad input."""
 
 from __future__ import annotations
@@ -8,17 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainplan.tools.loss import LOSS_CODES
+from trainplan.tools.perf.loss import LOSS_CODES
 
-from trainplan.tools import finetune
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.counting import count_params, flops_per_token
-from trainplan.tools.errors import InputError
-from trainplan.tools.estimate import estimate
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.memory import memory_breakdown, memory_totals_vectorised
-from trainplan.tools.specs import ClusterSpec
-from trainplan.tools.step import step_time
+from trainplan.tools.perf import finetune
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.hardware.counting import count_params, flops_per_token
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.perf.estimate import estimate
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.perf.memory import memory_breakdown, memory_totals_vectorised
+from trainplan.tools.hardware.specs import ClusterSpec
+from trainplan.tools.perf.step import step_time
 
 LLAMA_65B = str(Path(__file__).parent / "data" / "llama-65b.json")
 

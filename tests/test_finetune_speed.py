@@ -1,4 +1,4 @@
-"""Fine-tuning speed mechanisms (tools/finetune.py adapt_layer_times, tools/host.py): relations, not timings.
+"""Fine-tuning speed mechanisms (tools/perf/finetune.py adapt_layer_times, tools/perf/host.py): relations, not timings.
 
 The figures against published runs are in evals/runs/qwen-finetune-speed.yaml and torchtune-finetune-speed.yaml
 (trainplan eval's fine-tuning speed section; benchmarks/bench_finetune_speed.py prints them)."""
@@ -10,12 +10,12 @@ import pytest
 from trainplan.evals.cases import CaseResult
 from trainplan.evals.dataset import load_dataset
 from trainplan.evals.runner import THROUGHPUT_QUANTITIES, _fine_tuning_speed, _throughput_held_out, is_fine_tuning
-from trainplan.tools import compute, finetune, host
-from trainplan.tools.calibration import fitted_case_ids
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.contract import Launch
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.recompute import recomputed_forward_s
+from trainplan.tools.perf import compute, finetune, host
+from trainplan.tools.config.calibration import fitted_case_ids
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.config.contract import Launch
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.perf.recompute import recomputed_forward_s
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +79,8 @@ def test_nf4_dequantisation_runs_in_the_forward_the_backward_and_the_recompute(l
 def test_host_floor_of_a_small_lora_layer_counts_the_adapters():
     """A tiny model on a fast GPU waits on the host: the LoRA block's backward is at least its host ops, adapters and
     all, after the frozen weights' gradients are gone."""
-    from trainplan.tools.specs import ClusterSpec
-    from trainplan.tools.step import group_layout, stage_work
+    from trainplan.tools.hardware.specs import ClusterSpec
+    from trainplan.tools.perf.step import group_layout, stage_work
 
     model = load_model("llama3-8b").model_copy(update={"hidden_size": 256, "intermediate_size": 512,
                                                        "num_attention_heads": 4, "num_kv_heads": 4,

@@ -71,7 +71,7 @@ def test_dropout_never_chooses_the_kernel(tmp_path):
 def test_unfused_kernels_cost_only_memory_bandwidth():
     """PyTorch eager norms, rotary and SwiGLU move more bytes, nothing else: the same FLOPs, and the extra
     seconds scale with 1 / HBM bandwidth (H100 3.35 TB/s against H200 4.8 TB/s, the same tensor cores)."""
-    from trainplan.tools.catalog import load_gpu
+    from trainplan.tools.hardware.catalog import load_gpu
 
     job = dict(model="llama3-8b", gpus=1, zero=0, seq=4096, mbs=1, gbs=1, recompute="full")
     extra = {}

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from openai_server import ScriptedServer, raw, raw_stream
 from test_fuzz_cli import _reject_constant, assert_finite, run
-from trainplan.tools.catalog import MODELS_DIR
-from trainplan.tools.registry import dispatch, tool_names
+from trainplan.tools.hardware.catalog import MODELS_DIR
+from trainplan.agent.registry import dispatch, tool_names
 
 FUZZ = settings(max_examples=int(os.environ.get("TRAINPLAN_FUZZ_EXAMPLES", "30")), deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -146,7 +146,7 @@ def test_fuzz_tool_arguments(name, changes, raw_key, raw_tail):
 
 
 def _fields(name: str) -> set[str]:
-    from trainplan.tools.registry import TOOLS_BY_NAME
+    from trainplan.agent.registry import TOOLS_BY_NAME
 
     return set(TOOLS_BY_NAME[name].args.model_fields)
 
@@ -174,7 +174,7 @@ def test_fuzz_mcp_messages(message, raw_tail, garble):
     if garble:
         text = text[: len(text) // 2]
     stdin = BoundedStdin.__new__(BoundedStdin)
-    from trainplan.tools import safe_json
+    from trainplan.tools.core import safe_json
 
     stdin.limits = safe_json.MCP_MESSAGE
     refusal = stdin.refusal(text.encode(), too_long=False)

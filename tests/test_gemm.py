@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from trainplan.tools import compute
-from trainplan.tools.catalog import load_gpu
-from trainplan.tools.specs import Precision
+from trainplan.tools.perf import compute
+from trainplan.tools.hardware.catalog import load_gpu
+from trainplan.tools.hardware.specs import Precision
 
 GPUS = ("a100-sxm-80gb", "h100-sxm-80gb", "b200")
 TM, TN = compute.GEMM_TILE_M, compute.GEMM_TILE_N

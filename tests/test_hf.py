@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from trainplan.tools.catalog import load_model
-from trainplan.tools.counting import count_params
-from trainplan.tools.errors import InputError
-from trainplan.tools.hf import READERS, spec_from_config
+from trainplan.tools.hardware.catalog import load_model
+from trainplan.tools.hardware.counting import count_params
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.hardware.hf import READERS, spec_from_config
 
 
 def total(config: dict, name: str = "test") -> int:

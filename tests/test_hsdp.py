@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 import yaml
 
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.collectives import collective_time_s, group_layout
-from trainplan.tools.data_parallel import dp_exchange_s
-from trainplan.tools.errors import InputError
-from trainplan.tools.export import ExportError, export, parse_args_text
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.memory import memory_breakdown
-from trainplan.tools.search import search
-from trainplan.tools.specs import ClusterSpec
-from trainplan.tools.step import step_time
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.perf.collectives import collective_time_s, group_layout
+from trainplan.tools.perf.data_parallel import dp_exchange_s
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.engines import ExportError, export, parse_args_text
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.perf.memory import memory_breakdown
+from trainplan.tools.search.driver import search
+from trainplan.tools.hardware.specs import ClusterSpec
+from trainplan.tools.perf.step import step_time
 
 MODEL, GPU = load_model("llama3-8b"), load_gpu("h100-sxm-80gb")
 LAYOUT = dict(zero=3, mbs=1, gbs=64, seq=4096, recompute="full")
@@ -188,7 +188,7 @@ def test_estimate_json_echoes_the_knob():
 
 
 def test_memory_hint_offers_a_wider_shard_group_only_where_it_shrinks_the_part():
-    from trainplan.tools.memory_hints import memory_fixes
+    from trainplan.tools.perf.memory_hints import memory_fixes
 
     assert "a larger dp_shard" in memory_fixes("weights", {"zero": 3, "dp_shard": 8})[0]
     assert not any("dp_shard" in fix for fix in memory_fixes("weights", {"zero": 3}))
@@ -196,7 +196,7 @@ def test_memory_hint_offers_a_wider_shard_group_only_where_it_shrinks_the_part()
 
 
 def test_layout_label_names_the_shard_group():
-    from trainplan.tools.search_explain import label
+    from trainplan.tools.search.explain import label
 
     base = {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1, "vpp": 1, "schedule": "1f1b", "zero": 3, "mbs": 1,
             "recompute": "full"}

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from trainplan.tools.catalog import load_model
-from trainplan.tools.counting import count_params
-from trainplan.tools.errors import InputError
-from trainplan.tools.hf import ATTRIBUTE_MAPS, spec_from_config
+from trainplan.tools.hardware.catalog import load_model
+from trainplan.tools.hardware.counting import count_params
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.hardware.hf import ATTRIBUTE_MAPS, spec_from_config
 
 TRANSFORMERS5 = Path(__file__).parent / "data" / "transformers5"
 LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,

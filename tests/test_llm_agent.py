@@ -28,7 +28,7 @@ from trainplan.agent.llm import (
     make_client,
     run_agent,
 )
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 MEMORY = {"memory_gib": {"weights": 16.44, "total": 74.53, "capacity": 79.65}, "fits": True,
           "config": {"tp": 8, "pp": 4, "dp": 2, "zero": 1}}
 COST = {"training": {"tokens": 15.6e12, "gpu_hours": 1234567.8, "days": 41.2, "cost_usd": 2469135.6}}
@@ -484,14 +484,14 @@ def test_dispatch_logs_the_exception_it_turns_into_a_tool_error(monkeypatch, cap
     import dataclasses
     import logging
 
-    from trainplan.tools import registry
+    from trainplan.agent import registry
 
     def broken(args):
         raise ZeroDivisionError("division by zero")
 
     tool = dataclasses.replace(registry.TOOLS_BY_NAME["list_catalog"], function=broken)
     monkeypatch.setitem(registry.TOOLS_BY_NAME, "list_catalog", tool)
-    with caplog.at_level(logging.ERROR, logger="trainplan.tools.registry"):
+    with caplog.at_level(logging.ERROR, logger="trainplan.agent.registry"):
         result = registry.dispatch("list_catalog", "{}")
     assert result == {"error": "list_catalog failed: ZeroDivisionError: division by zero"}
     (record,) = caplog.records

@@ -13,7 +13,7 @@ from openai_server import reply, tool_calls
 from trainplan.agent import planner
 from trainplan.agent.planner import plan, report_from_conversation
 from trainplan.agent.request import parse_partial
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 SMALL = "Llama 3 8B on 64 H100s for 100B tokens, seq 4096, global batch 256"
 JOB = {"model": "llama3-8b", "gpu": "h100-sxm-80gb", "gpus": 64, "seq": 4096, "gbs": 256}

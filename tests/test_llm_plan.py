@@ -13,7 +13,7 @@ import pytest
 
 from openai_server import CONTEXT_ERROR, PARSE_ERROR, hang, http_error, reply, tool_calls
 from trainplan.agent.planner import plan
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 SMALL = "Llama 3 8B on 64 H100s for 100B tokens, seq 4096, global batch 256"
 JOB = {"model": "llama3-8b", "gpu": "h100-sxm-80gb", "gpus": 64, "seq": 4096, "gbs": 256}
@@ -165,7 +165,7 @@ def test_the_lean_prompt_and_a_first_round_of_results_fit_an_8k_context():
     from trainplan.agent.llm import _tool_content
     from trainplan.agent.toolset import agent_tools, lean_agent_tools, lean_result
     from trainplan.prompts import system_prompt
-    from trainplan.tools.registry import dispatch
+    from trainplan.agent.registry import dispatch
 
     job = {"model": "llama3-70b", "gpu": "h100-sxm-80gb", "gpus": 512, "seq": 8192}
     search = _tool_content(lean_result(dispatch("search_configs", {**job, "tokens": "15T", "top_k": 3})))
@@ -182,7 +182,7 @@ def test_the_lean_prompt_and_a_first_round_of_results_fit_an_8k_context():
 def test_a_first_request_over_the_context_is_retried_with_the_lean_tools(openai_server, offline):
     from trainplan.agent.llm import _tool_content
     from trainplan.agent.toolset import agent_tools, lean_agent_tools, lean_result
-    from trainplan.tools.registry import dispatch
+    from trainplan.agent.registry import dispatch
 
     openai_server.context_tokens = len(json.dumps(agent_tools())) // 4  # the full tools alone overflow
     openai_server.script(tool_calls(("submit_plan", {"layout": {**JOB, "tp": 1}})), reply("Submitted."))
@@ -197,8 +197,8 @@ def test_a_first_request_over_the_context_is_retried_with_the_lean_tools(openai_
 
 def test_the_lean_tools_keep_the_fine_tuning_knobs_the_contract_defines():
     from trainplan.agent.toolset import LEAN_DROPPED_KNOBS, lean_agent_tools
-    from trainplan.tools.contract import FINE_TUNING_KNOBS, Layout
-    from trainplan.tools.finetune import LoraTargets, Method
+    from trainplan.tools.config.contract import FINE_TUNING_KNOBS, Layout
+    from trainplan.tools.perf.finetune import LoraTargets, Method
 
     assert set(FINE_TUNING_KNOBS) <= set(Layout.model_fields) and not set(FINE_TUNING_KNOBS) & set(LEAN_DROPPED_KNOBS)
     tools = {t["function"]["name"]: t["function"]["parameters"] for t in lean_agent_tools()}

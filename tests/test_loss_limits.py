@@ -1,4 +1,4 @@
-"""The loss kernel's logits (tools/loss.py) and the limits solved over the memory model (tools/limits.py)."""
+"""The loss kernel's logits (tools/perf/loss.py) and the limits solved over the memory model (tools/search/limits.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import sys
 import pytest
 
 import trainplan
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.errors import InputError
-from trainplan.tools.export.support import engine_knobs
-from trainplan.tools.limits import solve
-from trainplan.tools.loss import LOSS_BYTES, LossKernel
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.engines.support import engine_knobs
+from trainplan.tools.search.limits import solve
+from trainplan.tools.perf.loss import LOSS_BYTES, LossKernel
 
 GIB = 2**30
 QLORA_4090 = dict(model="llama3-8b", gpu="rtx-4090", gpus=1, method="qlora", lora_rank=32, recompute="full",
@@ -102,7 +102,7 @@ def test_estimate_solve_on_the_command_line():
 
 
 def test_the_find_limit_tool_answers_as_the_api():
-    from trainplan.tools.registry import dispatch
+    from trainplan.agent.registry import dispatch
 
     out = dispatch("find_limit", {"model": "llama3-8b", "gpu": "rtx-4090", "gpus": 1, "method": "qlora",
                                   "solve": "mbs", "seq": 2048})

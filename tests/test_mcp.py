@@ -15,7 +15,7 @@ import anyio  # noqa: E402
 from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
-from trainplan.tools.registry import tool_names  # noqa: E402
+from trainplan.agent.registry import tool_names  # noqa: E402
 
 SERVER = StdioServerParameters(command=sys.executable, args=["-m", "trainplan.cli", "mcp"])
 CALLS = [

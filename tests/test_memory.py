@@ -10,13 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.counting import count_params, layer_params
-from trainplan.tools.errors import InputError
-from trainplan.tools.layout import model_layers_per_stage, resolve_config
-from trainplan.tools.activations import activation_bytes_per_layer
-from trainplan.tools.activations import inflight_microbatches
-from trainplan.tools.memory import (
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.hardware.counting import count_params, layer_params
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.config.layout import model_layers_per_stage, resolve_config
+from trainplan.tools.perf.activations import activation_bytes_per_layer
+from trainplan.tools.perf.activations import inflight_microbatches
+from trainplan.tools.perf.memory import (
     COMPONENTS,
     GIB,
     PRECISION_CODES,
@@ -25,7 +25,7 @@ from trainplan.tools.memory import (
     memory_breakdown,
     memory_totals_vectorised,
 )
-from trainplan.tools.specs import ModelSpec
+from trainplan.tools.hardware.specs import ModelSpec
 
 H100 = load_gpu("h100-sxm-80gb")
 
@@ -678,9 +678,9 @@ def test_named_recompute_modules_drop_their_tensors():
 def test_zero2_reduce_scatters_per_chunk_group_with_interleaving():
     """ZeRO-2 reduce-scatters a chunk's gradients once per group of pp backward micro-batches under
     the interleaved schedule (a chunk stays unsharded meanwhile), else after every micro-batch."""
-    from trainplan.tools.codes import SCHEDULE_CODES
-    from trainplan.tools.specs import Schedule
-    from trainplan.tools.data_parallel import zero2_reduce_scatters
+    from trainplan.tools.config.codes import SCHEDULE_CODES
+    from trainplan.tools.hardware.specs import Schedule
+    from trainplan.tools.perf.data_parallel import zero2_reduce_scatters
     inter, one = SCHEDULE_CODES[Schedule.interleaved], SCHEDULE_CODES[Schedule.one_f_one_b]
     assert list(zero2_reduce_scatters(np.array([inter, inter, one]), np.array([16, 32, 32]), 16, np.array([8, 8, 1]))) \
         == [1, 2, 32]
@@ -728,7 +728,7 @@ def _megatron_interleaved_peak(p, v, m, i, weights):
 
 @pytest.mark.parametrize("p,v,m", [(4, 2, 8), (4, 3, 12), (8, 4, 16), (16, 8, 32), (16, 8, 16)])
 def test_chunk_inflight_matches_megatrons_interleaved_order(p, v, m):
-    from trainplan.tools.activations import chunk_inflight
+    from trainplan.tools.perf.activations import chunk_inflight
     for i in range(p):
         per_chunk = chunk_inflight(p, m, v, i, np.arange(v))
         assert per_chunk.sum() == pytest.approx(v * inflight_microbatches("interleaved", p, m, v)[i])
@@ -746,7 +746,7 @@ def test_chunk_inflight_matches_megatrons_interleaved_order(p, v, m):
 def test_the_fit_hint_names_the_fused_swiglu_only_where_it_applies():
     """save_mlp_act_output=false shrinks a dense MLP's activations: the hint offers it for Llama 3 405B
     at Meta's layout (which fits with it), not for an all-MoE model that refuses the knob."""
-    from trainplan.tools.estimate import estimate
+    from trainplan.tools.perf.estimate import estimate
 
     meta = dict(model="llama3-405b", gpu="h100", gpus=8192, tp=8, pp=16, vpp=8, gbs=2048, seq=8192, zero=2,
                 recompute="none")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.memory import memory_breakdown
-from trainplan.tools.memory_hints import memory_fixes
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.perf.memory import memory_breakdown
+from trainplan.tools.perf.memory_hints import memory_fixes
 
 H100 = load_gpu("h100-sxm-80gb")
 

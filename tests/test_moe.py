@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 import trainplan
-from trainplan.tools import compute, moe
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.collectives import group_layout
-from trainplan.tools.errors import InputError
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.specs import ClusterSpec
+from trainplan.tools.perf import compute, moe
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.perf.collectives import group_layout
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.hardware.specs import ClusterSpec
 
 QWEN3 = load_model("qwen3-30b-a3b")
 H100 = load_gpu("h100-sxm-80gb")
@@ -182,7 +182,7 @@ def test_only_deepep_sends_a_group_limited_token_once_per_node():
 
 
 def test_megatron_export_runs_deepep_as_the_flex_dispatcher_and_says_it_sends_bf16():
-    from trainplan.tools.export.megatron import export_megatron, parse_args_text
+    from trainplan.tools.engines.megatron import export_megatron, parse_args_text
 
     dsv3 = load_model("deepseek-v3")
     cfg = resolve_config(dsv3, 2048, pp=16, ep=64, seq=4096, gbs=1024, dispatcher="deepep", precision="fp8")
@@ -196,7 +196,7 @@ def test_megatron_export_runs_deepep_as_the_flex_dispatcher_and_says_it_sends_bf
 def test_megatron_export_writes_alltoall_where_the_flex_dispatcher_refuses_the_layout(knobs):
     """Megatron's flex dispatcher asserts tp x ep > 1 and refuses capacity padding: a deepep layout
     without expert or tensor parallelism, or with padded capacity, is exported with alltoall, and says so."""
-    from trainplan.tools.export.megatron import export_megatron, parse_args_text
+    from trainplan.tools.engines.megatron import export_megatron, parse_args_text
 
     cfg = resolve_config(QWEN3, 8, seq=4096, dispatcher="deepep", **knobs)
     result = export_megatron(QWEN3, cfg, model_ref="qwen3-30b-a3b")
@@ -221,7 +221,7 @@ def test_bad_dispatcher_is_one_input_error():
 
 def test_megatron_export_writes_the_expert_layout_and_dispatch_flags():
     """The knobs reach Megatron's own flags: expert TP, dispatcher, capacity, forced balance."""
-    from trainplan.tools.export.megatron import export_megatron, parse_args_text
+    from trainplan.tools.engines.megatron import export_megatron, parse_args_text
 
     model = load_model("qwen3-235b-a22b")
     cfg = resolve_config(model, 256, tp=2, pp=8, ep=32, etp=1, vpp=4, seq=4096, gbs=2048, dispatcher="allgather",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import trainplan
-from trainplan.tools.errors import InputError
-from trainplan.tools.overlap import COMM_COMPUTE_CONTENTION
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.perf.overlap import COMM_COMPUTE_CONTENTION
 
 # Qwen3-235B-A22B as NVIDIA's DGX-H100 recipe lays it out: EP32 spans 4 nodes, its all-to-all crosses IB.
 ACROSS_NODES = dict(model="qwen3-235b-a22b", gpu="h100-sxm-80gb", gpus=256, precision="fp8", gbs=2048, mbs=1,
@@ -63,9 +63,9 @@ def test_layouts_megatron_refuses_are_refused(job, knobs, fragment):
 
 
 def test_megatron_export_writes_the_combined_1f1b_flags():
-    from trainplan.tools.catalog import load_model
-    from trainplan.tools.export.megatron import export_megatron
-    from trainplan.tools.layout import resolve_config
+    from trainplan.tools.hardware.catalog import load_model
+    from trainplan.tools.engines.megatron import export_megatron
+    from trainplan.tools.config.layout import resolve_config
 
     model = load_model("qwen3-30b-a3b")
     knobs = {k: v for k, v in INSIDE_NODE.items() if k not in ("model", "gpu", "gpus")}

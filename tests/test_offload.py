@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainplan.tools.activations import knob_arrays, activation_bytes_per_layer, inflight_microbatches
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.errors import InputError
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.memory import GIB, memory_breakdown, memory_totals_vectorised
-from trainplan.tools.offload import offloaded_stage_bytes
-from trainplan.tools.specs import ClusterSpec
-from trainplan.tools.step import PCIE_GB_S, step_time
+from trainplan.tools.perf.activations import knob_arrays, activation_bytes_per_layer, inflight_microbatches
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.perf.memory import GIB, memory_breakdown, memory_totals_vectorised
+from trainplan.tools.perf.offload import offloaded_stage_bytes
+from trainplan.tools.hardware.specs import ClusterSpec
+from trainplan.tools.perf.step import PCIE_GB_S, step_time
 
 H100 = load_gpu("h100-sxm-80gb")
 QWEN = load_model("qwen3-30b-a3b")
@@ -72,7 +72,7 @@ def test_vectorised_offload_equals_scalar():
 
 def test_the_search_offloads_the_optimizer_when_nothing_else_fits_and_the_plan_says_so():
     from trainplan.agent.planner import plan
-    from trainplan.tools.search import OFFLOAD_NOTE, search
+    from trainplan.tools.search.driver import OFFLOAD_NOTE, search
 
     job = dict(seq=2048, gbs=16, tokens="1B")
     assert not search("llama3-70b", "h100", 8, optimizer_offload=False, **job)["candidates"]

@@ -1,4 +1,4 @@
-"""Parameter storage (Layout.fp32_params, tools/memory.py): PyTorch FSDP keeps the parameters in fp32 as
+"""Parameter storage (Layout.fp32_params, tools/perf/memory.py): PyTorch FSDP keeps the parameters in fp32 as
 the optimizer's master copy, Megatron and DeepSpeed keep bf16 parameters beside an fp32 master. The
 bytes per parameter of each, the engines that store each, and the search agreeing with estimate."""
 
@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.counting import count_params
-from trainplan.tools.export import ExportError, export
-from trainplan.tools.export.support import ENGINES, FP32_PARAM_ENGINES, stores_fp32_params
-from trainplan.tools.finetune import model_states_sentence
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.memory import GIB, MASTER_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, memory_breakdown
-from trainplan.tools.search import prepare, search
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.hardware.counting import count_params
+from trainplan.tools.engines import ExportError, export
+from trainplan.tools.engines.support import ENGINES, FP32_PARAM_ENGINES, stores_fp32_params
+from trainplan.tools.perf.finetune import model_states_sentence
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.perf.memory import GIB, MASTER_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, memory_breakdown
+from trainplan.tools.search.driver import prepare, search
 
 H100 = load_gpu("h100-sxm-80gb")
 MODEL = load_model("llama3-8b")

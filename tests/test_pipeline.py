@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from trainplan.cli import app
-from trainplan.tools.errors import InputError
-from trainplan.tools.pipeline import (
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.perf.pipeline import (
     SIMULATE_MAX_UNITS,
     TIMELINE_MAX_UNITS,
     _validate,
@@ -25,7 +25,7 @@ from trainplan.tools.pipeline import (
     render_mermaid,
     simulate,
 )
-from trainplan.tools.specs import Schedule
+from trainplan.tools.hardware.specs import Schedule
 
 SCHEDULES = [
     ("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("interleaved", 4, 8, 2), ("zb-h1", 4, 8, 1), ("dualpipe", 4, 8, 1),
@@ -355,8 +355,8 @@ def test_ascii_timeline_never_cuts_a_microbatch_id():
     """Every op shows its full id (F10, not 'Ff'), widening the grid, or its letter alone with a note."""
     import re
 
-    from trainplan.tools.pipeline import simulate as run
-    from trainplan.tools.pipeline_render import render_ascii as draw
+    from trainplan.tools.perf.pipeline import simulate as run
+    from trainplan.tools.perf.pipeline_render import render_ascii as draw
 
     text = draw(run("1f1b", 4, 12, record_timeline=True))
     grid = [line.split("|")[1] for line in text.splitlines() if line.startswith("rank")]

@@ -16,9 +16,9 @@ from trainplan.agent import planner
 from trainplan.agent.planner import plan
 from trainplan.agent.report import PlanReport
 from trainplan.prompts import system_prompt
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 from trainplan.agent.toolset import agent_tools
-from trainplan.tools.registry import dispatch, estimate_kwargs, tool_names
+from trainplan.agent.registry import dispatch, estimate_kwargs, tool_names
 
 SMALL = "Llama 3 8B on 64 H100s for 100B tokens, seq 4096, global batch 256"
 
@@ -110,7 +110,7 @@ def test_no_layout_fits_is_a_report(monkeypatch):
         return {"objective": "throughput", "candidates": [], "evaluated": 40, "feasible": 0,
                 "rejected": {"does not fit in memory": 40}, "wall_s": 0.0}
 
-    monkeypatch.setattr("trainplan.tools.search.search", nothing_fits)
+    monkeypatch.setattr("trainplan.tools.search.driver.search", nothing_fits)
     report = plan("llama3-405b on 8 A100 40GB for 1T tokens", backend="offline")
     assert report.recommended is None and report.layout is None
     assert "no layout fits" in report.risks[-1] and "does not fit in memory: 40" in report.risks[-1]
@@ -290,7 +290,7 @@ def test_report_text_says_the_tables_bubble_and_names_the_palm_count():
 def test_a_plan_naming_no_engine_is_scored_and_launched_by_the_engine_whose_best_layout_wins():
     from trainplan.agent.planner import PLAN_ENGINES, plan_offline
     from trainplan.agent.request import parse_partial
-    from trainplan.tools.export.support import ENGINE_ATTENTION
+    from trainplan.tools.engines.support import ENGINE_ATTENTION
 
     report = plan(SMALL, backend="offline")
     assert report.engine in PLAN_ENGINES and report.launch.engine == report.engine and report.launch.error is None

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from trainplan.tools.catalog import load_model
-from trainplan.tools.counting import count_params
-from trainplan.tools.errors import InputError
-from trainplan.tools.plan_defaults import TOKENS_PER_STEP_POINTS, default_gbs, default_gbs_reason, tokens_per_step
+from trainplan.tools.hardware.catalog import load_model
+from trainplan.tools.hardware.counting import count_params
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.config.plan_defaults import TOKENS_PER_STEP_POINTS, default_gbs, default_gbs_reason, tokens_per_step
 
 
 def _params(name: str) -> float:

@@ -8,10 +8,10 @@ import re
 import pytest
 
 from trainplan.agent.planner import plan
-from trainplan.tools import finetune
-from trainplan.tools.finetune import ADAPTER_OPTIMIZER_BYTES, DEFAULT_LORA_RANK, NF4_BYTES_PER_PARAM
-from trainplan.tools.plan_defaults import FINETUNE_GBS, FINETUNE_SEQ
-from trainplan.tools.search import search
+from trainplan.tools.perf import finetune
+from trainplan.tools.perf.finetune import ADAPTER_OPTIMIZER_BYTES, DEFAULT_LORA_RANK, NF4_BYTES_PER_PARAM
+from trainplan.tools.config.plan_defaults import FINETUNE_GBS, FINETUNE_SEQ
+from trainplan.tools.search.driver import search
 
 
 @pytest.fixture(scope="module")
@@ -149,9 +149,9 @@ def test_the_estimates_notes_reach_the_plan(qlora_70b):
 def test_every_entry_point_gives_a_fine_tune_the_planners_defaults(method):
     """estimate, search, the search tool and export fill a LoRA/QLoRA job's seq and gbs as the planner does
     (plan_defaults.FINETUNE_*), and say so; full training keeps the pre-training defaults."""
-    from trainplan.tools.estimate import estimate
-    from trainplan.tools.registry import dispatch
-    from trainplan.tools.search import search
+    from trainplan.tools.perf.estimate import estimate
+    from trainplan.agent.registry import dispatch
+    from trainplan.tools.search.driver import search
 
     planned = plan(f"{method} fine-tune Llama 3 8B on 8 H100s", backend="offline").recommended["config"]
     estimated = estimate("llama3-8b", "h100", 8, method=method).model_dump(mode="json")
@@ -169,7 +169,7 @@ def test_every_entry_point_gives_a_fine_tune_the_planners_defaults(method):
 def test_without_ten_percent_headroom_the_plan_keeps_what_it_can(qlora_70b):
     """No layout of QLoRA 70B on two 24 GiB cards leaves 10% free. The plan keeps 5% where a layout can,
     else takes the best that fits at all. On the Hugging Face stack (fp32 norms and materialised logits,
-    tools/finetune.py fp32_norm_changes, tools/loss.py) none leaves 5% either: the plan says so."""
+    tools/perf/finetune.py fp32_norm_changes, tools/perf/loss.py) none leaves 5% either: the plan says so."""
     capacity = qlora_70b.recommended["memory_gib"]["capacity"]
     job = dict(model="llama3-70b", gpu="rtx-4090", gpus=2, method="qlora", seq=512, gbs=16, engine="axolotl")
     half = search(**job, headroom_gib=0.05 * capacity)["candidates"]

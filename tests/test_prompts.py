@@ -9,7 +9,7 @@ import jinja2
 import pytest
 
 from trainplan import prompts
-from trainplan.tools.registry import TOOLS
+from trainplan.agent.registry import TOOLS
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -80,7 +80,7 @@ def test_report_filters_never_show_negative_zero_or_exponents():
 def test_every_figure_the_prompt_asks_for_is_a_tool_output_field(monkeypatch):
     assert prompts.missing_figures() == []
     system = prompts.system_prompt()
-    from trainplan.tools.registry import TOOLS_BY_NAME
+    from trainplan.agent.registry import TOOLS_BY_NAME
 
     for section, tool, field in prompts.PLAN_FIGURES:
         line = next(line for line in system.splitlines() if line.startswith(f"- {section}: `{tool}` "))
@@ -91,7 +91,7 @@ def test_every_figure_the_prompt_asks_for_is_a_tool_output_field(monkeypatch):
 
 
 def test_tool_descriptions_agree_with_the_method():
-    from trainplan.tools.registry import TOOLS_BY_NAME
+    from trainplan.agent.registry import TOOLS_BY_NAME
 
     system = prompts.system_prompt()
     assert system.index("`search_configs`") < system.index("`calculate_memory`")

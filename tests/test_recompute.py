@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainplan.tools.activations import activation_bytes_per_layer, knob_arrays
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.counting import flops_per_token
-from trainplan.tools.errors import InputError
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.memory import memory_breakdown, memory_totals_vectorised
-from trainplan.tools import compute
-from trainplan.tools.recompute import DROPS, recomputed_forward_s
-from trainplan.tools.specs import ClusterSpec, RecomputeModule
-from trainplan.tools.step import model_flops_per_step, step_time
+from trainplan.tools.perf.activations import activation_bytes_per_layer, knob_arrays
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.hardware.counting import flops_per_token
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.perf.memory import memory_breakdown, memory_totals_vectorised
+from trainplan.tools.perf import compute
+from trainplan.tools.perf.recompute import DROPS, recomputed_forward_s
+from trainplan.tools.hardware.specs import ClusterSpec, RecomputeModule
+from trainplan.tools.perf.step import model_flops_per_step, step_time
 
 H100 = load_gpu("h100-sxm-80gb")
 DSV2 = load_model("deepseek-v2-lite")   # MLA, one dense layer then MoE layers

@@ -11,10 +11,10 @@ import pytest
 from pydantic import Field
 
 import trainplan
-from trainplan.tools import registry
-from trainplan.tools.catalog import load_model
-from trainplan.tools.counting import count_params
-from trainplan.tools.registry import TOOLS, Tool, ToolArgs, default_gbs, dispatch, openai_tools
+from trainplan.agent import registry
+from trainplan.tools.hardware.catalog import load_model
+from trainplan.tools.hardware.counting import count_params
+from trainplan.agent.registry import TOOLS, Tool, ToolArgs, default_gbs, dispatch, openai_tools
 
 NAMES = ["list_catalog", "describe_model", "calculate_memory", "find_limit", "estimate_step_time", "simulate_pipeline",
          "estimate_cost", "search_configs", "submit_plan"]
@@ -206,7 +206,7 @@ def test_cli_call_error_exits_2_with_one_line():
 def test_module_lists_may_be_comma_separated_text_as_on_the_command_line(tool):
     """`--recompute-modules mlp,core_attn` works on the command line; the same text in a tool call was
     refused ('Input should be a valid tuple'), which small LLMs write."""
-    from trainplan.tools.registry import dispatch
+    from trainplan.agent.registry import dispatch
 
     job = {"model": "llama3-8b", "gpu": "h100", "gpus": 8, "recompute": "selective"}
     as_text = dispatch(tool, {**job, "recompute_modules": "mlp, core_attn", "offload_modules": "core_attn"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainplan.agent.request import PlanRequest, merge, parse_partial, parse_request, resolve_gbs
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 
 @pytest.mark.parametrize(("text", "expected"), [

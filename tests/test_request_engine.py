@@ -9,9 +9,9 @@ import pytest
 
 from trainplan.agent.planner import complete_request, plan
 from trainplan.agent.request import merge, parse_partial
-from trainplan.tools.contract import Schedule
-from trainplan.tools.errors import InputError
-from trainplan.tools.export.support import ENGINES
+from trainplan.tools.config.contract import Schedule
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.engines.support import ENGINES
 
 
 @pytest.mark.parametrize("text, engine", [

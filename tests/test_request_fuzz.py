@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainplan.agent.request import parse_partial
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 WORDS = ["Llama 3 70B", "a", "70B", "Mistral", "on", "H100", "H100s", "PCIe", "NVL", "80GB", "nodes", "of", "x",
          "GPUs", "for", "tokens", "T", "B", "k", "-", ".", ",", "$", "/GPU-hour", "budget", "in", "days", "weeks",

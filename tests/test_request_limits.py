@@ -6,8 +6,8 @@ import pytest
 
 from trainplan import plan
 from trainplan.agent.request import parse_partial
-from trainplan.tools.catalog import load_gpu
-from trainplan.tools.limits import solve
+from trainplan.tools.hardware.catalog import load_gpu
+from trainplan.tools.search.limits import solve
 
 
 @pytest.mark.parametrize(("text", "limit"), [

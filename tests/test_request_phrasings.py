@@ -8,7 +8,7 @@ import pytest
 
 from trainplan.agent.request import parse_partial, parse_request
 from trainplan.agent.request_text import MAX_CHARS, MAX_DIGITS
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 H100 = "h100-sxm-80gb"
 
@@ -196,7 +196,7 @@ def test_close_names_are_offered():
 ])
 def test_catalog_parts_beside_sxm(text, gpu, gpus):
     """'H100 PCIe' is the PCIe entry, never the SXM part (issue 13); new entries need no parser change."""
-    from trainplan.tools import catalog
+    from trainplan.tools.hardware import catalog
 
     if gpu not in catalog.gpu_names():
         pytest.skip(f"{gpu} is not in the catalog")
@@ -235,7 +235,7 @@ def test_gpu_and_model_files_written_in_the_request(tmp_path):
     """The route the refusals name: a GPU JSON path where the GPU goes, a config.json path for the model."""
     import json
 
-    from trainplan.tools.catalog import GPUS_DIR, MODELS_DIR
+    from trainplan.tools.hardware.catalog import GPUS_DIR, MODELS_DIR
 
     gpu = tmp_path / "my-gpu.json"
     gpu.write_text(json.dumps({**json.loads((GPUS_DIR / "h100-sxm-80gb.json").read_text()), "name": "my-gpu"}))

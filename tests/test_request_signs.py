@@ -11,7 +11,7 @@ import pytest
 
 from trainplan.agent.request import parse_partial
 from trainplan.agent.request_text import MAX_CHARS
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 BASE = "Llama 3 70B on 512 H100s for 15T tokens"
 

@@ -12,21 +12,21 @@ import pytest
 import trainplan
 from typer.testing import CliRunner
 
-from trainplan.tools import step
-from trainplan.tools.collectives import group_layout
-from trainplan.tools.errors import InputError
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.pipeline import _validate, simulate
-from trainplan.tools.codes import RECOMPUTE_BY_CODE as _RECOMPUTE_BY_CODE, SCHEDULE_BY_CODE as _SCHEDULE_BY_CODE
-from trainplan.tools.codes import SCHEDULE_CODES as _S
-from trainplan.tools.pipeline_closed_form import makespan_closed_form as pipeline_makespan
-from trainplan.tools.search import R_SCALAR_INVALID, prepare, scalar_policy_reason, search, search_scalar
-from trainplan.tools.search_score import dp_optimizer_p2p, stage_counts as _stage_counts, work_pieces as _work_pieces
-from trainplan.tools.search_space import (
+from trainplan.tools.perf import step
+from trainplan.tools.perf.collectives import group_layout
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.perf.pipeline import _validate, simulate
+from trainplan.tools.config.codes import RECOMPUTE_BY_CODE as _RECOMPUTE_BY_CODE, SCHEDULE_BY_CODE as _SCHEDULE_BY_CODE
+from trainplan.tools.config.codes import SCHEDULE_CODES as _S
+from trainplan.tools.perf.pipeline_closed_form import makespan_closed_form as pipeline_makespan
+from trainplan.tools.search.driver import R_SCALAR_INVALID, prepare, scalar_policy_reason, search, search_scalar
+from trainplan.tools.search.score import dp_optimizer_p2p, stage_counts as _stage_counts, work_pieces as _work_pieces
+from trainplan.tools.search.space import (
     KNOBS, R_BUDGET, R_DEADLINE, R_MEMORY, REASONS, Pins, enumerate_space, gpu_counts, validity,
 )
-from trainplan.tools.validity import R_HEADS
-from trainplan.tools.specs import Schedule
+from trainplan.tools.config.validity import R_HEADS
+from trainplan.tools.hardware.specs import Schedule
 
 SMALL = dict(model="llama3-8b", gpu="h100", gpus=16, gbs=32, seq=4096)
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainplan.tools.codes import RECOMPUTE_BY_CODE, SCHEDULE_BY_CODE
-from trainplan.tools.errors import InputError
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.search import exact, prepare, scalar_policy_reason
-from trainplan.tools.search_score import fixed_knobs, vector_memory, vector_times
-from trainplan.tools.search_space import REASONS, enumerate_space, row, validity
-from trainplan.tools.validity import RULES, Knobs
+from trainplan.tools.config.codes import RECOMPUTE_BY_CODE, SCHEDULE_BY_CODE
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.search.driver import exact, prepare, scalar_policy_reason
+from trainplan.tools.search.score import fixed_knobs, vector_memory, vector_times
+from trainplan.tools.search.space import REASONS, enumerate_space, row, validity
+from trainplan.tools.config.validity import RULES, Knobs
 
 STEP_RTOL = 0.12
 """The vectorised pipeline is the simulator in closed form (pipeline_closed_form): exact for equal

@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 
 import trainplan
-from trainplan.tools.export import export
-from trainplan.tools.export.common import ExportError
-from trainplan.tools.export.support import ENGINES
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.catalog import load_model
-from trainplan.tools.plan_defaults import DEFAULT_HEADROOM, EVIDENCE_MARGIN, SIMPLER_MARGIN
-from trainplan.tools.search import label, search
-from trainplan.tools.evidence import Shape
-from trainplan.tools.search_choice import FAMILIES, columns, departures, simplicity
-from trainplan.tools.search_rank import Objective, result_objective
+from trainplan.tools.engines import export
+from trainplan.tools.engines.common import ExportError
+from trainplan.tools.engines.support import ENGINES
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.hardware.catalog import load_model
+from trainplan.tools.config.plan_defaults import DEFAULT_HEADROOM, EVIDENCE_MARGIN, SIMPLER_MARGIN
+from trainplan.tools.search.driver import label, search
+from trainplan.tools.search.evidence import Shape
+from trainplan.tools.search.choice import FAMILIES, columns, departures, simplicity
+from trainplan.tools.search.rank import Objective, result_objective
 
 JOB = dict(model="llama3-70b", gpu="h100", gpus=64, gbs=512, seq=8192)
 
@@ -111,7 +111,7 @@ def _exports(engine: str, config: dict) -> bool:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_engine_aware_search_keeps_only_layouts_the_engine_exports(engine):
-    # 16K: at 32K the Hugging Face engines' materialised fp32 logits (tools/loss.py, 12 B x 32768 x 128256 =
+    # 16K: at 32K the Hugging Face engines' materialised fp32 logits (tools/perf/loss.py, 12 B x 32768 x 128256 =
     # 50 GB per GPU) fit no data-parallel layout of an 80 GB card
     result = search(model="llama3-8b", gpu="h100", gpus=16, gbs=64, seq=16384, top_k=6, engine=engine)
     assert result["candidates"], result["notes"]
@@ -139,7 +139,7 @@ def _candidate(step_s: float, memory: float, **config) -> dict:
 def test_a_faster_runner_up_is_never_called_the_same_time():
     """llama3-70b on 144 GB200 at TP16: the runner-up (zb-h1) was 2.4% faster than the recommended, simpler
     1f1b layout, and the line read 'same time; more memory (56.54 vs 56.54 GiB)'."""
-    from trainplan.tools.search_explain import explain_runner_up
+    from trainplan.tools.search.explain import explain_runner_up
 
     best = _candidate(17.35, 56.54)
     line = explain_runner_up(best, _candidate(16.94, 56.54, schedule="zb-h1"))

@@ -1,4 +1,4 @@
-"""What the search chooses when a request leaves it open (tools/search_recipes.py): the fewest
+"""What the search chooses when a request leaves it open (tools/search/recipes.py): the fewest
 recompute modules that fit, cheapest seconds per GiB first, and with FP8 DeepSeek-V3's low-precision
 storage only where a layout needs it."""
 
@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 import trainplan
-from trainplan.tools.codes import RECOMPUTE_CODES
-from trainplan.tools.recompute import DEFAULT_MASK, mask_of, modules_of
-from trainplan.tools.search import exact, prepare, search, search_scalar
-from trainplan.tools.search_recipes import recompute_choices, recompute_costs
-from trainplan.tools.search_score import fit_recipes
-from trainplan.tools.search_space import R_MEMORY, enumerate_space, validity
-from trainplan.tools.specs import Recompute, RecomputeModule
+from trainplan.tools.config.codes import RECOMPUTE_CODES
+from trainplan.tools.perf.recompute import DEFAULT_MASK, mask_of, modules_of
+from trainplan.tools.search.driver import exact, prepare, search, search_scalar
+from trainplan.tools.search.recipes import recompute_choices, recompute_costs
+from trainplan.tools.search.score import fit_recipes
+from trainplan.tools.search.space import R_MEMORY, enumerate_space, validity
+from trainplan.tools.hardware.specs import Recompute, RecomputeModule
 
 _NONE, _SELECTIVE, _FULL = (RECOMPUTE_CODES[m] for m in (Recompute.none, Recompute.selective, Recompute.full))
 DSV3 = dict(model="deepseek-v3", gpu="h800", gpus=2048, seq=4096, gbs=15360, precision="fp8")

@@ -9,7 +9,7 @@ import pytest
 
 import trainplan
 from trainplan.evals.dataset import Dataset, load_dataset
-from trainplan.tools.search import search
+from trainplan.tools.search.driver import search
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import trainplan
-from trainplan.tools import compute, host
+from trainplan.tools.perf import compute, host
 
 # Qwen3-0.6B's shape (Hugging Face Qwen/Qwen3-0.6B config.json; tests/test_hf.py counts its parameters).
 QWEN3_0_6B = {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024, "num_hidden_layers": 28,

@@ -3,10 +3,10 @@
 import pytest
 
 import trainplan
-from trainplan.tools.catalog import load_gpu, load_model
-from trainplan.tools.layout import resolve_config
-from trainplan.tools.specs import ClusterSpec
-from trainplan.tools.step import step_time
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.hardware.specs import ClusterSpec
+from trainplan.tools.perf.step import step_time
 
 JOB = dict(model="llama3-8b", gpu="h100-sxm-80gb", gpus=64, seq=4096, gbs=256)
 
@@ -108,8 +108,8 @@ def test_tp_comm_overlap_hides_most_tensor_parallel_communication():
 def test_zero3_gathers_unit_by_unit_and_pays_each_collectives_latency():
     """FSDP issues one all-gather (and one reduce-scatter) per wrapped block: the same bytes split over
     more units pay more ring latency, and over more ranks each collective's ring is longer."""
-    from trainplan.tools.collectives import Group
-    from trainplan.tools.data_parallel import zero3_exchange_s
+    from trainplan.tools.perf.collectives import Group
+    from trainplan.tools.perf.data_parallel import zero3_exchange_s
 
     cluster = ClusterSpec.build(load_gpu("h100-sxm-80gb"), 512)
     group = Group(size=512, ranks_per_node=8)
@@ -123,9 +123,9 @@ def test_zero3_gathers_unit_by_unit_and_pays_each_collectives_latency():
 
 def test_zero3_forward_gathers_cannot_hide_behind_the_backward():
     """The forward's all-gathers run during the forward only: a long backward cannot absorb them."""
-    from trainplan.tools.collectives import Group
-    from trainplan.tools.data_parallel import zero3_exchange_s
-    from trainplan.tools.overlap import COMM_COMPUTE_CONTENTION
+    from trainplan.tools.perf.collectives import Group
+    from trainplan.tools.perf.data_parallel import zero3_exchange_s
+    from trainplan.tools.perf.overlap import COMM_COMPUTE_CONTENTION
 
     cluster = ClusterSpec.build(load_gpu("h100-sxm-80gb"), 512)
     group = Group(size=512, ranks_per_node=8)
@@ -152,10 +152,10 @@ def test_sequence_parallel_backward_hides_the_column_parallel_collectives():
     """Megatron's backward re-gathers a column-parallel GEMM's input while computing its input gradient
     and reduce-scatters that gradient while computing the weight gradient; only the row-parallel
     output-gradient all-gather is on the critical path."""
-    from trainplan.tools.collectives import collective_time_s, group_layout
-    from trainplan.tools.specs import ParallelConfig
-    from trainplan.tools.overlap import COMM_COMPUTE_CONTENTION
-    from trainplan.tools.step import tp_comm_s
+    from trainplan.tools.perf.collectives import collective_time_s, group_layout
+    from trainplan.tools.hardware.specs import ParallelConfig
+    from trainplan.tools.perf.overlap import COMM_COMPUTE_CONTENTION
+    from trainplan.tools.perf.step import tp_comm_s
 
     cluster = ClusterSpec.build(load_gpu("h100-sxm-80gb"), 64)
     cfg = ParallelConfig(tp=8, pp=1, cp=1, dp=8, mbs=1, seq=8192, sequence_parallel=True)

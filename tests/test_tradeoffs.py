@@ -8,7 +8,7 @@ import pytest
 
 import trainplan
 from trainplan.agent.tradeoffs import cheapest, standard_counts
-from trainplan.tools.plan_defaults import COST_SLACK, DEADLINE_MARGIN
+from trainplan.tools.config.plan_defaults import COST_SLACK, DEADLINE_MARGIN
 
 
 def test_standard_counts_are_whole_nodes_in_powers_of_two_or_three_halves():

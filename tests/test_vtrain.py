@@ -1,5 +1,5 @@
 """vTrain's measured A100 iteration times (evals/vtrain.py): the eval runs on every row, and the floors of small
-work (tools/host.py, NCCL's per-call latency) act where kernels are small and nowhere else. No timing."""
+work (tools/perf/host.py, NCCL's per-call latency) act where kernels are small and nowhere else. No timing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 import trainplan
 from trainplan.evals import vtrain
-from trainplan.tools import calibration, host
+from trainplan.tools.config import calibration
+from trainplan.tools.perf import host
 
 
 def test_the_data_and_its_licence_are_in_the_repository():
@@ -66,8 +67,8 @@ def test_big_kernels_do_not_wait_on_the_host():
 
 
 def test_the_host_floor_is_the_op_count_times_the_fitted_cost():
-    from trainplan.tools.catalog import load_model
-    from trainplan.tools.layout import resolve_config
+    from trainplan.tools.hardware.catalog import load_model
+    from trainplan.tools.config.layout import resolve_config
 
     model = load_model("llama3-8b")
     cfg = resolve_config(model, 8, tp=8, mbs=1, gbs=8, seq=512)

@@ -1,6 +1,6 @@
 """trainplan: plan distributed LLM training.
 
-Public API; every keyword is a field of trainplan.tools.contract.Job or Layout (its description there is
+Public API; every keyword is a field of trainplan.tools.config.contract.Job or Layout (its description there is
 also the CLI help and the tool argument's description; None means the field's default rule):
     trainplan.estimate(model=..., gpu=..., gpus=..., tp=..., ...) -> Estimate  # one layout
     trainplan.search(model=..., gpu=..., gpus=..., [pins]) -> dict             # the best layouts
@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 if TYPE_CHECKING:
     from trainplan.agent.report import PlanReport
-    from trainplan.tools.contract import (Attention, Dispatcher, Estimate, GroupedGemm, Launch, OffloadModule, Precision,
+    from trainplan.tools.config.contract import (Attention, Dispatcher, Estimate, GroupedGemm, Launch, OffloadModule, Precision,
                                           Recompute, RecomputeModule, Schedule)
-    from trainplan.tools.loss import LossKernel
+    from trainplan.tools.perf.loss import LossKernel
 
 __all__ = ["InputError", "__version__", "estimate", "limits", "plan", "search"]
 __version__ = "0.1.0"
@@ -54,10 +54,10 @@ def estimate(
     """Memory, time and cost of one layout; `.model_dump(mode="json")` is `trainplan estimate --json`.
 
     Parameters are the fields of contract.Job and contract.Layout (see their descriptions, e.g.
-    `help(trainplan.tools.contract.Layout)`); timeline=True also records the pipeline's events.
+    `help(trainplan.tools.config.contract.Layout)`); timeline=True also records the pipeline's events.
     Raises InputError on invalid input.
     """
-    from trainplan.tools.estimate import estimate as _estimate
+    from trainplan.tools.perf.estimate import estimate as _estimate
 
     arguments = dict(locals())
     arguments.pop("_estimate")
@@ -97,7 +97,7 @@ def search(
     default rule (contract.DEFAULT_GBS_RULE); seq None: contract.DEFAULT_SEQ_RULE. The search options
     are the fields of contract.SearchOptions.
     """
-    from trainplan.tools.search import search as _search
+    from trainplan.tools.search.driver import search as _search
 
     arguments = {k: v for k, v in locals().items() if k != "_search" and v is not None}
     return _search(**arguments)
@@ -134,9 +134,9 @@ def plan(
 
 
 def limits(solve: str, model: str, gpu: str | None = None, gpus: int = 1, **fields: Any) -> dict:
-    """The limit of one layout over the memory model (tools/limits.py): solve='seq' the longest sequence that
+    """The limit of one layout over the memory model (tools/search/limits.py): solve='seq' the longest sequence that
     fits, 'mbs' the largest micro-batch, 'gpu' every catalog GPU it fits on (smallest and cheapest named).
     `fields` are estimate's keywords (the Job's and Layout's). `trainplan estimate --solve` prints the same."""
-    from trainplan.tools.limits import solve as _solve
+    from trainplan.tools.search.limits import solve as _solve
 
     return _solve(solve, model, gpu, gpus, **fields)

@@ -15,7 +15,7 @@ import typer
 import typer.core
 from typer import _click as click   # typer's own click (typer >= 0.24 vendors it)
 
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 HELP = "Plan distributed LLM training: layout, memory, step time, MFU, GPU-hours and cost."
 

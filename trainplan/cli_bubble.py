@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from trainplan.tools.errors import InputError
-from trainplan.tools.pipeline import bubble_paper_s, render_ascii, render_mermaid, simulate
-from trainplan.tools.specs import Schedule
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.perf.pipeline import bubble_paper_s, render_ascii, render_mermaid, simulate
+from trainplan.tools.hardware.specs import Schedule
 
 
 def _seconds(flag: str, text: str | None) -> float | list[float] | None:
@@ -26,7 +26,7 @@ def _seconds(flag: str, text: str | None) -> float | list[float] | None:
 def bubble_report(schedule: str | None, pp: int, microbatches: int, vpp: int = 1, forward: str = "1.0",
                   backward: str = "2.0", weight_grad: str | None = None, p2p: float = 0.0,
                   timeline: bool = True):
-    """Resolve the default schedule (tools/contract.py) (1f1b; interleaved when vpp>1) and simulate."""
+    """Resolve the default schedule (tools/config/contract.py) (1f1b; interleaved when vpp>1) and simulate."""
     if schedule is None:
         schedule = Schedule.interleaved.value if vpp > 1 else Schedule.one_f_one_b.value
     return simulate(schedule, pp, microbatches, vpp=vpp, forward_s=_seconds("--forward", forward),

@@ -14,7 +14,7 @@ from rich.table import Table
 def catalog_listing() -> dict:
     """Both catalogs as plain data: the `list_catalog` tool's result (GPUs with their figures, models
     with their sizes)."""
-    from trainplan.tools.registry import dispatch
+    from trainplan.agent.registry import dispatch
 
     return dispatch("list_catalog", "{}")
 

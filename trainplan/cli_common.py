@@ -1,4 +1,4 @@
-"""Command-line options generated from the contract's fields (tools/contract.py), so that a field
+"""Command-line options generated from the contract's fields (tools/config/contract.py), so that a field
 added to Job, Layout or SearchOptions becomes a flag of `estimate`, `search` and `export` with no edit here.
 
     options(fields, mode=...) -> [inspect.Parameter]   # one typer option per field
@@ -21,13 +21,13 @@ from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origi
 
 import typer
 
-from trainplan.tools.contract import Cli, cli_of, shown_default
-from trainplan.tools.errors import InputError
+from trainplan.tools.config.contract import Cli, cli_of, shown_default
+from trainplan.tools.core.errors import InputError
 
 Json = Annotated[bool, typer.Option("--json", help="print the result object as JSON")]
 Solve = Annotated[Optional[str], typer.Option(
     "--solve", help="instead of one estimate, the limit of this layout: seq (the longest sequence that fits), mbs "
-    "(the largest micro-batch that fits) or gpu (the catalog GPUs it fits on, smallest and cheapest); tools/limits.py")]
+    "(the largest micro-batch that fits) or gpu (the catalog GPUs it fits on, smallest and cheapest); tools/search/limits.py")]
 From = Annotated[Optional[Path], typer.Option(
     "--from", help="a saved estimate/plan JSON: its 'config' object gives the layout; flags override it")]
 
@@ -96,7 +96,7 @@ def given(values: dict[str, Any]) -> dict[str, Any]:
 def saved_config(path: Path, fields: dict[str, Any]) -> dict[str, Any]:
     """The layout in a saved `estimate --json` result (key 'config') or a plan (its recommended config),
     every value type-checked against its field (`"tp": "8"` is refused in one line)."""
-    from trainplan.tools.catalog import read_json_object  # bounded, UTF-8, strict JSON (no NaN), one object
+    from trainplan.tools.hardware.catalog import read_json_object  # bounded, UTF-8, strict JSON (no NaN), one object
 
     data = read_json_object(Path(path), "--from")
     recommended = data.get("recommended")
@@ -136,7 +136,7 @@ DataDirOpt = Annotated[Optional[list[str]], typer.Option(
 
 
 def allow_data_dirs(folders: list[str] | None) -> None:
-    """--data-dir: let tool calls open files under these folders (tools/file_access.py)."""
-    from trainplan.tools.file_access import add_data_dirs
+    """--data-dir: let tool calls open files under these folders (tools/core/file_access.py)."""
+    from trainplan.tools.core.file_access import add_data_dirs
 
     add_data_dirs(folders or [])

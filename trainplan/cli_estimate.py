@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainplan import cli_common as opt
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 
 def _shown(value) -> str:
@@ -21,7 +21,7 @@ def _shown(value) -> str:
 
 def render_estimate(result: dict, console: Console) -> None:
     """A readable view of an estimate result."""
-    from trainplan.tools.contract import Layout
+    from trainplan.tools.config.contract import Layout
 
     config = result["config"]
     sizes = ("tp", "pp", "cp", "ep")
@@ -70,15 +70,15 @@ def register(app: typer.Typer) -> None:
     def estimate_command(source: opt.From = None, as_json: opt.Json = False, solve: opt.Solve = None,
                          **values) -> None:
         """Memory per GPU, step time, MFU and training cost of one layout. With --solve: the longest seq or
-        the largest mbs that fits, or the catalog GPUs it fits on (tools/limits.py)."""
-        from trainplan.tools.estimate import estimate
+        the largest mbs that fits, or the catalog GPUs it fits on (tools/search/limits.py)."""
+        from trainplan.tools.perf.estimate import estimate
 
         merged = opt.merged_options(fields, values, source)
         for key in ("model", "gpu", "gpus"):
             if merged.get(key) is None and not (key == "gpu" and solve == "gpu"):
                 raise InputError(f"--{key} is required (or pass --from with a saved estimate)")
         if solve is not None:
-            from trainplan.tools.limits import render_limit, solve as solve_limit
+            from trainplan.tools.search.limits import render_limit, solve as solve_limit
 
             answer = solve_limit(solve, **merged)
             print(json.dumps(answer, indent=2) if as_json else render_limit(answer))
@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
         else:
             render_estimate(result.model_dump(mode="json"), Console())
 
-    from trainplan.tools.contract import Job, Layout, fields_of
+    from trainplan.tools.config.contract import Job, Layout, fields_of
 
     fields = fields_of(Job, Layout)
     tail = [inspect.Parameter("source", inspect.Parameter.KEYWORD_ONLY, annotation=opt.From, default=None),

@@ -19,7 +19,7 @@ from trainplan.output import write_output
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 
 class KindOption(str, Enum):

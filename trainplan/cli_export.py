@@ -13,11 +13,11 @@ import typer
 from trainplan.output import write_output
 
 from trainplan import cli_common as opt
-from trainplan.tools import catalog
-from trainplan.tools.errors import InputError
-from trainplan.tools.export import Engine, export
-from trainplan.tools.layout import resolve_with_batch
-from trainplan.tools.memory import memory_breakdown
+from trainplan.tools.hardware import catalog
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.engines import Engine, export
+from trainplan.tools.config.layout import resolve_with_batch
+from trainplan.tools.perf.memory import memory_breakdown
 
 EngineOpt = Annotated[Engine, typer.Option("--engine", help="engine to write launch settings for")]
 Out = Annotated[Optional[Path], typer.Option("--out", help="write the file here instead of printing it")]
@@ -26,11 +26,11 @@ From = opt.From
 DOES_NOT_FIT = "this layout does not fit in memory: "
 """The note an export of a layout that runs out of memory starts with; the CLI prints it as a warning."""
 EXPORT_JOB_FIELDS = ("model", "gpu", "gpus", "gpus_per_node")
-"""The Job fields an export needs; the rest of what it takes is every Layout field (tools/contract.py)."""
+"""The Job fields an export needs; the rest of what it takes is every Layout field (tools/config/contract.py)."""
 
 
 def export_fields() -> dict:
-    from trainplan.tools.contract import Job, Layout
+    from trainplan.tools.config.contract import Job, Layout
 
     return {**{name: Job.model_fields[name] for name in EXPORT_JOB_FIELDS}, **Layout.model_fields}
 

@@ -1,7 +1,7 @@
 """`trainplan mcp`: the tool registry served over MCP (stdio) with the official MCP Python SDK.
 
 MCP clients and agents list the same tools as `trainplan tools list`, with the same argument schemas
-(tools/registry.py generates them from the pydantic models), and a call returns the same JSON text
+(agent/registry.py generates them from the pydantic models), and a call returns the same JSON text
 as `trainplan tools call NAME --args ...`: both go through registry.dispatch. An invalid call is a
 tool result with isError set and the `error: ...` line, as the CLI prints it.
 
@@ -30,7 +30,7 @@ SERVER_NAME = "trainplan"
 
 def result_text(name: str, arguments: dict | None) -> tuple[str, bool]:
     """(the text `trainplan tools call` prints, whether it is an error) for one call."""
-    from trainplan.tools.registry import dispatch
+    from trainplan.agent.registry import dispatch
 
     result = dispatch(name, arguments or {})
     if set(result) == {"error"}:
@@ -44,7 +44,7 @@ def build_server():
     from mcp.server.lowlevel import Server
 
     from trainplan import __version__
-    from trainplan.tools.registry import TOOLS
+    from trainplan.agent.registry import TOOLS
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         tools = []
@@ -77,7 +77,7 @@ class BoundedStdin:
     def __init__(self, raw: BinaryIO) -> None:
         import anyio
 
-        from trainplan.tools import safe_json
+        from trainplan.tools.core import safe_json
 
         self.limits = safe_json.MCP_MESSAGE
         self._raw = raw
@@ -129,8 +129,8 @@ class BoundedStdin:
         """(id, JSON-RPC error code, message) for a line the server must not pass on, or None."""
         import mcp_types as types
 
-        from trainplan.tools import safe_json
-        from trainplan.tools.errors import InputError
+        from trainplan.tools.core import safe_json
+        from trainplan.tools.core.errors import InputError
 
         found = _ID.search(raw[:_KEEP]) or _ID.search(raw[-_KEEP:])
         try:

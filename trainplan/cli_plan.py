@@ -8,8 +8,8 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
-from trainplan.tools.errors import InputError
-from trainplan.tools.export import Engine
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.engines import Engine
 
 import typer
 

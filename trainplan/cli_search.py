@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainplan import cli_common as opt
-from trainplan.tools.search import CALCULON_LAYOUTS_PER_S, explain_runner_up, label
+from trainplan.tools.search.driver import CALCULON_LAYOUTS_PER_S, explain_runner_up, label
 
 def _days(result: dict) -> str:
     return f"{result['training']['days']:.1f}" if "training" in result else "-"
@@ -98,7 +98,7 @@ def render_search(result: dict, console: Console) -> None:
 def register(app: typer.Typer) -> None:
     def search_command(as_json: opt.Json = False, **fields) -> None:
         """The best layouts for a job: every knob searched unless pinned; exit 1 when none is feasible."""
-        from trainplan.tools.search import search
+        from trainplan.tools.search.driver import search
 
         result = search(**opt.given(fields))
         if as_json:
@@ -108,7 +108,7 @@ def register(app: typer.Typer) -> None:
         if not result["candidates"]:
             raise typer.Exit(code=1)
 
-    from trainplan.tools.contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Layout, search_chosen_description,
+    from trainplan.tools.config.contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Layout, search_chosen_description,
                                           search_fields)
 
     pins = {name: f"pin the {Layout.model_fields[name].description} (default: searched)" for name in SEARCHED_KNOBS}

@@ -1,5 +1,5 @@
 """`trainplan simulate`: run the collective algorithms on simulated ranks with numpy and show that
-they compute what they claim (see trainplan.tools.collectives)."""
+they compute what they claim (see trainplan.tools.perf.collectives)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from trainplan.tools.collectives import SIMULATIONS, simulate_accumulate
-from trainplan.tools.errors import InputError
+from trainplan.tools.perf.collectives import SIMULATIONS, simulate_accumulate
+from trainplan.tools.core.errors import InputError
 
 
 def run_simulation(what: str, ranks: int = 4, micro_batches: int = 4) -> dict:

@@ -22,8 +22,8 @@ def _fail(message: str, code: int = 2) -> None:
 def _read_args(value: str) -> str | bytes:
     """--args: JSON text, '-' for standard input, or @FILE; read within the tool arguments' byte limit
     (safe_json.ARGUMENTS), so /dev/zero or an endless pipe is refused, not read into memory."""
-    from trainplan.tools import safe_json
-    from trainplan.tools.errors import InputError
+    from trainplan.tools.core import safe_json
+    from trainplan.tools.core.errors import InputError
 
     limit = safe_json.ARGUMENTS.max_bytes
     try:
@@ -64,14 +64,14 @@ def register(app: typer.Typer) -> None:
                                              help="OpenAI strict mode (every argument required, nullable)")] = True,
     ) -> None:
         """Print the OpenAI function-tool schemas of every tool as JSON."""
-        from trainplan.tools.registry import openai_tools
+        from trainplan.agent.registry import openai_tools
 
         print(json.dumps(openai_tools(strict=strict), indent=2))
 
     @tools_app.command("list")
     def list_command() -> None:
         """List the tools with their descriptions."""
-        from trainplan.tools.registry import TOOLS
+        from trainplan.agent.registry import TOOLS
 
         for tool in TOOLS:
             print(f"{tool.name}: {tool.description}")
@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
         data_dir: DataDirOpt = None,
     ) -> None:
         """Call one tool and print its JSON result; an invalid call prints `error: ...` and exits 2."""
-        from trainplan.tools.registry import dispatch
+        from trainplan.agent.registry import dispatch
 
         allow_data_dirs(data_dir)
 

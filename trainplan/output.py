@@ -15,7 +15,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from trainplan.tools.errors import InputError
+from trainplan.tools.core.errors import InputError
 
 TEMP_PREFIX_CHARS = 40
 """How much of the target's name the temporary file's name keeps, so that a long (but legal) name does

@@ -1,0 +1,841 @@
+"""The typed contract: Job, Layout and Estimate. Every knob and every result field is defined here once.
+
+Data flow (ARCHITECTURE.md draws it):
+
+    request text -> PlanRequest (agent/request.py) -> Job + Layout (this module)
+      -> resolve_config (tools/config/layout.py: validates, derives dp, fills seq/schedule) -> ParallelConfig
+      -> evaluate (tools/perf/estimate.py: memory, step time, cost) -> Estimate -> PlanReport (agent/report.py)
+
+- `Job`: what to train and on what (model, GPU, count, tokens, price, goodput, cluster overrides).
+- `Layout`: every parallelism, memory and kernel knob, as a user gives it (null: the default rule).
+- `ParallelConfig`: a Layout with every knob resolved (dp derived, seq and schedule filled in); what
+  the calculators read.
+- `Estimate`: the result of one layout (params, memory_gib, fits/reason, time, training, config, notes);
+  `trainplan estimate --json` is `Estimate.model_dump(mode="json")`.
+
+What derives from these fields (nothing else lists the knobs):
+- the CLI options of `estimate`, `export` and `search` (trainplan/cli_common.py `options`),
+- the tool argument models of `calculate_memory`, `estimate_step_time`, `search_configs`, `submit_plan`
+  (agent/registry.py builds them with `optional_model`) and the planner's PlanRequest (agent/request.py),
+- the `config` echoed in every result (`Config` below), `estimate --from` / `export --from`, the
+  report's launch settings and `trainplan estimate`'s readable view,
+- the `trainplan.estimate` / `trainplan.search` / `trainplan.plan` keyword parameters (written out for
+  IDEs; tests/test_contract.py fails when one lacks a field or disagrees with its default).
+
+The result models (`Estimate` and its parts) are read as attributes. `Result` also lets code written
+against the former dict result index them (`result["time"]["step_s"]`) while it moves to attributes.
+
+To add a knob:
+1. Add a field to `Layout` (or `Job`) below: type, default, description. The description is the CLI
+   help, the tool argument description and the API documentation; say what null/the default means.
+   Annotate it with `Cli(...)` only when the flag is not simply `--field-name` (see `Cli`).
+2. Make it act: validate it in `tools/config/layout.resolve_config` (which passes every Layout field through)
+   and read `cfg.<name>` in the calculator it changes (memory.py, step.py, ...), and in the exporter
+   that must write it.
+3. Add the keyword to `trainplan.estimate` / `trainplan.search` (and `trainplan.plan` when the planner
+   takes it) in trainplan/__init__.py; tests/test_contract.py names it if you forget.
+Nothing else: the CLI flag, the tool argument, `export --from` and the `config` echo follow.
+
+Defaults that every tool shares (a null means the same thing everywhere):
+- seq: the model's maximum sequence length capped at DEFAULT_SEQ_CAP (`default_seq`);
+- gbs: `plan_defaults.default_gbs` (DEFAULT_GBS_RULE) when a step time is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field, model_serializer
+
+from trainplan.tools.perf.cost import DEFAULT_GOODPUT, MAX_PRICE_PER_GPU_HOUR, MIN_GOODPUT
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.config.plan_defaults import DEFAULT_GBS_RULE, DEFAULT_HEADROOM, EVIDENCE_MARGIN, FINETUNE_SEQ, default_gbs
+from trainplan.tools.perf.finetune import DEFAULT_LORA_RANK, LoraTargets, Method
+from trainplan.tools.perf.loss import LossKernel
+
+# --- choices -------------------------------------------------------------------------------------
+
+
+class Recompute(str, Enum):
+    """Activation recomputation mode."""
+
+    none = "none"
+    """Keep every activation (fastest, most memory)."""
+    selective = "selective"
+    """Recompute named modules (recompute_modules); by default the attention core (softmax, dropout,
+    scores x V), Korthikanti et al. 2022."""
+    full = "full"
+    """Keep only each layer's input and rerun the layer's forward in the backward pass."""
+
+
+class RecomputeModule(str, Enum):
+    """A module that selective recompute reruns (Megatron-Core --recompute-modules; recompute.py)."""
+
+    core_attn = "core_attn"
+    """The attention core (softmax statistics, or the eager s x s tensors)."""
+    layernorm = "layernorm"
+    """The two norms of each block: their outputs are recomputed from the kept inputs."""
+    mla_up_proj = "mla_up_proj"
+    """MLA's up-projections, latent norms and RoPE: Q, K, V are recomputed from the kept latents."""
+    moe_act = "moe_act"
+    """The experts' activation (SwiGLU): its output is recomputed from its kept input."""
+    mlp = "mlp"
+    """A dense MLP, from its kept input."""
+    moe = "moe"
+    """A whole MoE layer, from its kept input."""
+
+
+class OffloadModule(str, Enum):
+    """A module whose saved activations wait in host memory (Megatron --offload-modules; offload.py)."""
+
+    attn_norm = "attn_norm"
+    """The input_layernorm input."""
+    qkv_linear = "qkv_linear"
+    """The QKV (MLA: down-projection) input."""
+    core_attn = "core_attn"
+    """What the attention kernel saves: Q, K, V and its softmax statistics."""
+    attn_proj = "attn_proj"
+    """The attention output projection's input."""
+    mlp_norm = "mlp_norm"
+    """The pre_mlp_layernorm input."""
+    expert_fc1 = "expert_fc1"
+    """The experts' fc1 input (the dispatched tokens)."""
+    moe_act = "moe_act"
+    """The experts' activation input."""
+
+
+class Schedule(str, Enum):
+    """Pipeline schedule."""
+
+    gpipe = "gpipe"
+    """All forwards, then all backwards: every stage holds m micro-batches."""
+    one_f_one_b = "1f1b"
+    """PipeDream-Flush 1F1B: stage i holds at most p - i micro-batches."""
+    interleaved = "interleaved"
+    """Megatron interleaved 1F1B with vpp model chunks per rank; bubble shrinks by 1/vpp."""
+    zb_h1 = "zb-h1"
+    """Zero-bubble H1 (Qi et al. 2024): backward split into input-grad B and weight-grad W."""
+    dualpipe = "dualpipe"
+    """DeepSeek-V3's bidirectional schedule with overlapped forward/backward chunks."""
+
+
+class Precision(str, Enum):
+    """Compute precision of the GEMMs."""
+
+    bf16 = "bf16"
+    """BF16 mixed precision (dense BF16 peak)."""
+    fp8 = "fp8"
+    """FP8 GEMMs (dense FP8 peak); weights and master states as in bf16 mixed precision."""
+
+
+class Attention(str, Enum):
+    """The attention kernel. Chosen by the layout, never inferred from the config's dropout."""
+
+    flash = "flash"
+    """Fused flash attention (Dao 2022; 2023): no s x s tensor in HBM; the causal mask skips the masked
+    blocks, so the kernel runs half the score FLOPs; dropout, if any, is applied inside the kernel."""
+    eager = "eager"
+    """Unfused attention (Megatron 2021-22, HF "eager"): full s x s score GEMMs (masked entries computed),
+    softmax and dropout streamed through HBM, and the s x s tensors kept for the backward."""
+    flash1 = "flash1"
+    """First-generation fused attention (FlashAttention 1, 2022, and its Triton port, which MosaicML's MPT ran as
+    attn_impl triton): the memory and causal block skipping of flash, at the lower speed Dao 2023 measured against
+    FlashAttention-2 (compute.attention_efficiencies), and Ampere instructions only on newer GPUs."""
+
+    flash2 = "flash2"
+    """FlashAttention-2 itself (Dao 2023), as PyTorch's SDPA and Hugging Face's flash_attention_2 run it: the speed
+    of flash on Ampere, and on newer GPUs only Ampere's instructions (no TMA, no wgmma), 335 of H100's 989 TFLOP/s
+    (Dao 2023 §4.1; FlashAttention-3 names it "only 35% utilization on H100"), where flash is the family's own
+    fused kernel (Transformer Engine's cuDNN attention on Hopper)."""
+
+    @property
+    def fused(self) -> bool:
+        """A fused kernel: no s x s tensor in HBM, the causal mask skips the masked blocks (every kernel but eager)."""
+        return self is not Attention.eager
+
+
+class Launch(str, Enum):
+    """How the host issues a layer's kernels (host.py: the host floor of small work)."""
+
+    eager = "eager"
+    """PyTorch eager: every op of a layer (kernels, collectives and the views and autograd nodes around them)
+    passes through Python, the dispatcher and the CUDA launch on the host, HOST_S_PER_OP each."""
+    compile = "compile"
+    """torch.compile (Inductor, default mode): the layer's views and elementwise chains are compiled into a few
+    generated kernels, so the host issues only the launched kernels and collectives, each HOST_S_PER_OP."""
+    cuda_graphs = "cuda_graphs"
+    """CUDA graphs (torch.cuda.graph, Megatron-Core --cuda-graph-impl, torch.compile mode reduce-overhead): each
+    layer's forward and backward are captured once and replayed with one host launch per pass."""
+
+
+class Dispatcher(str, Enum):
+    """How an MoE layer moves tokens to their experts (Megatron --moe-token-dispatcher-type)."""
+
+    alltoall = "alltoall"
+    """Each rank sends each token copy to the rank holding its expert (all-to-all over ep)."""
+    allgather = "allgather"
+    """Every rank gathers all tokens of the expert group and keeps those routed to its experts."""
+    deepep = "deepep"
+    """DeepEP's dispatch and combine kernels as DeepSeek-V3 trained with them (report §3.2.2, §3.3.3):
+    group-limited routing sends a token over the network once per target node and forwards it over
+    NVLink, and under precision fp8 the tokens go out in FP8 (with their 1x128 scales) while the combine
+    returns BF16 (moe.wire_bytes_per_element). Megatron-Core runs DeepEP as its flex dispatcher with BF16
+    tokens."""
+
+
+class GroupedGemm(str, Enum):
+    """How the local experts' GEMMs run (moe.py)."""
+
+    per_expert = "per_expert"
+    """One GEMM per local expert issued by the host, sized from tokens-per-expert counts synced to it
+    (Transformer Engine GroupedLinear / Megatron --moe-grouped-gemm, dropless)."""
+    fused = "fused"
+    """One device-side grouped-GEMM kernel for all local experts (e.g. DeepSeek's DeepGEMM)."""
+
+
+class Objective(str, Enum):
+    """What a search ranks by."""
+
+    throughput = "throughput"
+    """most tokens per second (shortest step)"""
+    cost = "cost"
+    """fewest dollars: cost_usd with tokens, else GPUs x step time (GPU-seconds per step)"""
+    time = "time"
+    """fewest days to train the tokens; without tokens, the shortest step"""
+
+
+@dataclass(frozen=True)
+class Cli:
+    """How a field appears on the command line when the plain `--field-name` is not enough.
+
+    flag: the option's declaration (e.g. "--budget", "--bf16-grads/--fp32-grads");
+    as_text: the CLI reads text and the model parses it (tokens "15T").
+    """
+
+    flag: str | None = None
+    as_text: bool = False
+
+
+def cli_of(info: Any) -> Cli:
+    """The Cli metadata of a pydantic FieldInfo (the default when it has none)."""
+    return next((m for m in info.metadata if isinstance(m, Cli)), Cli())
+
+
+# --- the shared defaults -------------------------------------------------------------------------
+# gbs and the search/plan headroom: plan_defaults (the published-runs batch rule, DEFAULT_HEADROOM).
+
+DEFAULT_SEQ_CAP = 8192
+"""seq, when not given: the model's maximum sequence length, capped here (pretraining runs train at
+4K-8K tokens and extend the context afterwards; Llama 3 405B pretrained at 8K)."""
+DEFAULT_SEQ_RULE = (f"the model's maximum sequence length, capped at {DEFAULT_SEQ_CAP} ({FINETUNE_SEQ} with method "
+                    "lora or qlora, a fine-tuning default)")
+
+def default_seq(max_seq_len: int, fine_tune: bool = False) -> int:
+    """The sequence length when none is given; see DEFAULT_SEQ_RULE (plan_defaults.FINETUNE_SEQ for a fine-tune)."""
+    return min(max_seq_len, FINETUNE_SEQ if fine_tune else DEFAULT_SEQ_CAP)
+
+
+# --- the numbers of a job, checked once ----------------------------------------------------------
+
+MIN_LINK_GB_S = 0.1
+"""Slowest link bandwidth a job may give, GB/s per GPU per direction (1 Gb Ethernet carries 0.125 GB/s)."""
+POSITIVE_JOB_NUMBERS = ("price", "gpus_per_node", "intra_node_bw", "inter_node_bw", "deadline_days", "budget_usd")
+"""Job and search numbers that must be finite and above zero when given."""
+
+
+MAX_GPUS = 2**20
+"""The most GPUs a request may name (1,048,576: over ten times the largest published training cluster);
+beyond it a count is a typo, and the vectorised search's int64 products stay exact."""
+MAX_SEQUENCES_OR_TOKENS = 2**26
+"""The largest seq, mbs or gbs a request may name (67M: past any published context or batch)."""
+PARALLEL_SIZES = ("tp", "pp", "cp", "ep", "etp", "dp_shard")
+
+
+def _whole_numbers(value: Any) -> list[Any]:
+    """A pin may be one value or a list of them (search); estimate gives one."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def check_job_numbers(values: dict[str, Any], capacity_gib: float) -> None:
+    """The one check of a request's numbers, shared by estimate, search and the tools: no NaN or
+    infinity anywhere, no bool where a number goes, counts within MAX_GPUS and MAX_SEQUENCES_OR_TOKENS
+    (a parallel size no larger than the GPU count), positive prices, bandwidths, deadlines and budgets,
+    a goodput in (0, 1], and a headroom that leaves some of the GPU's `capacity_gib` to use."""
+    gpus = max((g for g in (values.get("gpus"), values.get("max_gpus")) if isinstance(g, int)), default=MAX_GPUS)
+    for name, value in values.items():
+        for item in _whole_numbers(value):
+            if not isinstance(item, int) or isinstance(item, bool):
+                continue
+            if name in ("gpus", "max_gpus") and item > MAX_GPUS:
+                raise InputError(f"{name}={item:,} is more GPUs than any cluster (at most {MAX_GPUS:,}): check the count")
+            if name in PARALLEL_SIZES and item > gpus:
+                raise InputError(f"{name}={item:,} is larger than the {gpus:,} GPUs: a parallel size divides the GPU count")
+            if name in ("seq", "mbs", "gbs", "vpp", "ramp_start_gbs") and item > MAX_SEQUENCES_OR_TOKENS:
+                raise InputError(f"{name}={item:,} is past any published run (at most {MAX_SEQUENCES_OR_TOKENS:,}): "
+                                 "check the number")
+    for name, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{name}={value} is not a finite number: give a real value")
+        if isinstance(value, bool) and name in POSITIVE_JOB_NUMBERS + ("headroom_gib", "goodput"):
+            raise InputError(f"{name}={value} is a true/false value, not a number")
+    for name in POSITIVE_JOB_NUMBERS:
+        value = values.get(name)
+        if value is not None and not value > 0:
+            raise InputError(f"{name}={value} must be a positive number")
+    for name in ("intra_node_bw", "inter_node_bw"):
+        value = values.get(name)
+        if value is not None and value < MIN_LINK_GB_S:
+            raise InputError(f"{name}={value} GB/s is slower than any training link (1 Gb Ethernet carries 0.125 "
+                             f"GB/s): give GB/s per GPU per direction, at least {MIN_LINK_GB_S}, e.g. 50 for 400 Gb/s")
+    price = values.get("price")
+    if isinstance(price, (int, float)) and price > MAX_PRICE_PER_GPU_HOUR:
+        raise InputError(f"price={price:g} dollars per GPU-hour is over {MAX_PRICE_PER_GPU_HOUR:,.0f}: give dollars "
+                         "per GPU-hour, e.g. 2.5")
+    goodput = values.get("goodput")
+    if goodput is not None and 0 < goodput < MIN_GOODPUT:
+        raise InputError(f"goodput={goodput} is below {MIN_GOODPUT:.0%}: it is the share of wall-clock time that "
+                         "trains, e.g. 0.9 for 90%")
+    if goodput is not None and not 0 < goodput <= 1:
+        raise InputError(f"goodput={goodput} must be in (0, 1]: e.g. 0.9 for 90% effective training time")
+    headroom = values.get("headroom_gib")
+    if headroom is not None and not 0 <= headroom < capacity_gib:
+        raise InputError(f"headroom_gib={headroom} must be at least 0 and below the GPU's {capacity_gib:g} GiB: "
+                         "it is the memory to keep free, e.g. 4")
+
+
+# --- what to train and on what --------------------------------------------------------------------
+
+class Job(BaseModel):
+    """What to train and on what: the model, the hardware, the token budget and its price."""
+
+    model: str = Field(description="catalog model name (llama3-8b, llama3-70b, llama3-405b, deepseek-v3, "
+                                   "gpt3-175b, ...; see list_catalog) or a path to an HF config.json")
+    gpu: str = Field(description="catalog GPU name (h100-sxm-80gb, h800-sxm-80gb, a100-sxm-80gb, h200-sxm-141gb, "
+                                 "b200, gb200-nvl72, mi300x, l40s, rtx-4090, ...; see list_catalog; aliases like h100 "
+                                 "or mi300x work) or a path to a GPU JSON")
+    gpus: int = Field(description="total GPUs")
+    tokens: Annotated[float | str | None, Cli(as_text=True)] = Field(
+        default=None, description="training tokens, a number (15.6e12) or text with a suffix ('15T', '300B'); "
+                                  "needed for steps, days and cost; null: no training cost")
+    price: float | None = Field(default=None, description="dollars per GPU-hour; null: the GPU's catalog price")
+    goodput: float | None = Field(
+        default=None, description=f"share of wall-clock time that trains, in (0, 1]; null: {DEFAULT_GOODPUT} "
+                                  "(Llama 3 reports more than 90% effective training time)")
+    gpus_per_node: int | None = Field(
+        default=None, description="GPUs per NVLink/xGMI domain (PCIe cards: per host); null: the GPU's catalog value")
+    intra_node_bw: float | None = Field(
+        default=None, description="NVLink/xGMI (PCIe cards: PCIe) GB/s per GPU per direction; null: the GPU's "
+                                  "catalog value")
+    inter_node_bw: float | None = Field(
+        default=None, description="network GB/s per GPU per direction; null: the GPU's catalog value")
+    headroom_gib: float | None = Field(
+        default=None, description="GiB per GPU to keep free when deciding fits; null: 0 for one layout, and "
+                                  f"{DEFAULT_HEADROOM:.0%} of the GPU's memory for search and plan")
+    ramp_start_gbs: int | None = Field(
+        default=None, description="batch-size ramp: the first global batch, sequences (with ramp_tokens); "
+                                  "null: no ramp")
+    ramp_tokens: Annotated[float | str | None, Cli(as_text=True)] = Field(
+        default=None, description="batch-size ramp: tokens over which gbs grows linearly to gbs, e.g. 250B "
+                                  "(with ramp_start_gbs); null: no ramp")
+
+
+# --- the layout ----------------------------------------------------------------------------------
+
+
+def _comma_separated(value: Any) -> Any:
+    """A module list written as the command line writes it, comma-separated ("mlp,core_attn"), read as a list
+    wherever it comes from (a tool call's JSON too)."""
+    return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
+
+
+CommaSeparated = BeforeValidator(_comma_separated)
+
+
+class Layout(BaseModel):
+    """Every parallelism, memory and kernel knob, as given; None means the default rule stated in
+    the description. dp is never given: it is gpus / (tp*pp*cp)."""
+
+    tp: int = Field(default=1, ge=1, description="tensor-parallel size (with sequence parallelism)")
+    pp: int = Field(default=1, ge=1, description="pipeline-parallel size")
+    cp: int = Field(default=1, ge=1, description="context-parallel size")
+    ep: int = Field(default=1, ge=1, description="expert-parallel size (MoE models only); etp*ep must divide "
+                                                 "tp*cp*dp (MoE Parallel Folding)")
+    etp: int | None = Field(default=None, ge=1, description="expert tensor-parallel size (Megatron "
+                            "--expert-tensor-parallel-size); null: equal to tp")
+    vpp: int = Field(default=1, ge=1, description="virtual pipeline stages per rank (>1: the interleaved schedule)")
+    zero: int = Field(default=1, ge=0, le=3, description="ZeRO stage 0-3: 1 shards optimizer states, 2 also "
+                                                         "gradients, 3 also weights (FSDP)")
+    dp_shard: int | None = Field(
+        default=None, ge=1, description="data-parallel ranks one ZeRO shard spans (hybrid sharding, HSDP): what "
+        "zero shards (1: optimizer states, 2: also gradients, 3: also weights) is split over dp_shard*cp ranks and "
+        "replicated over dp/dp_shard groups, whose gradient shards are all-reduced (PyTorch FSDP HYBRID_SHARD, "
+        "torchtitan data_parallel_shard_degree, Megatron --num-distributed-optimizer-instances dp/dp_shard); must "
+        "divide dp, needs zero >= 1; null: dp (every data-parallel rank, full sharding)")
+    mbs: int = Field(default=1, ge=1, description="micro-batch size, sequences")
+    gbs: int | None = Field(default=None, ge=1, description="global batch size, sequences; sets the micro-batches "
+                                                            f"per step, gbs / (dp*mbs); null: {DEFAULT_GBS_RULE}")
+    seq: int | None = Field(default=None, ge=1, description=f"sequence length, tokens; null: {DEFAULT_SEQ_RULE}")
+    recompute: Recompute = Field(default=Recompute.selective, description="activation recompute: none (keep "
+                                 "all), selective (recompute the attention core), full (rerun each layer's forward)")
+    recompute_modules: Annotated[tuple[RecomputeModule, ...] | None, Cli(as_text=True), CommaSeparated] = Field(
+        default=None, description="with recompute=selective, the modules to recompute (Megatron --recompute-modules: "
+                                  "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe; comma-separated on the "
+                                  "command line); DeepSeek-V3 recomputed layernorm, mla_up_proj and moe_act; null: "
+                                  "core_attn (Megatron's default)")
+    schedule: Schedule | None = Field(default=None, description="pipeline schedule: gpipe, 1f1b, interleaved "
+                                      "(needs vpp>1), zb-h1, dualpipe (even pp); null: 1f1b, or interleaved when vpp>1")
+    precision: Precision = Field(default=Precision.bf16, description="GEMM precision: bf16 or fp8 (Hopper and newer)")
+    attention: Attention = Field(default=Attention.flash, description="attention kernel: flash (fused, causal blocks "
+                                 "skipped; the GPU's own, e.g. Transformer Engine), flash2 (FlashAttention-2, as "
+                                 "PyTorch SDPA runs it: Ampere instructions on newer GPUs), eager (unfused s x s "
+                                 "scores, 2021-22 Megatron) or flash1 (FlashAttention 1 or its Triton port, MPT 2023); a "
+                                 "search given an engine and no value takes the engine's (tools/engines/support.py "
+                                 "ENGINE_ATTENTION)")
+    fused_kernels: Annotated[bool, Cli("--fused-kernels/--unfused-kernels")] = Field(
+        default=True, description="fused norm, rotary and activation kernels (Megatron, Transformer Engine, "
+                                  "torch.compile); false: PyTorch eager ops, as Hugging Face models or FSDP without "
+                                  "torch.compile run them")
+    launch: Launch = Field(default=Launch.eager, description="how the host issues each layer's kernels: eager "
+                           "(PyTorch eager, every op pays host dispatch and launch, so small kernels wait on the "
+                           "host), compile (torch.compile: only the generated kernels and collectives are issued) or "
+                           "cuda_graphs (one graph replay per layer pass: the host floor is gone)")
+    sequence_parallel: Annotated[bool, Cli("--sequence-parallel/--no-sequence-parallel")] = Field(
+        default=True, description="Megatron sequence parallelism with tp>1")
+    optimizer_offload: bool = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")
+    bf16_grads: Annotated[bool, Cli("--bf16-grads/--fp32-grads")] = Field(
+        default=False, description="bf16 gradients (DeepSpeed's 16 B/param) instead of an fp32 buffer")
+    bf16_moments: bool = Field(
+        default=False, description="Adam moments m and v in bf16, master weights in fp32: 8 B/param of optimizer "
+                                   "states instead of 12 (DeepSeek-V3 §3.3.3; Megatron --use-precision-aware-optimizer "
+                                   "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
+    fp32_params: Annotated[bool, Cli("--fp32-params/--bf16-params")] = Field(
+        default=False, description="the parameters are kept in fp32 and are the optimizer's master copy, cast to "
+                                   "bf16 only as they are all-gathered for compute: 4 B/param where a bf16 copy and "
+                                   "an fp32 master take 2 + 4, so ZeRO-3 holds 16 B/param of sharded states (14 with "
+                                   "bf16_grads) instead of 18; as PyTorch FSDP and FSDP2 mixed precision run "
+                                   "(Composer/llm-foundry, fms-fsdp, torchtitan, Accelerate); false: bf16 parameters "
+                                   "beside an fp32 master in the optimizer, as Megatron's distributed optimizer and "
+                                   "DeepSpeed ZeRO store them (tools/perf/memory.py); a search given an engine and no "
+                                   "value takes the engine's (tools/engines/support.py FP32_PARAM_ENGINES)")
+    fp8_activations: bool = Field(
+        default=False, description="DeepSeek-V3's low-precision activation storage (§3.3.3), with precision=fp8: the "
+                                   "MoE SwiGLU inputs cached in FP8 and their outputs recomputed, the attention output "
+                                   "kept as one 12-bit E5M6 copy that both the attention backward and the output "
+                                   "projection read, each cached tensor with an fp32 scale per 1x128 tile (§3.3.2)")
+    tp_comm_overlap: bool = Field(default=False, description="overlap TP/SP all-gathers and reduce-scatters with "
+                                                             "the GEMMs (Megatron --tp-comm-overlap)")
+    overlap_grad_reduce: Annotated[bool, Cli("--overlap-grad-reduce/--no-overlap-grad-reduce")] = Field(
+        default=True, description="data-parallel gradient reduction and ZeRO's weight gathers run beside the "
+                                  "backward and forward (Megatron-Core --overlap-grad-reduce --overlap-param-gather, "
+                                  "PyTorch DDP and FSDP, DeepSpeed ZeRO overlap_comm); false: after the step's last "
+                                  "backward, as Megatron-LM in 2021-22 (Korthikanti et al. 2022 §6.3) and DeepSpeed's "
+                                  "pipeline engine (TrainSchedule: ReduceGrads after the last micro-batch) ran them")
+    blocking_p2p: Annotated[bool, Cli("--blocking-p2p/--async-p2p")] = Field(
+        default=False, description="pipeline sends and receives block their rank before each compute step, one "
+                                   "transfer after another, as DeepSpeed's pipeline engine runs them "
+                                   "(deepspeed/runtime/pipe/schedule.py TrainSchedule: a forward step receives the "
+                                   "activation and sends the previous gradient, a backward step sends the previous "
+                                   "activation and receives the gradient); false: a transfer delays only the "
+                                   "operation waiting for it")
+    offload_modules: Annotated[tuple[OffloadModule, ...] | None, Cli(as_text=True), CommaSeparated] = Field(
+        default=None, description="modules whose saved activations are copied to host memory after their forward and "
+                                  "reloaded for their backward (Megatron --fine-grained-activation-offloading "
+                                  "--offload-modules: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, "
+                                  "moe_act; comma-separated on the command line); null: none")
+    deallocate_pipeline_outputs: Annotated[bool, Cli("--deallocate-pipeline-outputs/--keep-pipeline-outputs")] = Field(
+        default=True, description="once a pipeline stage has sent its output to the next, keep only its autograd node, "
+                                  "not its data (Megatron's deallocate_pipeline_outputs, which Megatron training always "
+                                  "sets); false: every in-flight chunk keeps its 2sbh/t output until its backward")
+    save_mlp_act_output: Annotated[bool, Cli("--save-mlp-act-output/--recompute-mlp-act-output")] = Field(
+        default=True, description="the dense MLP's activation output (SwiGLU's silu(gate)*up, the down-projection "
+                                  "input) is saved for the backward, as Megatron's fused bias_swiglu before Transformer "
+                                  "Engine's Linear does; false: a fused SwiGLU kernel saves only the gate and up "
+                                  "outputs and its backward recomputes the product, as flash attention recomputes its "
+                                  "softmax (xformers.ops.swiglu, Meta's kernel library): 2sbf/t fewer bytes per layer "
+                                  "and micro-batch, no recomputed GEMM")
+    method: Method = Field(default=Method.full, description="what is trained: full (every weight), lora (low-rank "
+                           "adapters beside a frozen bf16 base) or qlora (adapters beside a frozen 4-bit NF4 base)")
+    lora_rank: int | None = Field(default=None, ge=1, description="adapter rank r with method lora or qlora; null: "
+                                  f"{DEFAULT_LORA_RANK} (full: must stay null)")
+    lora_targets: LoraTargets | None = Field(default=None, description="linear layers with adapters: attention "
+                                             "(q, k, v, o) or all-linear (also the MLP or experts); null: all-linear")
+    fp32_norms: bool | None = Field(
+        default=None, description="the norms hold fp32 weights, as PEFT's prepare_model_for_kbit_training leaves a "
+        "k-bit model (TRL's SFTTrainer calls it and casts only the embedding and head back): the norm outputs, the "
+        "4-bit linears' outputs, the SwiGLU and the residual stream run in fp32, and each linear saves its own bf16 "
+        "cast of its input (tools/perf/finetune.py fp32_norm_changes); null: true for qlora, false otherwise")
+    loss_kernel: LossKernel | None = Field(
+        default=None, description="how the LM head's logits and the loss are computed (tools/perf/loss.py): fused "
+        "(Megatron's vocab-parallel cross-entropy, one fp32 softmax made and turned into the gradient in place: 4 B "
+        "per token per vocabulary entry), materialised (the Hugging Face models and torchtitan: the whole logits "
+        "upcast to fp32, the log-softmax saved, its gradient apart: 12 B), chunked (torchtune's "
+        "CEWithChunkedOutputLoss: 6.5 B) or fused_linear (Liger, Cut Cross-Entropy, Unsloth: the logits never "
+        "whole, 0 B); null: fused for full training, materialised for lora and qlora (the Hugging Face stacks); "
+        "a search given an engine and no value takes the engine's (tools/engines/support.py ENGINE_LOSS_KERNEL)")
+    dispatcher: Dispatcher = Field(default=Dispatcher.alltoall, description="MoE token dispatcher: alltoall or "
+                                   "allgather (Megatron --moe-token-dispatcher-type; both send BF16 tokens), or "
+                                   "deepep (DeepSeek-V3's DeepEP kernels: FP8 dispatch and BF16 combine under "
+                                   "precision fp8)")
+    capacity_factor: float | None = Field(
+        default=None, gt=0, description="MoE expert capacity factor, experts padded to capacity (Megatron "
+        "--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity); null: dropless")
+    force_balance: bool = Field(default=False, description="router forced to balance tokens over experts, as "
+                                "benchmarks do (Megatron --moe-router-force-load-balancing); false: learned routing "
+                                "and its load imbalance")
+    grouped_gemm: GroupedGemm = Field(default=GroupedGemm.per_expert, description="expert GEMMs: per_expert "
+                                      "(host-issued loop, Megatron/Transformer Engine GroupedLinear) or fused (one "
+                                      "device kernel, e.g. DeepGEMM)")
+    moe_a2a_overlap: bool = Field(
+        default=False, description="Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm, with "
+        "--delay-wgrad-compute): the forward of one micro-batch runs beside the backward of another, layer by layer, "
+        "so each one's expert-parallel all-to-all hides under the other's compute (megatron/core/pipeline_parallel/"
+        "combined_1f1b.py); needs ep > 1, the alltoall or deepep dispatcher, no full recompute and, with pp > 1, "
+        "the interleaved schedule (transformer_config.py)")
+
+
+def _described(model: type[BaseModel], name: str, **kwargs: Any) -> Any:
+    """A Field carrying `model.name`'s description: a field re-typed elsewhere keeps one definition."""
+    return Field(description=model.model_fields[name].description, **kwargs)
+
+
+class ParallelConfig(Layout):
+    """One layout, every knob resolved (tools/config/layout.resolve_config): dp derived, seq and schedule set."""
+
+    dp: int = Field(default=1, ge=1, description="data-parallel size, gpus / (tp*pp*cp)")
+    seq: int = _described(Layout, "seq", ge=1)
+    schedule: Schedule = _described(Layout, "schedule", default=Schedule.one_f_one_b)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def num_microbatches(self) -> int:
+        """m = gbs / (dp * mbs); 1 when no global batch is set."""
+        if self.gbs is None:
+            return 1
+        return self.gbs // (self.dp * self.mbs)
+
+    @property
+    def dp_shard_size(self) -> int:
+        """Data-parallel ranks one ZeRO shard spans: dp_shard, or dp when unset (full sharding)."""
+        return self.dp_shard or self.dp
+
+    @property
+    def dp_replicas(self) -> int:
+        """Replicas of each ZeRO shard (hybrid sharding): dp / dp_shard_size; 1 with full sharding."""
+        return self.dp // self.dp_shard_size
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel size: etp, or tp when unset (Megatron's default)."""
+        return self.etp or self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size: tp * cp * dp / (etp * ep). MoE Parallel Folding lays the expert
+        grid etp x ep x edp over the same tp x cp x dp ranks of each pipeline stage (moe.py)."""
+        return max(1, self.tp * self.cp * self.dp // (self.expert_tp * self.ep))
+
+    def layout(self) -> dict[str, Any]:
+        """The Layout fields of this config (what estimate/export take back to reproduce it)."""
+        return {name: getattr(self, name) for name in Layout.model_fields}
+
+
+FINE_TUNING_KNOBS = ("method", "lora_rank", "lora_targets")
+"""The Layout knobs that choose what is trained (full weights, or LoRA/QLoRA adapters of a rank on some
+targets): a plan that leaves them out plans full training."""
+
+SEARCHED_KNOBS = ("tp", "pp", "cp", "ep", "vpp", "zero", "dp_shard", "mbs", "recompute", "schedule")
+"""The Layout knobs a search varies unless pinned (tools/search/driver.py Pins holds one slot per name)."""
+SEARCH_FIXED_KNOBS = tuple(name for name in Layout.model_fields if name not in SEARCHED_KNOBS)
+"""The Layout knobs a search takes as given, every one it does not vary (null: the shared default
+rule); tools/search/space.FIXED_DEFAULTS resolves them."""
+SEARCH_CHOSEN_KNOBS = ("recompute_modules", "bf16_moments", "fp8_activations")
+"""Fixed knobs a search chooses per layout when the request leaves them null (tools/search/recipes.py)."""
+SEARCH_CHOSEN_RULE = ("the search chooses per layout: the fewest recompute modules that fit (cheapest per GiB "
+                      "first), and with precision fp8 DeepSeek-V3's low-precision storage (bf16_moments with "
+                      "fp8_activations) only where a layout needs it to fit")
+"""What null means for SEARCH_CHOSEN_KNOBS in a search (CLI help and tool schema)."""
+
+
+def search_chosen_description(name: str) -> str:
+    """A SEARCH_CHOSEN_KNOBS field's description for a search: its meaning, then SEARCH_CHOSEN_RULE."""
+    meaning = (Layout.model_fields[name].description or "").split("; null:")[0]
+    return f"{meaning}; null: {SEARCH_CHOSEN_RULE}"
+
+
+SEARCH_JOB_EXCLUDED = ("ramp_start_gbs", "ramp_tokens")
+"""Job fields a search does not take (a batch ramp is priced by estimate)."""
+
+
+def search_fields() -> dict[str, Any]:
+    """The search's inputs, name -> FieldInfo: the Job (less the ramp), the Layout knobs it searches or
+    fixes, and the SearchOptions. `trainplan search`, the search_configs tool and trainplan.search take these."""
+    fields = fields_of(Job, exclude=SEARCH_JOB_EXCLUDED)
+    fields.update({name: Layout.model_fields[name] for name in (*SEARCHED_KNOBS, *SEARCH_FIXED_KNOBS)})
+    fields.update(SearchOptions.model_fields)
+    return fields
+
+
+class SearchOptions(BaseModel):
+    """What a search optimises and may use, beyond the Job and the Layout knobs it searches."""
+
+    objective: Objective = Field(default=Objective.throughput, description="what to rank by: throughput (most "
+                                 "tokens/s), cost (fewest dollars; GPU-seconds per step without tokens), time "
+                                 "(fewest days)")
+    top_k: int = Field(default=5, ge=1, description="how many of the best layouts to return")
+    max_gpus: int | None = Field(default=None, description="also try other GPU counts: max_gpus and halvings of it "
+                                 "down to what the model needs, plus gpus; null: exactly gpus")
+    deadline_days: float | None = Field(default=None, description="reject layouts whose training takes longer than "
+                                        "this many days (needs tokens); null: no deadline")
+    budget_usd: Annotated[float | None, Cli("--budget")] = Field(
+        default=None, description="reject layouts whose training costs more dollars than this (needs tokens); "
+                                  "null: no budget")
+    allow_cross_node_tp: bool = Field(default=False, description="allow tp larger than a node")
+    evidence_margin: float = Field(default=EVIDENCE_MARGIN, ge=0, description="how much better on the objective a "
+                                   "layout outside the evals' evidence (tools/search/evidence.py: CP at short sequence, "
+                                   "DualPipe on dense, uneven PP, ...) must be than the best inside it to lead")
+    pareto: bool = Field(default=False, description="also report the days/cost front across GPU counts (needs tokens)")
+    engine: str | None = Field(default=None, description="keep only layouts this engine runs: megatron, deepspeed, "
+                               "torchtitan, accelerate, axolotl, llamafactory or trl (tools/engines/support.py); null: any layout")
+
+
+# --- the result ----------------------------------------------------------------------------------
+
+
+class Result(BaseModel):
+    """Base of the result models. Fields are read as attributes (`estimate.time.step_s`).
+
+    Transitional: `result["time"]["step_s"]`, `"time" in result` and `result.get(...)` also work, so
+    that code written against the former dict result keeps running while it moves to attributes
+    (the dump is the same object). A section that is None counts as absent for `in` and `get`."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in type(self).model_fields and key not in type(self).model_computed_fields:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and getattr(self, key, None) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = getattr(self, key, None)
+        return default if value is None else value
+
+
+class Params(Result):
+    total: int = Field(description="parameters of the main model (MTP modules apart)")
+    active: int = Field(description="parameters active per token (MoE: shared + top-k experts)")
+    mtp: int = Field(default=0, description="multi-token-prediction parameters, counted apart")
+    trainable: int = Field(default=0, description="parameters the run updates: total + mtp, or the adapters with "
+                                                  "method lora/qlora")
+
+
+class MemoryGiB(Result):
+    """Memory per GPU on the most loaded rank, GiB (2^30 B)."""
+
+    weights: float = Field(description="model weights held by this rank")
+    gradients: float = Field(description="gradient buffer")
+    optimizer: float = Field(description="fp32 master weights and Adam moments held on the GPU")
+    activations: float = Field(description="activations kept for the backward pass, all in-flight micro-batches")
+    other: float = Field(description="workspace, logits, communication buffers, allocator reserve")
+    total: float = Field(description="sum of the parts")
+    capacity: float = Field(description="the GPU's usable memory")
+
+    @computed_field(description="capacity - total, GiB (negative when it does not fit)")
+    @property
+    def headroom(self) -> float:
+        return self.capacity - self.total
+
+    @computed_field(description="headroom / capacity")
+    @property
+    def headroom_share(self) -> float:
+        return self.headroom / self.capacity
+
+
+class StepTime(Result):
+    """One training step on the critical pipeline stage; breakdown sums to step_s.
+
+    Built from tools/perf/step.py's StepResult.to_dict(); a key step.py adds before it is typed here passes
+    through (extra="allow") rather than being dropped."""
+
+    model_config = ConfigDict(extra="allow")
+
+    step_s: float = Field(description="seconds per training step")
+    tokens_per_s: float = Field(description="training tokens per second, whole job")
+    tokens_per_s_per_gpu: float = Field(description="tokens_per_s / gpus")
+    tflops_per_gpu: float = Field(description="model TFLOP/s per GPU (3 x forward, no recompute, attention scores "
+                                              "counted causally, as Megatron-Core counts them)")
+    hardware_tflops_per_gpu: float = Field(description="model + recompute TFLOP/s per GPU")
+    mfu: float = Field(description="model FLOPs utilisation: tflops_per_gpu / peak_tflops")
+    hfu: float = Field(description="hardware FLOPs utilisation: the FLOPs the kernels run (causal under flash, "
+                                   "full under eager), recompute included")
+    tflops_per_gpu_full_attention: float = Field(description="model TFLOP/s per GPU with attention counted without "
+                                                             "the causal discount (the PaLM convention)")
+    mfu_full_attention: float = Field(description="tflops_per_gpu_full_attention / peak_tflops; can pass hfu at "
+                                                  "long sequence, as it counts masked work no kernel runs")
+    bubble_fraction: float = Field(description="idle share of the pipeline (simulator)")
+    peak_tflops: float = Field(description="dense peak of the precision used, the MFU denominator")
+    mfu_denominator: str = Field(description="which peak and which FLOPs convention MFU uses")
+    breakdown: dict[str, float] = Field(description="seconds per part: compute, comm/tp, comm/cp, comm/ep, bubble, "
+                                                    "comm/dp, optimizer; with blocking_p2p also comm/pp")
+
+    @computed_field(description="each breakdown part / step_s")
+    @property
+    def shares(self) -> dict[str, float]:
+        return {part: _share(seconds, self.step_s) for part, seconds in self.breakdown.items()}
+
+    @computed_field(description="exposed communication (the comm/* parts) / step_s")
+    @property
+    def comm_share(self) -> float:
+        return _share(sum(s for part, s in self.breakdown.items() if part.startswith("comm/")), self.step_s)
+
+    @computed_field(description="the pipeline bubble part / step_s")
+    @property
+    def bubble_share(self) -> float:
+        return _share(self.breakdown.get("bubble", 0.0), self.step_s)
+
+
+def _share(part_s: float, step_s: float) -> float:
+    """part / step; float dust from summing the simulator's times (|share| < 1e-12) reads as 0."""
+    share = part_s / step_s
+    return 0.0 if abs(share) < 1e-12 else share
+
+
+class Training(Result):
+    """The whole run: steps, days, GPU-hours and dollars (tools/perf/cost.py's CostResult)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    tokens: float = Field(description="training tokens")
+    steps: int = Field(description="optimizer steps")
+    days: float = Field(description="wall-clock days, goodput included")
+    gpu_hours: float = Field(description="GPU-hours, goodput included")
+    cost_usd: float = Field(description="dollars: gpu_hours x price")
+    goodput: float = Field(description="share of wall-clock time that trains")
+    price_per_gpu_hour: float = Field(description="dollars per GPU-hour used")
+
+
+class Config(ParallelConfig, Result):
+    """The full layout actually used, every knob resolved, with the job it ran on."""
+
+    model: str = _described(Job, "model")
+    gpu: str = _described(Job, "gpu")
+    gpus: int = _described(Job, "gpus")
+    gpus_per_node: int = _described(Job, "gpus_per_node")
+    intra_node_bw: float = _described(Job, "intra_node_bw")
+    inter_node_bw: float = _described(Job, "inter_node_bw")
+    gpus_per_host: int = Field(description="GPUs per server (never more than gpus_per_node)")
+    interconnect: str = Field(description="the fast domain's fabric: nvlink, xgmi or pcie")
+
+    @computed_field(description="micro-batches per step, gbs / (dp*mbs); null without gbs")
+    @property
+    def num_microbatches(self) -> int | None:
+        return None if self.gbs is None else self.gbs // (self.dp * self.mbs)
+
+    @model_serializer(mode="wrap")
+    def _job_first(self, handler):
+        data = handler(self)
+        return {key: data[key] for key in _CONFIG_ORDER if key in data} | data
+
+
+_CONFIG_ORDER = ("model", "gpu", "gpus", "tp", "pp", "cp", "ep", "dp")
+
+
+_OPTIONAL_SECTIONS = ("reason", "time", "pipeline", "training", "notes")
+
+
+class Estimate(Result):
+    """Memory, time and cost of one layout: `trainplan estimate --json` and `trainplan.estimate(...)`.
+
+    A section that was not computed (time without gbs, training without tokens, reason when it fits)
+    is None here and left out of the dump."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    params: Params = Field(description="parameter counts")
+    memory_gib: MemoryGiB = Field(description="memory per GPU on the most loaded rank")
+    fits: bool = Field(description="whether the layout fits in the GPU's memory (minus headroom_gib)")
+    reason: str | None = Field(default=None, description="why it does not fit; null when it fits")
+    time: StepTime | None = Field(default=None, description="step time; null without gbs")
+    pipeline: dict[str, Any] | None = Field(default=None, description="the simulated pipeline (timeline=True)")
+    training: Training | None = Field(default=None, description="run cost; null without tokens and gbs")
+    config: Config = Field(description="the full layout actually used")
+    notes: list[str] | None = Field(default=None, description="what was assumed or could not be computed")
+
+    @model_serializer(mode="wrap")
+    def _leave_out_absent(self, handler):
+        data = handler(self)
+        for key in _OPTIONAL_SECTIONS:
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+
+# --- deriving argument models ----------------------------------------------------------------------
+
+
+def fields_of(*models: type[BaseModel], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """name -> FieldInfo of the models' fields, in order, less `exclude`."""
+    return {name: info for model in models for name, info in model.model_fields.items() if name not in exclude}
+
+
+def optional_model(name: str, fields: dict[str, Any], *, base: type[BaseModel] = BaseModel,
+                   required: tuple[str, ...] = (), descriptions: dict[str, str] | None = None) -> type[BaseModel]:
+    """A model with `fields` (name -> FieldInfo), each `X | None = None` (null: the field's default rule)
+    except those in `required`. Tool argument models are built this way, so that OpenAI strict mode
+    (every field present, null allowed) works and no knob is written twice."""
+    from pydantic import create_model
+
+    built: dict[str, Any] = {}
+    descriptions = descriptions or {}
+    for field_name, info in fields.items():
+        description = descriptions.get(field_name, info.description)
+        annotation = _inline_choices(info.annotation)
+        if field_name in required:
+            built[field_name] = (annotation, Field(description=description))
+            continue
+        if info.default is not None and "null:" not in description:
+            description = f"{description}; null: {shown_default(info.default)}"
+        before = [m for m in info.metadata if isinstance(m, BeforeValidator)]  # e.g. CommaSeparated
+        optional = Annotated[(annotation | None, *before)] if before else annotation | None
+        built[field_name] = (optional, Field(default=None, description=description))
+    return create_model(name, __base__=base, **built)
+
+
+def _inline_choices(annotation: Any) -> Any:
+    """An Enum type as a Literal of its values, so that a tool schema lists them inline."""
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return Literal[tuple(member.value for member in annotation)]  # type: ignore[valid-type]
+    arguments = get_args(annotation)
+    if arguments and get_origin(annotation) in (Union, UnionType):
+        return Union[tuple(_inline_choices(a) for a in arguments)]  # type: ignore[return-value]
+    return annotation
+
+
+def shown_default(value: Any) -> str:
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def field_docs(*models: type[BaseModel]) -> str:
+    """`name: description` lines for the fields of `models` (API docstrings)."""
+    lines = []
+    for model in models:
+        for name, info in model.model_fields.items():
+            lines.append(f"    {name}: {info.description}")
+    return "\n".join(lines)
+
+
+__all__ = ["Cli", "Config", "cli_of", "DEFAULT_GBS_RULE", "DEFAULT_GOODPUT", "DEFAULT_SEQ_CAP", "DEFAULT_SEQ_RULE",
+           "Estimate", "Job", "Layout", "Objective", "SEARCHED_KNOBS", "SearchOptions", "search_fields", "MemoryGiB", "ParallelConfig", "Params",
+           "Attention", "OffloadModule", "Precision", "Recompute", "RecomputeModule", "Schedule", "StepTime", "Training", "default_gbs", "default_seq",
+           "optional_model", "shown_default", "field_docs", "fields_of"]

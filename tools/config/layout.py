@@ -1,0 +1,232 @@
+"""Resolve a Layout (contract.py) into one validated ParallelConfig.
+
+Every check names all of its factors, e.g. "tp*pp*cp=24 does not divide gpus=64".
+"""
+
+from __future__ import annotations
+
+import functools
+
+from typing import Any
+
+from trainplan.tools.config.codes import RECOMPUTE_CODES, SCHEDULE_CODES
+from trainplan.tools.config.contract import Dispatcher, GroupedGemm, Layout, default_seq
+from trainplan.tools.config.plan_defaults import default_gbs, default_gbs_reason
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.perf.recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
+from trainplan.tools.perf.recompute import module_applies
+from trainplan.tools.config.contract import OffloadModule
+from trainplan.tools.hardware.specs import Attention, ModelSpec, ParallelConfig, Precision, Recompute, RecomputeModule, Schedule
+from trainplan.tools.config.validity import Knobs, check
+from trainplan.tools.perf.finetune import is_lora, resolve_method, resolved_fp32_norms
+from trainplan.tools.perf.loss import LossKernel, resolved_loss_kernel
+
+
+def _positive(name: str, value: int | float | None) -> None:
+    if value is not None and value <= 0:
+        raise InputError(f"{name}={value} must be a positive number")
+
+
+def _choice(enum: type, name: str, value):
+    try:
+        return enum(value)
+    except ValueError:
+        options = ", ".join(member.value for member in enum)
+        raise InputError(f"{name}='{value}' is not one of: {options}") from None
+
+
+def layers_per_stage(num_layers: int, pp: int, last_stage_extra: float = 0.0) -> list[int]:
+    """Split L layers over pp stages as evenly as possible; any extra layers go to the middle stages.
+
+    The first stage also holds the embedding and the last the LM head and loss, so Llama 3 405B's
+    126 layers on PP16 give the first and last stage one fewer layer (Llama 3 paper §3.3.2).
+    `last_stage_extra` is other work on the last stage in layer-equivalents (the LM head, an MTP
+    module): when it reaches half a layer or more, the last stage gets correspondingly fewer layers
+    (keeping at least one) and the rest are split evenly.
+    """
+    if pp == 1:
+        return [num_layers]
+    last = None
+    if round(last_stage_extra) >= 1:
+        last = max(1, min(num_layers - (pp - 1), round((num_layers + last_stage_extra) / pp - last_stage_extra)))
+        num_layers, pp = num_layers - last, pp - 1
+    base, extra = divmod(num_layers, pp)
+    counts = [base] * pp
+    # Hand the extra layers to the stages away from the ends first.
+    ends = (0, pp - 1) if last is None else (0,)
+    order = sorted(range(pp), key=lambda i: (i in ends, abs(i - (pp - 1) / 2)))
+    for i in order[:extra]:
+        counts[i] += 1
+    return counts if last is None else counts + [last]
+
+
+def model_layers_per_stage(model: ModelSpec, pp: int) -> list[int]:
+    """layers_per_stage for a model (a fresh list; _model_layers_per_stage is cached per model and pp,
+    as the search asks for the same split many times)."""
+    return list(_model_layers_per_stage(model, pp))
+
+
+@functools.lru_cache(maxsize=1024)
+def _model_layers_per_stage(model: ModelSpec, pp: int) -> tuple[int, ...]:
+    """layers_per_stage for a model. Megatron's even split by default (so a plan runs with its
+    default flags and its theoretical memory formula applies); a model with MTP modules, which run
+    on the last stage beside the LM head, gets that stage balanced against them.
+
+    One layer-equivalent is the mean active parameters of a block (its GEMM FLOPs per token / 2);
+    the LM head is h*V of them, and an MTP module is one block plus another pass of the head.
+    """
+    if not model.num_mtp_layers:
+        return tuple(layers_per_stage(model.num_layers, pp))
+    from trainplan.tools.hardware.counting import count_params
+
+    counts = count_params(model)
+    per_layer = sum(layer.active for layer in counts.layers) / model.num_layers
+    head = model.hidden_size * model.vocab_size / per_layer
+    return tuple(layers_per_stage(model.num_layers, pp, head + model.num_mtp_layers * (1 + head)))
+
+
+def resolve_recompute_modules(model: ModelSpec, recompute: Recompute,
+                              modules: str | tuple | list | None) -> tuple[RecomputeModule, ...] | None:
+    """The modules selective recompute reruns, in RecomputeModule order (recompute.py); None unless
+    recompute is selective. Text is split at commas ("layernorm,mla_up_proj,moe_act")."""
+    if isinstance(modules, str):
+        modules = [part.strip() for part in modules.split(",") if part.strip()]
+    if modules is None or (recompute is not Recompute.selective and not modules):
+        return DEFAULT_RECOMPUTE_MODULES if recompute is Recompute.selective else None
+    if recompute is not Recompute.selective:
+        raise InputError(f"recompute_modules needs recompute=selective (got recompute={recompute.value}): "
+                         "use --recompute selective or drop the modules")
+    if not modules:
+        raise InputError("recompute_modules is empty: name at least one module, or use recompute=none")
+    chosen = {_choice(RecomputeModule, "recompute_modules", m) for m in modules}
+    missing = [m.value for m in RecomputeModule if m in chosen and not module_applies(model, m)]
+    if missing:
+        raise InputError(f"{model.name} has no {', '.join(missing)} module to recompute: "
+                         "mla_up_proj needs MLA, moe and moe_act an MoE layer, mlp a dense layer")
+    return tuple(m for m in RecomputeModule if m in chosen)
+
+
+def resolve_offload_modules(model: ModelSpec, modules: str | tuple | list | None) -> tuple[OffloadModule, ...] | None:
+    """The modules whose activations are offloaded (offload.py), in OffloadModule order; None for
+    none. Text is split at commas ("expert_fc1,moe_act")."""
+    if isinstance(modules, str):
+        modules = [part.strip() for part in modules.split(",") if part.strip()]
+    if not modules:
+        return None
+    chosen = {_choice(OffloadModule, "offload_modules", m) for m in modules}
+    moe_only = [m.value for m in (OffloadModule.expert_fc1, OffloadModule.moe_act) if m in chosen]
+    if moe_only and not model.is_moe:
+        raise InputError(f"{model.name} is dense: {', '.join(moe_only)} offloading needs an MoE model")
+    return tuple(m for m in OffloadModule if m in chosen)
+
+
+def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *, fp8_supported: bool = True,
+                   **given: Any) -> ParallelConfig:
+    """Validate a layout for a model on gpus GPUs and return it with every knob resolved.
+
+    The knobs are the fields of contract.Layout, given as a Layout or as keywords (a None keyword
+    means the field's default). Every field reaches the ParallelConfig; the checks below are the
+    rules that relate them to the model and the GPU count.
+    """
+    values = _layout_values(layout, given)
+    tp, pp, cp, ep, vpp, zero, mbs, gbs, seq = (values[k] for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs",
+                                                                    "gbs", "seq"))
+    recompute, schedule, precision = values["recompute"], values["schedule"], values["precision"]
+    sequence_parallel, tp_comm_overlap = values["sequence_parallel"], values["tp_comm_overlap"]
+    for name, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("vpp", vpp),
+                        ("mbs", mbs), ("gbs", gbs), ("seq", seq), ("etp", values["etp"]),
+                        ("dp_shard", values["dp_shard"]),
+                        ("capacity_factor", values["capacity_factor"])):
+        _positive(name, value)
+    if zero not in (0, 1, 2, 3):
+        raise InputError(f"zero={zero} is not a ZeRO stage: use 0, 1, 2 or 3")
+    recompute = _choice(Recompute, "recompute", recompute)
+    recompute_modules = resolve_recompute_modules(model, recompute, values["recompute_modules"])
+    precision = _choice(Precision, "precision", precision)
+    attention = _choice(Attention, "attention", values["attention"])
+    offload_modules = resolve_offload_modules(model, values["offload_modules"])
+    if not values["save_mlp_act_output"] and not module_applies(model, RecomputeModule.mlp):
+        raise InputError(f"{model.name} has no dense MLP layer: save_mlp_act_output=false applies to dense MLPs; "
+                         "use --save-mlp-act-output, or recompute_modules=moe_act for the experts")
+    moe_knobs = [name for name, value, default in (
+        ("capacity_factor", values["capacity_factor"], None), ("force_balance", values["force_balance"], False),
+        ("dispatcher", values["dispatcher"], Dispatcher.alltoall.value),
+        ("grouped_gemm", values["grouped_gemm"], GroupedGemm.per_expert.value))
+        if value is not None and getattr(value, "value", value) != default]
+    if moe_knobs and not model.is_moe:
+        raise InputError(f"{', '.join(moe_knobs)}: MoE routing and expert settings, and {model.name} is dense: "
+                         "drop " + ", ".join(f"--{name.replace('_', '-')}" for name in moe_knobs))
+    if values["fp8_activations"] and precision is not Precision.fp8:
+        raise InputError("fp8_activations needs precision=fp8 (FP8 GEMMs): use --precision fp8 or drop it")
+    if precision is Precision.fp8 and not fp8_supported:
+        raise InputError("precision=fp8 needs FP8 tensor cores (Hopper or newer): use --precision bf16")
+    method, lora_rank, lora_targets = resolve_method(values["method"], values["lora_rank"], values["lora_targets"],
+                                                     model, precision)
+    seq = seq or default_seq(model.max_seq_len, fine_tune=is_lora(method))
+    loss_kernel = resolved_loss_kernel(_choice(LossKernel, "loss_kernel", values["loss_kernel"])
+                                       if values["loss_kernel"] is not None else None, method)
+
+    if schedule is None:
+        schedule = Schedule.interleaved if vpp > 1 else Schedule.one_f_one_b
+    schedule = _choice(Schedule, "schedule", schedule)
+    dispatcher = _choice(Dispatcher, "dispatcher", values["dispatcher"])
+    grouped_gemm = _choice(GroupedGemm, "grouped_gemm", values["grouped_gemm"])
+    etp = values["etp"] if values["etp"] and values["etp"] != tp else None   # null: expert TP = tp
+    if values["moe_a2a_overlap"]:
+        check_moe_a2a_overlap_job(model, dispatcher)
+    knobs = Knobs(gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, seq=seq, gbs=gbs,
+                  schedule=SCHEDULE_CODES[schedule], sequence_parallel=sequence_parallel, etp=etp,
+                  moe_a2a_overlap=values["moe_a2a_overlap"], recompute=RECOMPUTE_CODES[recompute],
+                  dp_shard=values["dp_shard"], zero=zero)
+    check(model, knobs)   # validity.RULES, the search's rules too (moe_a2a_overlap's ep, schedule, recompute)
+    dp = int(knobs.dp)
+    dp_shard = values["dp_shard"] if values["dp_shard"] and values["dp_shard"] != dp else None   # null: dp
+
+    values.update(dp=dp, seq=seq, recompute=recompute, recompute_modules=recompute_modules,
+                  offload_modules=offload_modules, schedule=schedule,
+                  precision=precision, attention=attention, etp=etp, dp_shard=dp_shard, dispatcher=dispatcher,
+                  grouped_gemm=grouped_gemm,
+                  sequence_parallel=sequence_parallel and tp > 1, tp_comm_overlap=tp_comm_overlap and tp > 1,
+                  method=method, lora_rank=lora_rank, lora_targets=lora_targets, loss_kernel=loss_kernel,
+                  fp32_norms=resolved_fp32_norms(values["fp32_norms"], method))
+    return ParallelConfig(**values)
+
+
+def check_moe_a2a_overlap_job(model: ModelSpec, dispatcher: Dispatcher) -> None:
+    """What the whole job must have for Megatron-Core's combined 1F1B (transformer_config.py,
+    overlap_moe_expert_parallel_comm): experts, and the alltoall or deepep dispatcher. Its conditions on
+    each layout (ep, schedule, recompute) are validity.RULES, which the search applies per layout."""
+    if not model.is_moe:
+        raise InputError(f"moe_a2a_overlap: MoE routing and expert settings, and {model.name} is dense: "
+                         "drop --moe-a2a-overlap")
+    if dispatcher is Dispatcher.allgather:
+        raise InputError("moe_a2a_overlap needs the alltoall or deepep dispatcher: use --dispatcher alltoall")
+
+
+def resolve_with_batch(model: ModelSpec, gpus: int, *, fp8_supported: bool = True,
+                       **knobs: Any) -> tuple[ParallelConfig, str | None]:
+    """resolve_config, with a null gbs replaced by the shared default rule (contract.DEFAULT_GBS_RULE, the
+    fine-tuning default for method lora/qlora, rounded up to a multiple of dp*mbs); also returns the note that says so (None when gbs was given)."""
+    cfg = resolve_config(model, gpus, fp8_supported=fp8_supported, **knobs)
+    if cfg.gbs is not None:
+        return cfg, None
+    unit = cfg.dp * cfg.mbs
+    from trainplan.tools.hardware.counting import count_params   # counting imports this module
+
+    params = count_params(model).total
+    fine_tune = is_lora(cfg.method)
+    gbs = -(-default_gbs(cfg.seq, gpus, params, fine_tune) // unit) * unit
+    cfg = resolve_config(model, gpus, fp8_supported=fp8_supported, **{**knobs, "gbs": gbs})
+    return cfg, f"gbs not given: used {gbs} sequences; {default_gbs_reason(cfg.seq, gpus, params, fine_tune)}"
+
+
+def _layout_values(layout: Layout | None, knobs: dict[str, Any]) -> dict[str, Any]:
+    """Every Layout field: from `layout`, then the keywords that are not None, then the defaults."""
+    unknown = sorted(set(knobs) - set(Layout.model_fields))
+    if unknown:
+        raise InputError(f"unknown layout knob(s) {', '.join(unknown)}: use {', '.join(Layout.model_fields)}")
+    values = {name: info.default for name, info in Layout.model_fields.items()}
+    if layout is not None:
+        values.update({name: getattr(layout, name) for name in Layout.model_fields})
+    values.update({name: value for name, value in knobs.items() if value is not None})
+    return values

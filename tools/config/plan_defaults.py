@@ -1,0 +1,124 @@
+"""Defaults the search and the planner share when a request leaves them open: the memory headroom,
+the global batch, and how much speed a simpler layout may give up. Each is stated once here; the
+search, the tools, the planner and the report read them from here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trainplan.tools.core.errors import InputError
+
+DEFAULT_HEADROOM = 0.10
+"""Share of each GPU's memory a searched or planned layout leaves free (the report flags less as a
+risk): the allocator's fragmentation, NCCL's lazily grown buffers and activation spikes of real
+runs, which the memory model only approximates. One value for search and plan."""
+
+SIMPLER_MARGIN = 0.03
+"""A simpler layout (fewer parallel dimensions, engine defaults) is preferred over the fastest when it
+is at most 3% slower on the objective: within the step-time model's own uncertainty, and what a
+practitioner gives up for fewer moving parts."""
+
+EVIDENCE_MARGIN = 0.05
+"""How much better on the objective (5%) a layout outside the evals' evidence (tools/search/evidence.py, the
+one definition of a departure) must be than the best layout inside it to be recommended: more than
+the 3% within which layouts count as equal (SIMPLER_MARGIN) and about the held-out dense step-time
+MAPE (5.8%, README), so that a win within the model's own error does not buy an untested shape (issue
+20's default). A preference, not a rule of physics. SearchOptions.evidence_margin."""
+
+COST_SLACK = 0.05
+"""'Cheapest' takes the fastest plan whose cost is at most 5% above the lowest (agent/tradeoffs.py): a
+plan that saves 0.5% by taking 16 times as long (16 GPUs for 88 days against 256 for 5.5, issue 20) is
+not what the request means; the report states the trade. A preference, as SIMPLER_MARGIN."""
+
+DEADLINE_MARGIN = 0.10
+"""A plan for a deadline is sized to finish this share early (30 days: 27): restarts, slow nodes and
+the model's own error (agent/advice.py states the band) eat into a plan with no margin. When no count
+meets the tighter date, the plan sizes to the deadline itself and says it has no margin."""
+
+# Tokens per optimizer step that published runs used, by total parameters. log-log interpolation
+# between these points, flat beyond the ends.
+TOKENS_PER_STEP_POINTS = (
+    (0.76e9, 0.5e6, "GPT-3 125M-760M: 0.5M tokens (Brown et al. 2020, Table 2.1)"),
+    (1.3e9, 1.0e6, "GPT-3 1.3B and 2.7B: 1M tokens (Brown et al. 2020, Table 2.1)"),
+    (7e9, 4.0e6, "Llama 2 7B-70B: 4M tokens (Touvron et al. 2023, §2.2)"),
+    (70e9, 4.0e6, "Llama 2 70B: 4M tokens (Touvron et al. 2023, §2.2)"),
+    (405e9, 16.0e6, "Llama 3 405B: 16M tokens after 2.87T tokens (Llama 3 paper, §3.4.1)"),
+    (671e9, 15360 * 4096, "DeepSeek-V3 671B: 15,360 x 4,096 = 62.9M tokens (DeepSeek-V3 report, §4.2)"),
+)
+GPUS_PER_SEQUENCE = 8
+"""At least one sequence per 8 GPUs, so that even a TP8 layout gives every data-parallel rank a
+micro-batch (Llama 3 405B on 16K GPUs: 16M tokens per step at seq 8192 = 2048 sequences)."""
+LONG_SEQ_TOKENS_PER_RANK = 8192
+"""Beyond this sequence length one sequence spans seq / 8,192 context-parallel ranks, so the floor is
+one sequence per 8 x seq / 8,192 GPUs: the batch stays in tokens per step, not sequences. Llama 3 405B
+kept 16M tokens per step at 131K on 16K GPUs with CP16 (8,192 tokens per rank; Llama 3 paper §3.3.2,
+§3.4.2): 128 sequences, where one sequence per 8 GPUs would be 2,048 (268M tokens)."""
+DEFAULT_GBS_RULE = (
+    "the tokens per step published runs of the model's size used (GPT-3 Table 2.1 up to 2.7B, "
+    "Llama 2's 4M for 7B-70B, Llama 3 405B's 16M, DeepSeek-V3's 62.9M; log-log in between), as the "
+    "nearest power of two of sequences, and at least one sequence per 8 GPUs (8 x seq/8192 beyond 8K); "
+    "with method lora or qlora, "
+    "16 sequences (a fine-tuning default), or one per 8 GPUs when that is more"
+)
+
+
+def tokens_per_step(total_params: float) -> float:
+    """Tokens per step of published runs near this size (TOKENS_PER_STEP_POINTS)."""
+    if not total_params > 0:
+        raise InputError(f"total_params={total_params} must be positive to choose a default batch")
+    sizes = np.log([p for p, _, _ in TOKENS_PER_STEP_POINTS])
+    tokens = np.log([t for _, t, _ in TOKENS_PER_STEP_POINTS])
+    return float(np.exp(np.interp(math.log(total_params), sizes, tokens)))
+
+
+def default_gbs(seq: int, gpus: int, total_params: float, fine_tune: bool = False) -> int:
+    """Global batch in sequences when the request gives none; see DEFAULT_GBS_RULE (default_finetune_gbs for a
+    fine-tune)."""
+    if fine_tune:
+        return default_finetune_gbs(gpus)
+    if seq <= 0 or gpus <= 0:
+        raise InputError(f"seq={seq} and gpus={gpus} must be positive to choose a default gbs")
+    by_tokens = 2 ** max(0, round(math.log2(tokens_per_step(total_params) / seq)))
+    by_gpus = 2 ** math.ceil(math.log2(max(1.0, gpus / gpus_per_sequence(seq))))
+    return max(by_tokens, by_gpus)
+
+
+def gpus_per_sequence(seq: int) -> float:
+    """GPUs per sequence of the batch floor: GPUS_PER_SEQUENCE, times seq / LONG_SEQ_TOKENS_PER_RANK
+    beyond it."""
+    return GPUS_PER_SEQUENCE * max(1.0, seq / LONG_SEQ_TOKENS_PER_RANK)
+
+
+def default_gbs_reason(seq: int, gpus: int, total_params: float, fine_tune: bool = False) -> str:
+    """The sentence an assumption states for default_gbs: the figure, its tokens and its source."""
+    gbs = default_gbs(seq, gpus, total_params, fine_tune)
+    if fine_tune:
+        return (f"{gbs} sequences ({gbs * seq:,} tokens per step), a fine-tuning default ({FINETUNE_SOURCE}), at "
+                f"least one sequence per {GPUS_PER_SEQUENCE} GPUs")
+    nearest = min(TOKENS_PER_STEP_POINTS, key=lambda point: abs(math.log(point[0] / total_params)))
+    return (f"{gbs} sequences ({gbs * seq:,} tokens per step): published runs of {total_params / 1e9:.3g}B "
+            f"parameters used about {tokens_per_step(total_params) / 1e6:.3g}M tokens per step (nearest: "
+            f"{nearest[2]}), at least one sequence per {gpus_per_sequence(seq):g} GPUs")
+
+# Fine-tuning defaults: a fine-tune (LoRA, QLoRA, or a request that says "fine-tune"/"SFT") is not a
+# pre-training run, and the pre-training defaults above (4M tokens per step, the model's full context)
+# describe none. One published fine-tuning recipe states both: the QLoRA paper's Guanaco runs
+# (Dettmers et al. 2023, Appendix B; artidoro/qlora scripts/finetune_guanaco_*.sh: per-device batch 1 x
+# 16 accumulation steps, target_max_len 512, 1875 steps on OASST1).
+FINETUNE_GBS = 16
+"""Global batch of a fine-tune that gives none, in sequences (QLoRA's Guanaco runs)."""
+FINETUNE_SEQ = 512
+"""Sequence length of a fine-tune that gives none (QLoRA's Guanaco runs, target_max_len 512)."""
+FINETUNE_SOURCE = ("as in the QLoRA paper's Guanaco runs, Dettmers et al. 2023, Appendix B; artidoro/qlora "
+                   "scripts/finetune_guanaco_*.sh")
+
+
+def default_finetune_gbs(gpus: int) -> int:
+    """Global batch of a fine-tune that gives none: FINETUNE_GBS, or one sequence per GPUS_PER_SEQUENCE
+    GPUs when that is more (as default_gbs), as a power of two."""
+    if gpus <= 0:
+        raise InputError(f"gpus={gpus} must be positive to choose a default gbs")
+    return max(FINETUNE_GBS, 2 ** math.ceil(math.log2(max(1.0, gpus / GPUS_PER_SEQUENCE))))

@@ -1,0 +1,218 @@
+"""What every exporter shares: the result type, the export error, and the batch identity.
+
+Batch identity (the contract's vocabulary, tools/config/contract.py; sequences):
+    gbs = mbs x dp x m,   dp = gpus / (tp*pp*cp),   m = gradient-accumulation steps
+          (with pp > 1, m is also the number of pipeline micro-batches per step).
+Each exporter writes the three factors in the engine's own keys, and every file repeats the identity
+so that a reader can check it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.hardware.specs import Attention, ModelSpec, ParallelConfig
+from trainplan.tools.config.contract import Launch
+
+
+class ExportError(InputError):
+    """The layout cannot be written for this engine. One line: what the engine lacks and what to do."""
+
+
+class ExportResult(BaseModel):
+    """One engine's launch settings for one layout."""
+
+    engine: str = Field(description="megatron, deepspeed, torchtitan, accelerate, axolotl, llamafactory or trl")
+    filename_suggestion: str = Field(description="a file name that fits the engine's convention")
+    content: str = Field(description="the file's text, ready to save")
+    format: Literal["args", "json", "toml", "yaml"] = Field(description="how content is written")
+    notes: list[str] = Field(default_factory=list, description="what the engine maps differently, and what to add")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """global = micro x data_parallel x accumulation, in sequences."""
+
+    micro: int
+    data_parallel: int
+    accumulation: int
+
+    @property
+    def global_(self) -> int:
+        return self.micro * self.data_parallel * self.accumulation
+
+    def identity(self) -> str:
+        return (f"global batch {self.global_} = micro-batch {self.micro} x data-parallel {self.data_parallel}"
+                f" x accumulation {self.accumulation}")
+
+
+def batch_of(cfg: ParallelConfig) -> Batch:
+    """The batch factors of a resolved layout; without a gbs, one micro-batch per data-parallel rank."""
+    return Batch(micro=cfg.mbs, data_parallel=cfg.dp, accumulation=cfg.num_microbatches)
+
+
+def layout_line(cfg: ParallelConfig) -> str:
+    return (f"tp={cfg.tp} pp={cfg.pp} cp={cfg.cp} ep={cfg.ep} dp={cfg.dp} vpp={cfg.vpp} zero={cfg.zero}"
+            f" schedule={cfg.schedule.value} recompute={cfg.recompute.value} precision={cfg.precision.value}"
+            f" attention={cfg.attention.value} fused_kernels={str(cfg.fused_kernels).lower()}"
+            f" seq={cfg.seq}")
+
+
+def header(engine: str, model: ModelSpec, cfg: ParallelConfig, model_ref: str) -> list[str]:
+    """Comment lines (without the leading '# ') that open every args/TOML/YAML export."""
+    return [
+        f"trainplan export for {engine}: {model_ref} ({model.name}) on {cfg.num_gpus} GPUs",
+        f"layout: {layout_line(cfg)}",
+        f"batch: {batch_of(cfg).identity()} (sequences of {cfg.seq} tokens)",
+    ]
+
+
+def comment_block(lines: list[str]) -> str:
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a model reference."""
+    out = "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in text.rsplit("/", 1)[-1])
+    return out.strip("-.") or "model"
+
+
+def fusion_note(cfg: ParallelConfig, fused_by_default: bool) -> str | None:
+    """What the layout's kernel knobs ask of an engine that does (Megatron) or does not (plain PyTorch
+    models) fuse norms, rotary and SwiGLU by itself: fused_kernels, and save_mlp_act_output=false (a
+    fused SwiGLU that recomputes its product, which no exported engine has a setting for); None when
+    nothing needs doing."""
+    notes = []
+    if cfg.fused_kernels != fused_by_default and cfg.fused_kernels:
+        notes.append("fused_kernels=true: compile the model (torch.compile) or use fused kernels for RMSNorm, rotary"
+                     " and SwiGLU; as loaded, these run as separate PyTorch ops and the step is slower than estimated")
+    elif cfg.fused_kernels != fused_by_default:
+        notes.append("fused_kernels=false has no setting here: this engine fuses norms, rotary and SwiGLU, so the"
+                     " step will be shorter than estimated")
+    if cfg.attention is Attention.flash2 and fused_by_default:
+        notes.append("attention=flash2 (FlashAttention-2) has no setting here: the engine runs Transformer Engine's"
+                     " fused attention, which uses the GPU's own instructions, so on Hopper and newer the step will"
+                     " be shorter than estimated")
+    if cfg.attention is Attention.flash1:
+        notes.append("attention=flash1 (a first-generation flash kernel) has no setting here: the engine runs its"
+                     " current flash kernel, so the step will be shorter than estimated")
+    if cfg.launch is Launch.compile:
+        notes.append("launch=compile: compile the model with torch.compile (Inductor); run eagerly, every op waits on"
+                     " the host and small layers take longer than estimated")
+    elif cfg.launch is Launch.cuda_graphs:
+        notes.append("launch=cuda_graphs: capture each layer's forward and backward in CUDA graphs (Megatron-Core"
+                     " --cuda-graph-impl transformer_engine, or torch.compile mode=\"reduce-overhead\"); run"
+                     " eagerly, small layers wait on the host and take longer than estimated")
+    if not cfg.save_mlp_act_output:
+        notes.append("save_mlp_act_output=false (a fused SwiGLU that recomputes its product in its backward, as"
+                     " xformers.ops.swiglu) has no setting here: this engine keeps the product, 2sbf/t bytes per"
+                     " layer and micro-batch more than planned; re-plan with --save-mlp-act-output to check it fits")
+    return "; ".join(notes) or None
+
+
+HF_ATTN_IMPLEMENTATION = {Attention.flash: "flash_attention_2", Attention.eager: "eager",
+                          Attention.flash1: "flash_attention_2", Attention.flash2: "flash_attention_2"}
+"""The layout's attention kernel as Hugging Face models name it (from_pretrained's attn_implementation; Axolotl's
+attn_implementation key takes the same names). Transformers has no first-generation kernel: flash1 loads
+FlashAttention-2, which runs faster than the plan (fusion_note says so)."""
+
+
+def hf_attention_note(cfg: ParallelConfig) -> str:
+    """How a Hugging Face model picks the layout's attention kernel (from_pretrained's attn_implementation)."""
+    name = HF_ATTN_IMPLEMENTATION[cfg.attention]
+    if cfg.attention is Attention.eager:
+        return f'attention=eager: load the model with attn_implementation="{name}" (unfused s x s attention)'
+    return (f'attention={cfg.attention.value}: load the model with attn_implementation="{name}" (or "sdpa", whose flash'
+            ' backend runs the same kernel)')
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """The LoRA settings of a layout as the fine-tuning tools write them (None for method=full)."""
+
+    method: str          # lora or qlora
+    rank: int
+    alpha: int           # DEFAULT_LORA_ALPHA_PER_RANK x rank
+    all_linear: bool     # True: every linear layer of the blocks (PEFT "all-linear")
+    modules: tuple[str, ...]  # Hugging Face module names of the targeted layers (attention targets)
+
+
+# trainplan's linear names (finetune.targeted_linears) that Hugging Face models spell differently.
+_HF_MODULE_NAMES = {"kv_a_proj": "kv_a_proj_with_mqa"}   # DeepSeek-V2/V3 modeling code
+
+
+def adapter_of(model: ModelSpec, cfg: ParallelConfig) -> Adapter | None:
+    """The adapter a lora/qlora layout trains: rank, alpha, and the targeted modules."""
+    from trainplan.tools.perf.finetune import DEFAULT_LORA_ALPHA_PER_RANK, LoraTargets, is_lora, targeted_linears
+
+    if not is_lora(cfg.method):
+        return None
+    targets = LoraTargets(cfg.lora_targets)
+    modules = tuple(_HF_MODULE_NAMES.get(lin.name, lin.name) for lin in targeted_linears(model, False, targets))
+    return Adapter(method=cfg.method.value, rank=cfg.lora_rank, alpha=DEFAULT_LORA_ALPHA_PER_RANK * cfg.lora_rank,
+                   all_linear=targets is LoraTargets.all_linear, modules=modules)
+
+
+MOE_ALL_LINEAR_NOTE = (
+    "all-linear on an MoE model: the estimate counts a LoRA adapter on each routed expert's projections and none on"
+    " the router; what the tools adapt depends on their releases (tests/test_export_finetune_tools.py): transformers"
+    " 5 fuses the routed experts into 3D weights, which LLaMA-Factory's lora_target all and PEFT 0.18 leave frozen"
+    " (attention, dense and shared-expert layers only), while PEFT 0.20 and later adapt them and the router too;"
+    " compare model.print_trainable_parameters() with the estimate's adapter count")
+"""Measured with get_peft_model on tiny Qwen3-MoE and DeepSeek-V3 configs: transformers 5.6 + PEFT 0.18.1 adapt
+neither routed experts nor router; transformers 5.16/5.24 + PEFT 0.20/0.21 adapt both."""
+
+
+def adapter_notes(adapter: Adapter | None, model: ModelSpec) -> list[str]:
+    """What every fine-tuning export says about the adapter it writes."""
+    if adapter is None:
+        return ["method=full: every weight is trained (no adapter)"]
+    notes = [f"method={adapter.method}: LoRA rank {adapter.rank}, alpha {adapter.alpha} (2 x rank; alpha only scales"
+             " the update), lora_dropout 0 as the estimate assumes"]
+    if not adapter.all_linear:
+        notes.append(f"attention targets written as Hugging Face module names {', '.join(adapter.modules)}:"
+                     " check them against model.named_modules() for this architecture")
+    elif model.is_moe:
+        notes.append(MOE_ALL_LINEAR_NOTE)
+    if adapter.method == "qlora":
+        notes.append("qlora: base weights in 4-bit NF4 with double quantisation, bf16 compute, and paged 32-bit AdamW"
+                     " (optim paged_adamw_32bit), as the estimate assumes (QLoRA reference code)")
+    return notes
+
+
+def data_parallel_note(engine: str, cfg: ParallelConfig) -> str:
+    """How a Hugging Face Trainer tool gets the data-parallel size: from the launcher's world size."""
+    return (f"{engine} takes the data-parallel size from the launcher: start {cfg.num_gpus} processes"
+            f" (e.g. accelerate launch or torchrun --nproc-per-node), one per GPU")
+
+
+def base_model_note(key: str, model_ref: str) -> str:
+    return (f"{key}: {model_ref} is the model as trainplan named it: put the Hugging Face repository id or a local"
+            " path there if it differs")
+
+
+def selective_recompute_note(where: str) -> str:
+    """The note for selective recompute in an engine with no such setting (`where`: the engine's config name)."""
+    return (f"selective recompute (the attention core) has no {where} setting; FlashAttention"
+            " recomputes it in the backward pass anyway")
+
+
+def finetune_yaml_export(engine: str, model: ModelSpec, cfg: ParallelConfig, model_ref: str, data: dict,
+                         notes: list[str], *, adapter: Adapter | None, base_key: str, todo: str,
+                         head: list[str]) -> ExportResult:
+    """The shared end of the fine-tuning exports (Axolotl, LLaMA-Factory, TRL): the adapter, base-model,
+    data-parallel and what-to-add notes after the tool's own, and the YAML file under its comment block
+    (the layout header, then `head`: the tool's usage lines). `todo` names what the user adds."""
+    import yaml
+
+    notes = [*notes, *adapter_notes(adapter, model), base_model_note(base_key, model_ref),
+             data_parallel_note(engine, cfg), f"{todo}; {batch_of(cfg).identity()}"]
+    lines = [*header(engine, model, cfg, model_ref), *head]
+    return ExportResult(engine=engine, filename_suggestion=f"{slug(model_ref)}-{engine}.yaml",
+                        content=comment_block(lines) + yaml.safe_dump(data, sort_keys=False), format="yaml",
+                        notes=notes)
+

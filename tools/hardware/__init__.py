@@ -1,0 +1,1 @@
+"""Models and machines: ModelSpec, GPUSpec, ClusterSpec, the HF config reader, the catalogs and counting. Imports core."""

@@ -1,0 +1,502 @@
+"""Collectives: analytic cost on a two-level topology, and numpy runs of the algorithms.
+
+Cost model (alpha-beta, as Calculon's ``Network.time = latency + size / (bw * eff)``): a collective
+takes the latency of its steps (each on the link it crosses) plus its bytes per rank over the
+bandwidth of the slowest link they share.
+
+- Levels. Inside a node the GPUs talk over NVLink (``intra_node_bw`` GB/s per GPU per direction);
+  across nodes each GPU has its own NIC (``inter_node_bw`` GB/s per GPU per direction), so the k
+  ranks of a group that share a node drive k NICs in parallel: a node's aggregate is k x the
+  per-GPU figure.
+- Volumes per rank (NCCL's bus-bandwidth conventions, nccl-tests doc/PERFORMANCE.md): all-reduce
+  2(n-1)/n x S, all-gather and reduce-scatter (n-1)/n x S, all-to-all (n-1)/n x S, where S is the
+  full buffer (the gathered output of an all-gather, the input of a reduce-scatter, one rank's send
+  buffer of an all-to-all). Ring costs follow Thakur, Rabenseifner and Gropp, "Optimization of
+  Collective Communication Operations in MPICH", IJHPCA 2005: ring all-reduce = reduce-scatter +
+  all-gather, 2(n-1) steps; all-to-all by pairwise exchange, n-1 steps.
+- Efficiency. ``bw * eff`` is the bus bandwidth nccl-tests reports. Defaults (GPUSpec, overridable
+  per cluster): NVLink 0.80, the low end of the usual 80-90 % (ring busbw ~230 of 300 GB/s on A100,
+  ~360 of 450 on H100 without NVLS); network 0.90, the middle of the usual 85-95 % of IB/RoCE line
+  rate. Latencies: 1.9 us per NVLink hop and 4.0 us per network hop, NCCL's own ring/LL128 figures
+  (src/graph/tuning.cc, hwLat), LL128 being the protocol NCCL uses in the mid-size range, plus NCCL's fixed
+  per-call base latency once per ring or tree collective (all-reduce, all-gather, reduce-scatter), as
+  ncclTopoTuneModel adds baseLat to nsteps x hwLat (ClusterSpec.collective_base_latency_us: 14.0 us, tuning.cc's
+  baseLat for LL128, Ring and Tree alike). It is what sets the time of the small per-layer tensor-parallel
+  collectives.
+- What NCCL runs on a group of n ranks, k per node, over m nodes (n = k m). NCCL builds flat rings
+  only, no two-level (2D) ring (NVIDIA/nccl issues #471 and #530, S. Jeaugey: "we only build flat
+  rings, no 2D ring"; "rings are flat and span across intra- and inter-node connections"). For
+  all-gather and reduce-scatter the ring is the only algorithm on plain IB/RoCE clusters: the tree
+  implements reduce/broadcast and "doesn't apply to allgather/reducescatter" (#1473; tuning.cc
+  admits only Ring, PAT, NVLS and CollNet for them). One definition each:
+    all-gather, reduce-scatter  one ring pass over all n ranks (_ring_s).
+    all-reduce                  the faster of the ring (two passes) and the tree, as NCCL's tuner
+                                picks per size (#457: a model per algorithm, the lowest time wins).
+    all-to-all                  pairwise exchange (_all_to_all_s).
+- The ring (_ring_s). NCCL runs one channel per NIC, each leaving the node through a different NIC
+  (#530: "Ring and Tree both use all NICs in parallel"), so a rank sends (k-1)/k of its bus bytes
+  over NVLink and 1/k over its NIC, the two pipelined: the slower share sets the time. Across nodes a
+  rank's bus bandwidth is therefore at most k x the per-GPU NIC bandwidth, the node's aggregate (one
+  NIC's when k = 1); NCCL's own model puts it at nChannels x the per-channel network bandwidth
+  (src/graph/tuning.cc, ncclTopoTuneModel), and two 8-NIC nodes measure about that (nccl-tests
+  busbw ~75 GB/s on 8 x 100 Gb/s, #495). Latency (tuning.cc): a pass of n-1 steps, of which the
+  m-1 that cross a node boundary pay the network hop and the n-m others an NVLink hop,
+      latency = (n - m) x alpha_nvlink + (m - 1) x alpha_net    per pass (all-reduce: two passes),
+  tuning.cc's (nsteps - nInterSteps) x intraLat + nInterSteps x interLat with nsteps = n-1 and
+  nInterSteps = m-1 for all-gather/reduce-scatter, 2(n-1) and 2(m-1) for all-reduce.
+- The tree (all-reduce only, NCCL >= 2.4; Sanders, Speck and Traeff 2009): a chain inside each
+  node and a pipelined double binary tree across the m nodes, one per NIC (#530: "reduce intra-node,
+  allreduce internode and broadcast intra-node"): latency 2((k-1) alpha_nvlink + ceil(log2 m)
+  alpha_net), tuning.cc's tree latency; bandwidth as reduce-scatter and all-gather inside the node
+  around the nodes' exchange of S/k per NIC, each node sending ~2 x S/k (#457: "for tree each GPU
+  would send and receive 2*S"). For large node counts and small messages the tree wins (log versus
+  linear latency), for large messages the ring.
+- Not modelled: NVLink SHARP / IB SHARP (NVLS, CollNet: they need that hardware and its plugin),
+  PAT (NCCL >= 2.23, all-gather/reduce-scatter with one GPU per node only; tuning.cc prices it at
+  0.75 of the ring's bandwidth with a log-plus-linear latency, so it matters only for small messages,
+  not the data-parallel buffers), congestion, protocol
+  switching (LL, LL128, Simple) beyond the fixed alpha, and overlap with compute (the step model
+  decides that).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.hardware.specs import ClusterSpec, ParallelConfig
+
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+
+
+# --------------------------------------------------------------------------------------------
+# Group layout
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Group:
+    """One communication group, as the cost model sees it."""
+
+    size: int
+    """Ranks in the group."""
+    ranks_per_node: int
+    """How many of them share one node (size when the group fits in a node)."""
+
+    @property
+    def num_nodes(self) -> int:
+        return math.ceil(self.size / self.ranks_per_node)
+
+
+def _group(size: int, stride: int, gpus_per_node: int) -> Group:
+    """A group of `size` ranks spaced `stride` apart in the global rank order.
+
+    Ranks fill nodes in order, so gpus_per_node // stride of them share a node (assumes the strides
+    divide the node size, as the powers of two used in practice do).
+    """
+    per_node = 1 if stride >= gpus_per_node else max(1, min(size, gpus_per_node // stride))
+    return Group(size=size, ranks_per_node=per_node)
+
+
+def group_layout(cfg: ParallelConfig, gpus_per_node: int) -> dict[str, Group]:
+    """Every parallel group of a layout, in Megatron's rank order.
+
+    Order (innermost first): tp, cp, dp, pp. The expert grid lays etp, ep, edp over the same
+    tp*cp*dp ranks of each stage (MoE Parallel Folding, moe.py; Megatron-Core's expert
+    RankGenerator, order tp-ep-dp-pp with tp = etp). With etp = tp this carves ep out of dp*cp.
+    'dp_cp' is the group that averages the dense gradients when cp > 1 (Megatron reduces over dp x cp);
+    'ep_etp' is the allgather dispatcher's group.
+    Hybrid sharding (Layout.dp_shard) splits dp into dp_shard (inner) x replicas (outer), as torchtitan's
+    mesh orders dp_replicate outside dp_shard and Megatron's partial distributed optimizer builds its
+    intra-instance group from consecutive dp-cp ranks (parallel_state.py, intra_partial_data_parallel_size
+    = dp*cp / num_distributed_optimizer_instances): 'dp_shard' (dp_shard*cp ranks, stride tp) is where
+    ZeRO shards the dense states and gathers and reduce-scatters them, 'dp_replicate' (one rank of each
+    replica, stride tp*cp*dp_shard) all-reduces each shard's gradients. 'edp_shard' and 'edp_replicate'
+    split the expert-data-parallel group the same way. With full sharding dp_shard is dp: 'dp_shard' is
+    'dp_cp' and the replicate groups have one rank.
+    """
+    from trainplan.tools.config.validity import R_EP_DP, RULES, Knobs
+
+    if gpus_per_node < 1:
+        raise InputError(f"gpus_per_node={gpus_per_node} must be a positive number")
+    tp, cp, dp, ep, etp = cfg.tp, cfg.cp, cfg.dp, cfg.ep, cfg.expert_tp
+    knobs = Knobs(gpus=cfg.num_gpus, tp=tp, pp=cfg.pp, cp=cp, ep=ep, vpp=cfg.vpp, mbs=cfg.mbs, seq=cfg.seq,
+                  schedule=0, etp=etp)
+    grid = next(rule for rule in RULES if rule.reason == R_EP_DP)
+    if grid.broken(None, knobs, None):
+        raise InputError(grid.message(None, knobs, None))
+    shard, replicas = cfg.dp_shard_size, cfg.dp_replicas
+    return {
+        "tp": _group(tp, 1, gpus_per_node),
+        "cp": _group(cp, tp, gpus_per_node),
+        "dp": _group(dp, tp * cp, gpus_per_node),
+        "dp_cp": _group(dp * cp, tp, gpus_per_node),
+        "etp": _group(etp, 1, gpus_per_node),
+        "ep": _group(ep, etp, gpus_per_node),
+        "ep_etp": _group(ep * etp, 1, gpus_per_node),
+        "edp": _group(cfg.expert_dp, etp * ep, gpus_per_node),
+        "dp_shard": _group(shard * cp, tp, gpus_per_node),
+        "dp_replicate": _group(replicas, tp * cp * shard, gpus_per_node),
+        "edp_shard": _group(max(1, cfg.expert_dp // replicas), etp * ep, gpus_per_node),
+        "edp_replicate": _group(replicas, tp * cp * shard, gpus_per_node),
+        "pp": _group(cfg.pp, tp * cp * dp, gpus_per_node),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Analytic cost
+# --------------------------------------------------------------------------------------------
+
+
+def _check(kind: str, size_bytes, n: int) -> np.ndarray:
+    if kind not in KINDS:
+        raise InputError(f"unknown collective '{kind}': use one of {', '.join(KINDS)}")
+    if n < 1:
+        raise InputError(f"group size {n} must be a positive number of ranks")
+    sizes = np.asarray(size_bytes, dtype=float)
+    if not np.all(np.isfinite(sizes)) or np.any(sizes < 0):
+        raise InputError("size_bytes must be finite and non-negative")
+    return sizes
+
+
+def _result(value, size_bytes):
+    """A float for scalar input, an array (broadcast to the sizes' shape) for array input."""
+    if np.ndim(size_bytes) == 0:
+        return float(value)
+    return np.broadcast_to(value, np.shape(size_bytes)).astype(float)
+
+
+def bus_bytes_per_rank(kind: str, size_bytes, n: int):
+    """Bytes each rank sends for a collective over n ranks (nccl-tests PERFORMANCE.md).
+
+    all_reduce 2(n-1)/n x S; all_gather, reduce_scatter, all_to_all (n-1)/n x S; p2p S (one message).
+    """
+    sizes = _check(kind, size_bytes, n)
+    if n == 1:
+        factor = 0.0
+    elif kind == "all_reduce":
+        factor = 2 * (n - 1) / n
+    elif kind == "p2p":
+        factor = 1.0
+    else:
+        factor = (n - 1) / n
+    return _result(factor * sizes, size_bytes)
+
+
+@dataclass(frozen=True)
+class _Links:
+    """Latency (s) and achieved bus bandwidth (bytes/s per GPU per direction) of each level."""
+
+    alpha_intra_s: float
+    alpha_inter_s: float
+    base_s: float
+    bw_intra_bytes_s: float
+    bw_inter_bytes_s: float
+
+    @classmethod
+    def of(cls, cluster: ClusterSpec) -> _Links:
+        return cls(
+            alpha_intra_s=cluster.intra_node_latency_us * 1e-6,
+            alpha_inter_s=cluster.inter_node_latency_us * 1e-6,
+            base_s=cluster.collective_base_latency_us * 1e-6,
+            bw_intra_bytes_s=cluster.intra_node_bw * 1e9 * cluster.intra_node_bw_efficiency,
+            bw_inter_bytes_s=cluster.inter_node_bw * 1e9 * cluster.inter_node_bw_efficiency,
+        )
+
+
+def _ring_latency_s(n: int, m: int, links: _Links) -> float:
+    """One ring pass over n ranks on m nodes: n-1 steps, the m-1 that cross a node boundary at the
+    network hop latency and the n-m others at the NVLink hop latency (NCCL src/graph/tuning.cc:
+    (nsteps - nInterSteps) x intraLat + nInterSteps x interLat, nsteps = n-1, nInterSteps = m-1)."""
+    return (n - m) * links.alpha_intra_s + (m - 1) * links.alpha_inter_s
+
+
+def _ring_bw_s(bytes_per_rank, k: int, m: int, links: _Links):
+    """Bandwidth time of a ring over ranks spread k per node on m nodes. On one node, NVLink. Across
+    nodes, k channels each leave the node through a different NIC: a rank sends (k-1)/k of its bytes
+    over NVLink and 1/k over its NIC, concurrently, so the slower share sets the time (the bus
+    bandwidth is at most k x the per-GPU NIC bandwidth, the node's aggregate)."""
+    if m == 1:
+        return bytes_per_rank / links.bw_intra_bytes_s
+    nvlink_s = bytes_per_rank * (k - 1) / k / links.bw_intra_bytes_s
+    network_s = bytes_per_rank / k / links.bw_inter_bytes_s
+    return np.maximum(nvlink_s, network_s)
+
+
+def _ring_s(passes: int, sizes, n: int, k: int, m: int, links: _Links):
+    """NCCL's flat ring over all n ranks: `passes` passes (reduce-scatter or all-gather 1, all-reduce
+    2), each sending (n-1)/n of the buffer per rank."""
+    return links.base_s + passes * (_ring_latency_s(n, m, links) + _ring_bw_s((n - 1) / n * sizes, k, m, links))
+
+
+def _tree_s(sizes, k: int, m: int, links: _Links):
+    """NCCL's tree all-reduce across m > 1 nodes: reduce-scatter and all-gather over the k ranks of a
+    node (NVLink) around a double binary tree across the nodes on S/k per NIC (all k NICs in
+    parallel, each node sending ~2 x S/k). The node phases and the network phase are added in turn,
+    an upper bound (NCCL pipelines its chain and tree). Latency 2((k-1) alpha_nvlink + ceil(log2 m)
+    alpha_net), tuning.cc's tree latency."""
+    intra = 2 * ((k - 1) * links.alpha_intra_s + (k - 1) / k * sizes / links.bw_intra_bytes_s)
+    across = 2 * math.ceil(math.log2(m)) * links.alpha_inter_s + 2 * sizes / k / links.bw_inter_bytes_s
+    return links.base_s + intra + across
+
+
+def all_reduce_algorithms(size_bytes, group: Group, cluster: ClusterSpec) -> dict[str, object]:
+    """Time in seconds of each all-reduce algorithm NCCL considers for this group: the ring, and
+    across nodes the tree (see module doc)."""
+    sizes = _check("all_reduce", size_bytes, group.size)
+    n, k, m = group.size, min(group.ranks_per_node, group.size), group.num_nodes
+    links = _Links.of(cluster)
+    if n == 1:
+        return {"ring": _result(0.0, size_bytes)}
+    algorithms = {"ring": _result(_ring_s(2, sizes, n, k, m, links), size_bytes)}
+    if m > 1:
+        algorithms["tree"] = _result(_tree_s(sizes, k, m, links), size_bytes)
+    return algorithms
+
+
+def _all_to_all_s(sizes, n: int, k: int, links: _Links):
+    """Pairwise exchange (Thakur et al. 2005): n-1 steps, S/n to each peer; the k-1 peers in the node
+    over NVLink and the n-k others over this rank's NIC, the two running concurrently."""
+    latency = (k - 1) * links.alpha_intra_s + (n - k) * links.alpha_inter_s
+    nvlink_s = (k - 1) / n * sizes / links.bw_intra_bytes_s
+    network_s = (n - k) / n * sizes / links.bw_inter_bytes_s
+    return latency + np.maximum(nvlink_s, network_s)
+
+
+def collective_time_s(kind: str, size_bytes, group: Group, cluster: ClusterSpec):
+    """Seconds for one collective of `kind` over `group` on `cluster`.
+
+    size_bytes is the full buffer (a float or a numpy array; arrays broadcast). For p2p it is one
+    message between two ranks, over the network when group.ranks_per_node == 1, else over NVLink.
+    A group of one rank costs 0.
+    """
+    sizes = _check(kind, size_bytes, group.size)
+    if group.ranks_per_node < 1:
+        raise InputError(f"ranks_per_node={group.ranks_per_node} must be a positive number")
+    n, k, m = group.size, min(group.ranks_per_node, group.size), group.num_nodes
+    links = _Links.of(cluster)
+    if n == 1:
+        return _result(0.0, size_bytes)
+    if kind == "all_reduce":
+        times = all_reduce_algorithms(sizes, group, cluster).values()
+        return _result(np.minimum.reduce([np.asarray(t) for t in times]), size_bytes)
+    if kind in ("all_gather", "reduce_scatter"):
+        return _result(_ring_s(1, sizes, n, k, m, links), size_bytes)
+    if kind == "all_to_all":
+        return _result(_all_to_all_s(sizes, n, k, links), size_bytes)
+    if k == 1:  # p2p across nodes
+        return _result(links.alpha_inter_s + sizes / links.bw_inter_bytes_s, size_bytes)
+    return _result(links.alpha_intra_s + sizes / links.bw_intra_bytes_s, size_bytes)
+
+
+# --------------------------------------------------------------------------------------------
+# Numpy simulations: run the algorithms on N simulated ranks
+# --------------------------------------------------------------------------------------------
+
+
+MAX_SIMULATED_RANKS = 256  # the simulations loop in Python over N^2 messages
+
+
+MAX_SIMULATED_MICRO_BATCHES = 1024
+"""Micro-batches per rank that `simulate accumulate` runs (each costs two small MLP gradients per rank)."""
+MAX_ACCUMULATE_WORK = 2**18
+"""ranks^2 x micro-batches that `simulate accumulate` runs: all-reducing after every micro-batch simulates
+N^2 ring messages each time (64 ranks x 64 micro-batches: about 4 s)."""
+
+
+def _ranks(n: int) -> None:
+    if n < 1:
+        raise InputError(f"ranks={n} must be a positive number")
+    if n > MAX_SIMULATED_RANKS:
+        raise InputError(f"ranks={n} is too many to simulate: use at most {MAX_SIMULATED_RANKS}")
+
+
+def ring_reduce_scatter(buffers: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """Ring reduce-scatter over len(buffers) ranks. Returns each rank's working buffer (rank r holds
+    the fully summed chunk (r+1) mod N) and the bytes each rank sent.
+
+    Step s: rank r sends chunk (r - s) mod N to rank r+1, which adds it to its own copy.
+    """
+    n = len(buffers)
+    _ranks(n)
+    chunks = [np.array_split(b.copy(), n) for b in buffers]
+    sent = np.zeros(n, dtype=np.int64)
+    for step in range(n - 1):
+        messages = [(r, (r - step) % n, chunks[r][(r - step) % n].copy()) for r in range(n)]
+        for r, c, payload in messages:  # all sends of a step happen at once
+            chunks[(r + 1) % n][c] += payload
+            sent[r] += payload.nbytes
+    return [np.concatenate(c) for c in chunks], sent
+
+
+def ring_all_gather(buffers: list[np.ndarray], owned: list[int]) -> tuple[list[np.ndarray], np.ndarray]:
+    """Ring all-gather: rank r starts with the valid chunk owned[r] and ends with every chunk.
+
+    Step s: rank r forwards chunk (owned[r] - s) mod N to rank r+1, which overwrites its copy.
+    """
+    n = len(buffers)
+    _ranks(n)
+    chunks = [np.array_split(b.copy(), n) for b in buffers]
+    sent = np.zeros(n, dtype=np.int64)
+    for step in range(n - 1):
+        messages = [(r, (owned[r] - step) % n, chunks[r][(owned[r] - step) % n].copy()) for r in range(n)]
+        for r, c, payload in messages:
+            chunks[(r + 1) % n][c] = payload
+            sent[r] += payload.nbytes
+    return [np.concatenate(c) for c in chunks], sent
+
+
+def ring_all_reduce(buffers: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """Ring all-reduce (sum) = reduce-scatter + all-gather. Returns the results and bytes sent per
+    rank; for a buffer of S bytes divisible into N chunks each rank sends exactly 2(N-1)/N x S."""
+    n = len(buffers)
+    reduced, sent_rs = ring_reduce_scatter(buffers)
+    gathered, sent_ag = ring_all_gather(reduced, owned=[(r + 1) % n for r in range(n)])
+    return gathered, sent_rs + sent_ag
+
+
+@dataclass
+class _AllReduceCounter:
+    """Averages gradients across simulated ranks with the ring, counting calls and bytes."""
+
+    calls: int = 0
+    bytes_sent_per_rank: int = 0
+
+    def sum(self, per_rank: list[np.ndarray]) -> np.ndarray:
+        summed, sent = ring_all_reduce(per_rank)
+        self.calls += 1
+        self.bytes_sent_per_rank += int(sent.max())
+        return summed[0]
+
+    def mean(self, per_rank: list[np.ndarray]) -> np.ndarray:
+        return self.sum(per_rank) / len(per_rank)
+
+
+def _mlp_data(batch: int, seed: int, d_in: int = 6, d_hidden: int = 10, d_out: int = 3):
+    rng = np.random.default_rng(seed)
+    w1 = rng.standard_normal((d_in, d_hidden))
+    w2 = rng.standard_normal((d_hidden, d_out))
+    x = rng.standard_normal((batch, d_in))
+    t = rng.standard_normal((batch, d_out))
+    return w1, w2, x, t
+
+
+def mlp_grad(w1: np.ndarray, w2: np.ndarray, x: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Hand-written gradient of L = 1/(2B) sum ||relu(x W1) W2 - t||^2, flattened [dW1, dW2]."""
+    pre = x @ w1
+    hidden = np.maximum(pre, 0.0)
+    d_y = (hidden @ w2 - t) / len(x)
+    d_w2 = hidden.T @ d_y
+    d_w1 = x.T @ ((d_y @ w2.T) * (pre > 0))
+    return np.concatenate([d_w1.ravel(), d_w2.ravel()])
+
+
+def simulate_allreduce(ranks: int, elements: int | None = None, seed: int = 0) -> dict:
+    """Run a ring all-reduce on N ranks; compare the sum and the bytes sent with the formula."""
+    _ranks(ranks)
+    elements = elements or 64 * ranks
+    rng = np.random.default_rng(seed)
+    buffers = [rng.standard_normal(elements) for _ in range(ranks)]
+    results, sent = ring_all_reduce(buffers)
+    expected = np.sum(buffers, axis=0)
+    size_bytes = buffers[0].nbytes
+    formula = bus_bytes_per_rank("all_reduce", size_bytes, ranks)
+    return {
+        "simulation": "allreduce", "ranks": ranks, "size_bytes": size_bytes,
+        "max_abs_error": float(max(np.abs(r - expected).max() for r in results)),
+        "bytes_sent_per_rank": [int(b) for b in sent],
+        "formula_bytes_per_rank": formula,
+        "matches_formula": bool(np.all(sent == formula)),
+    }
+
+
+def simulate_dp(ranks: int, batch_per_rank: int = 4, seed: int = 0) -> dict:
+    """Data parallel: each rank's gradient on its shard of the batch, averaged by one all-reduce,
+    equals the single-device gradient on the whole batch (equal shards)."""
+    _ranks(ranks)
+    w1, w2, x, t = _mlp_data(ranks * batch_per_rank, seed)
+    counter = _AllReduceCounter()
+    shards = zip(np.split(x, ranks), np.split(t, ranks))
+    averaged = counter.mean([mlp_grad(w1, w2, xs, ts) for xs, ts in shards])
+    single = mlp_grad(w1, w2, x, t)
+    return {
+        "simulation": "dp", "ranks": ranks, "batch": len(x), "num_params": single.size,
+        "max_abs_error": float(np.abs(averaged - single).max()),
+        "all_reduces": counter.calls, "bytes_sent_per_rank": counter.bytes_sent_per_rank,
+    }
+
+
+def simulate_tp(ranks: int, seed: int = 0, batch: int = 5, hidden: int = 8, ffn_per_rank: int = 4) -> dict:
+    """Megatron MLP Z = gelu(X A) B with A split by columns (column-parallel) and B by rows
+    (row-parallel). Forward: f is the identity, g all-reduces the partial Z_i = gelu(X A_i) B_i.
+    Backward: g is the identity, f all-reduces the partial dX_i. Both equal the full matmuls."""
+    _ranks(ranks)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, hidden))
+    a = rng.standard_normal((hidden, ffn_per_rank * ranks))
+    b = rng.standard_normal((ffn_per_rank * ranks, hidden))
+    d_z = rng.standard_normal((batch, hidden))
+
+    def gelu(u):
+        return 0.5 * u * (1 + np.tanh(0.7978845608028654 * (u + 0.044715 * u**3)))
+
+    def gelu_grad(u):
+        th = np.tanh(0.7978845608028654 * (u + 0.044715 * u**3))
+        return 0.5 * (1 + th) + 0.5 * u * (1 - th**2) * 0.7978845608028654 * (1 + 3 * 0.044715 * u**2)
+
+    a_parts, b_parts = np.split(a, ranks, axis=1), np.split(b, ranks, axis=0)
+    fwd, bwd = _AllReduceCounter(), _AllReduceCounter()
+    pre = [x @ a_i for a_i in a_parts]                               # column-parallel, no communication
+    z = fwd.sum([gelu(p) @ b_i for p, b_i in zip(pre, b_parts)])          # g: all-reduce
+    d_x = bwd.sum([((d_z @ b_i.T) * gelu_grad(p)) @ a_i.T                # f backward: all-reduce
+                   for p, a_i, b_i in zip(pre, a_parts, b_parts)])
+    full_pre = x @ a
+    z_full = gelu(full_pre) @ b
+    d_x_full = ((d_z @ b.T) * gelu_grad(full_pre)) @ a.T
+    return {
+        "simulation": "tp", "ranks": ranks,
+        "max_abs_error_forward": float(np.abs(z - z_full).max()),
+        "max_abs_error_grad_input": float(np.abs(d_x - d_x_full).max()),
+        "all_reduces_forward": fwd.calls, "all_reduces_backward": bwd.calls,
+    }
+
+
+def simulate_accumulate(ranks: int, micro_batches: int = 4, mbs: int = 2, seed: int = 0) -> dict:
+    """Gradient accumulation: K micro-batches per rank, gradients summed locally and all-reduced once,
+    equal the gradient of the global batch (ranks x K x mbs); all-reducing after every micro-batch
+    gives the same gradient with K times as many all-reduces."""
+    _ranks(ranks)
+    if micro_batches < 1:
+        raise InputError(f"micro_batches={micro_batches} must be a positive number")
+    if micro_batches > MAX_SIMULATED_MICRO_BATCHES:
+        raise InputError(f"micro_batches={micro_batches} is too many to simulate: use at most "
+                         f"{MAX_SIMULATED_MICRO_BATCHES} (the check is the same at any K)")
+    if ranks * ranks * micro_batches > MAX_ACCUMULATE_WORK:
+        raise InputError(f"ranks^2 x micro_batches = {ranks}^2 x {micro_batches} is over the {MAX_ACCUMULATE_WORK:,} "
+                         f"simulated messages run (each micro-batch's all-reduce sends N^2): use at most "
+                         f"{max(1, MAX_ACCUMULATE_WORK // (ranks * ranks))} micro-batches on {ranks} ranks")
+    w1, w2, x, t = _mlp_data(ranks * micro_batches * mbs, seed)
+    rank_x, rank_t = np.split(x, ranks), np.split(t, ranks)
+    # each rank's micro-batches, split once: [rank][micro-batch] -> (x, t)
+    micro = [list(zip(np.split(xr, micro_batches), np.split(tr, micro_batches))) for xr, tr in zip(rank_x, rank_t)]
+    once, every = _AllReduceCounter(), _AllReduceCounter()
+    local = [sum(mlp_grad(w1, w2, xm, tm) for xm, tm in rank) / micro_batches for rank in micro]
+    accumulated = once.mean(local)
+    per_micro = sum(every.mean([mlp_grad(w1, w2, *rank[i]) for rank in micro])
+                    for i in range(micro_batches)) / micro_batches
+    full = mlp_grad(w1, w2, x, t)
+    return {
+        "simulation": "accumulate", "ranks": ranks, "micro_batches": micro_batches, "batch": len(x),
+        "max_abs_error": float(np.abs(accumulated - full).max()),
+        "max_abs_error_without_accumulation": float(np.abs(per_micro - full).max()),
+        "all_reduces": once.calls, "all_reduces_without_accumulation": every.calls,
+        "bytes_sent_per_rank": once.bytes_sent_per_rank,
+        "bytes_sent_per_rank_without_accumulation": every.bytes_sent_per_rank,
+    }
+
+
+SIMULATIONS = {"allreduce": simulate_allreduce, "dp": simulate_dp, "tp": simulate_tp,
+               "accumulate": simulate_accumulate}

@@ -1,0 +1,122 @@
+"""`estimate`: memory, time and cost of one layout, as a contract.Estimate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainplan.tools.hardware.catalog import load_gpu, load_model
+from trainplan.tools.config.contract import Config, Estimate, Job, Layout, MemoryGiB, Params, StepTime, Training, check_job_numbers
+from trainplan.tools.perf.cost import DEFAULT_GOODPUT, parse_tokens, ramp_cost, training_cost
+from trainplan.tools.hardware.counting import count_params
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.perf.finetune import Method, is_lora, total_adapter_params
+from trainplan.tools.config.layout import resolve_with_batch
+from trainplan.tools.perf.memory import memory_breakdown
+from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec, ParallelConfig, Schedule
+from trainplan.tools.perf.step import step_time
+
+
+def config_of(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig) -> Config:
+    """The full layout actually used, every knob resolved, with the job it ran on."""
+    return Config(**cfg.model_dump(), model=model.name, gpu=cluster.gpu.name, gpus=cfg.num_gpus,
+                  gpus_per_node=cluster.gpus_per_node, gpus_per_host=cluster.gpus_per_host,
+                  interconnect=cluster.gpu.interconnect, intra_node_bw=cluster.intra_node_bw,
+                  inter_node_bw=cluster.inter_node_bw)
+
+
+def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, *, tokens: float | None = None,
+             price: float | None = None, goodput: float | None = None, headroom_gib: float = 0.0,
+             timeline: bool = False, ramp_start_gbs: int | None = None,
+             ramp_tokens: float | None = None) -> Estimate:
+    """The Estimate of an already-validated layout."""
+    counts = count_params(model)
+    memory = memory_breakdown(model, cfg, cluster.gpu, headroom_gib=headroom_gib)
+    result: dict = {
+        "params": Params(total=counts.total, active=counts.active, mtp=counts.mtp,
+                         trainable=(round(total_adapter_params(model, cfg.lora_rank, cfg.lora_targets))
+                                    if is_lora(cfg.method) else counts.total + counts.mtp)),
+        "memory_gib": MemoryGiB(**{k: getattr(memory, k) for k in MemoryGiB.model_fields}),
+        "fits": memory.fits,
+        "reason": None if memory.fits else memory.reason,
+    }
+    notes = []
+    if cfg.gbs is not None:
+        step = step_time(model, cfg, cluster, record_timeline=timeline)
+        result["time"] = StepTime(**step.to_dict())
+        if timeline:
+            result["pipeline"] = step.pipeline
+        if tokens is not None:
+            price = cluster.gpu.price if price is None else price
+            goodput = DEFAULT_GOODPUT if goodput is None else goodput
+            if ramp_start_gbs is not None and ramp_tokens is not None:
+                cost = ramp_cost(tokens, cfg.seq, cfg.gbs, ramp_start_gbs, ramp_tokens,
+                                 lambda gbs: _ramp_step_s(model, cluster, cfg, gbs), cfg.num_gpus, price, goodput)
+            else:
+                cost = training_cost(tokens, cfg.gbs * cfg.seq, step.step_s, cfg.num_gpus, price, goodput)
+            result["training"] = Training(**cost.to_dict())
+    else:
+        notes.append("time and training need a global batch size: pass gbs (sequences per step)")
+    if tokens is not None and cfg.gbs is None:
+        notes.append("tokens given without gbs: cost needs the step time")
+    if cfg.tp > cluster.gpus_per_node:
+        nodes = -(-cfg.tp // cluster.gpus_per_node)
+        share = ""
+        if "time" in result and result["time"].breakdown.get("comm/tp"):
+            share = f" ({result['time'].breakdown['comm/tp'] / result['time'].step_s:.0%} of the step)"
+        notes.append(f"warning: tp={cfg.tp} spans {nodes} nodes of {cluster.gpus_per_node} GPUs, so every layer's "
+                     f"tensor-parallel collectives cross the network{share}: keep tp <= {cluster.gpus_per_node} "
+                     "and use pp or cp across nodes")
+    if cfg.method is Method.qlora:
+        notes.append("qlora: the adapters' Adam states live in paged CPU-GPU memory (paged_adamw_32bit, "
+                     "Dettmers et al. 2023) and are not counted on the GPU; the step pays for paging them over PCIe")
+    if cfg.gbs is not None and cluster.gpu.efficiency_basis == "assumed":
+        notes.append(f"{cluster.gpu.name}: GEMM and attention efficiencies are assumed, not fitted (no public "
+                     "training run of this GPU family to fit on); treat its times as indicative")
+    return Estimate(**result, config=config_of(model, cluster, cfg), notes=notes or None)
+
+
+def _ramp_step_s(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, gbs: int) -> float:
+    """Step time at a ramp batch, rounded down to whole micro-batches per data-parallel rank (at least one
+    per pipeline stage for the schedules that need it)."""
+    unit = cfg.dp * cfg.mbs
+    m = max(gbs // unit, 1)
+    if cfg.schedule in (Schedule.interleaved,):
+        m = max(cfg.pp, m - m % cfg.pp)
+    elif cfg.schedule is Schedule.dualpipe and cfg.pp > 1:
+        m = max(2 * cfg.pp, m - m % 2)
+    return step_time(model, cfg.model_copy(update={"gbs": m * unit}), cluster).step_s
+
+
+def estimate(model: str, gpu: str, gpus: int, *, timeline: bool = False, **fields: Any) -> Estimate:
+    """Memory, time and cost of one layout. `fields` are those of contract.Job and contract.Layout
+    (None: the field's default rule); trainplan.estimate lists them as keyword parameters."""
+    unknown = sorted(set(fields) - set(Job.model_fields) - set(Layout.model_fields))
+    if unknown:
+        raise InputError(f"unknown argument(s) {', '.join(unknown)}: use {', '.join(ESTIMATE_FIELDS)}")
+    job = {k: v for k, v in fields.items() if k in Job.model_fields}
+    knobs = {k: v for k, v in fields.items() if k in Layout.model_fields}
+    model_spec = load_model(model)
+    gpu_spec = load_gpu(gpu)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
+        raise InputError(f"gpus={gpus} must be a positive whole number")
+    check_job_numbers({"gpus": gpus, **job, **knobs}, gpu_spec.memory_gib)
+    headroom_gib = job.get("headroom_gib") or 0.0
+    cluster = ClusterSpec.build(gpu_spec, gpus, job.get("gpus_per_node"), job.get("intra_node_bw"),
+                                job.get("inter_node_bw"))
+    cfg, gbs_note = resolve_with_batch(model_spec, gpus, fp8_supported=gpu_spec.fp8_tflops is not None, **knobs)
+    ramp_start_gbs, ramp_tokens = job.get("ramp_start_gbs"), job.get("ramp_tokens")
+    if (ramp_start_gbs is None) != (ramp_tokens is None):
+        raise InputError("a batch ramp needs both ramp_start_gbs and ramp_tokens (e.g. --ramp-start-gbs 512 --ramp-tokens 250B)")
+    if ramp_start_gbs is not None and not 0 < ramp_start_gbs <= (cfg.gbs or 0):
+        raise InputError(f"ramp_start_gbs={ramp_start_gbs} must be between 1 and gbs={cfg.gbs}")
+    result = evaluate(model_spec, cluster, cfg, tokens=parse_tokens(job.get("tokens")), price=job.get("price"),
+                      goodput=job.get("goodput"), headroom_gib=headroom_gib, timeline=timeline,
+                      ramp_start_gbs=ramp_start_gbs, ramp_tokens=parse_tokens(ramp_tokens))
+    if gbs_note:
+        result.notes = [gbs_note, *(result.notes or [])]
+    return result
+
+
+ESTIMATE_FIELDS = ("model", "gpu", "gpus", *(n for n in Job.model_fields if n not in ("model", "gpu", "gpus")),
+                   *Layout.model_fields)
+"""The keyword arguments of estimate, in order: the Job's, then the Layout's."""

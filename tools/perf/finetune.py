@@ -1,0 +1,510 @@
+"""Fine-tuning methods: full fine-tuning, LoRA (Hu et al. 2021) and QLoRA (Dettmers et al. 2023).
+
+One module holds the method math; memory.py and step.py call the hooks at the bottom.
+
+LoRA freezes every base weight W (d_in x d_out) and trains a low-rank update B A beside the chosen
+linear layers: y = x W + (x A) B, A: d_in x r, B: r x d_out (Hu et al. 2021, §4.1). Targets:
+'attention' (q, k, v, o; MLA: its q/kv down- and up-projections and o) or 'all-linear' (also the
+MLP or every expert's gate/up/down: PEFT's target_modules="all-linear", which QLoRA found necessary
+to match full fine-tuning, Dettmers et al. 2023 §4). The router, embedding and LM head are not
+targeted (PEFT all-linear leaves out the output layer; the MoE router, a tiny h x E matrix, is left
+out here).
+
+Memory per parameter (the frozen base has no gradients and no optimizer states):
+  full:  the project's default model states (memory.py: 2 + 4 + 12 B/param).
+  lora:  frozen base in bf16, 2 B/param.
+  qlora: frozen linear weights of the blocks in 4-bit NormalFloat with double quantisation
+         (Dettmers et al. 2023 §3): 4 bits + an 8-bit absmax per 64-weight block + an fp32 constant
+         per 256 absmax = 4 + 8/64 + 32/(64*256) = 4.127 bits = NF4_BYTES_PER_PARAM; embedding, LM
+         head, norms and router stay bf16 (bitsandbytes quantises nn.Linear only and skips lm_head).
+         One linear at a time is dequantised to bf16 for its GEMM (bitsandbytes' 4-bit matmul for
+         training batches), so a buffer of its largest linear stays allocated.
+  adapters, lora: fp32 weights 4, fp32 gradients 4, Adam m and v 8 = 16 B/param (PEFT keeps adapters
+         in fp32 under bf16 autocast, autocast_adapter_dtype=True; the fp32 adapter is its own master).
+  adapters, qlora: as the QLoRA reference code (artidoro/qlora, qlora.py): LoRA layers cast to bf16
+         (2 + 2 B/param) and paged 32-bit AdamW (optim="paged_adamw_32bit"): its 8 B/param of states
+         live in CUDA unified memory that the driver evicts to CPU RAM under memory pressure
+         (Dettmers et al. 2023 §3, "Paged Optimizers"), so they are not counted on the GPU; the step
+         pays for paging them in and out over PCIe (PAGED_OPTIMIZER_PCIE_GB_S).
+  ZeRO shards them as usual (1: optimizer, 2: + gradients, 3: + weights, the frozen base included:
+  FSDP + QLoRA as in Answer.AI's fsdp_qlora); optimizer_offload (DeepSpeed offload) removes the
+  adapter optimizer states from the GPU.
+
+Activations (per block, with memory.py's tensors as the full-method baseline): a frozen linear
+needs no copy of its input for backward (dX = dY W^T reads only W), so the inputs of untargeted
+linears are not saved; a targeted one saves its input for A's gradient, as before, plus the rank-r
+product x A for B's gradient (bf16). lora_dropout is taken as 0 (PEFT's default): a non-zero dropout
+would save a second copy of x per targeted linear.
+
+Time (adapt_layer_times, per block, before host.py's floor so the floor sees the frozen base's shorter backward):
+forward as the full model; backward computes input gradients (dX) for every GEMM but no weight gradient for
+frozen weights; each targeted linear adds two skinny GEMMs in the forward, two for dX and two for dA/dB (they
+fall to the memory roofline and show the LoRA overhead of rereading x) and PEFT's scale-and-add of the adapter
+output (memory-bound; one fused kernel under torch.compile); QLoRA adds the memory-bound dequantisation of
+every frozen linear in each forward (recompute included: HF and torchtune checkpoint per decoder layer, so the
+recomputed forward dequantises again) and each backward (dX needs W again). host.py counts the adapters' and
+the dequantisations' host ops.
+
+FLOPs convention (stated in every result): full = 3 x forward (PaLM/Megatron). lora/qlora = forward +
+input-gradient backward (frozen-weight gradients are not computed and not counted) + 3 x the
+adapters' forward: 3 F - F_w + 3 F_lora, where F_w is the forward FLOPs of the weight GEMMs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from trainplan.tools.core.errors import InputError
+
+
+class Method(str, Enum):
+    """What a run trains."""
+
+    full = "full"
+    """every weight, with its gradients and optimizer states"""
+    lora = "lora"
+    """low-rank adapters beside a frozen bf16 base (Hu et al. 2021)"""
+    qlora = "qlora"
+    """low-rank adapters beside a frozen 4-bit NF4 base with double quantisation (Dettmers et al. 2023)"""
+
+
+class LoraTargets(str, Enum):
+    """Which linear layers get adapters."""
+
+    attention = "attention"
+    """q, k, v and o projections"""
+    all_linear = "all-linear"
+    """every linear layer of the blocks (attention and MLP/experts), PEFT's "all-linear" """
+
+
+METHOD_CODES = {method: i for i, method in enumerate(Method)}      # full 0, lora 1, qlora 2
+TARGET_CODES = {target: i for i, target in enumerate(LoraTargets)}  # attention 0, all-linear 1
+DEFAULT_LORA_RANK = 16
+"""r when a LoRA method is chosen and no rank is given (PEFT/Axolotl examples use 8-64; QLoRA used 64)."""
+DEFAULT_LORA_ALPHA_PER_RANK = 2
+"""lora_alpha = 2 r in the exports (a common choice; alpha only scales the update, no cost)."""
+
+NF4_BYTES_PER_PARAM = (4 + 8 / 64 + 32 / (64 * 256)) / 8
+"""4-bit NF4 with double quantisation: 4.127 bits per weight (Dettmers et al. 2023 §3)."""
+BF16_BYTES = 2.0
+ADAPTER_WEIGHT_BYTES = {"lora": 4.0, "qlora": 2.0}
+"""adapter weights: fp32 (PEFT autocast_adapter_dtype) for lora, bf16 (qlora.py casts LoraLayer to bf16) for qlora"""
+ADAPTER_GRAD_BYTES = {"lora": 4.0, "qlora": 2.0}
+ADAPTER_OPTIMIZER_BYTES = 8.0
+"""fp32 Adam m and v of each adapter parameter (lora: on the GPU; qlora: paged to CPU RAM)"""
+PAGED_OPTIMIZER_PCIE_GB_S = 25.0
+"""Host-device bandwidth for paging QLoRA's optimizer states in and out each step; the same assumed
+PCIe Gen4/5 figure as ZeRO-Offload's (step.PCIE_GB_S)."""
+DEQUANT_BYTES_PER_PARAM = NF4_BYTES_PER_PARAM + BF16_BYTES
+"""NF4 -> bf16 dequantisation streams the packed weight in and the bf16 weight out"""
+
+FLOPS_CONVENTION = {
+    Method.full: "model FLOPs = 3 x forward",
+    Method.lora: "model FLOPs = forward + input-gradient backward + 3 x adapter forward "
+                 "(frozen weights get no weight gradient: not computed, not counted)",
+    Method.qlora: "model FLOPs = forward + input-gradient backward + 3 x adapter forward "
+                  "(frozen NF4 weights get no weight gradient: not computed, not counted; dequantisation "
+                  "is memory-bound, not counted)",
+}
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One targeted linear layer kind: d_in x d_out, `copies` of it per block (experts), read by
+    `rows` token-rows per token (k for routed experts), column- or row-parallel under TP."""
+
+    name: str
+    d_in: int
+    d_out: int
+    copies: int = 1
+    rows: float = 1.0
+    row_parallel: bool = False
+    expert: bool = False
+
+
+def is_lora(method: Method | str) -> bool:
+    return Method(method) is not Method.full
+
+
+def _attention_linears(model) -> list[Linear]:
+    h, a = model.hidden_size, model.num_attention_heads
+    if model.attention_type == "mla":
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        q = ([Linear("q_a_proj", h, model.q_lora_rank), Linear("q_b_proj", model.q_lora_rank, a * qk)]
+             if model.q_lora_rank else [Linear("q_proj", h, a * qk)])
+        return q + [Linear("kv_a_proj", h, model.kv_lora_rank + model.qk_rope_head_dim),
+                    Linear("kv_b_proj", model.kv_lora_rank, a * (model.qk_nope_head_dim + model.v_head_dim)),
+                    Linear("o_proj", a * model.v_head_dim, h, row_parallel=True)]
+    d, g = model.head_dim, model.num_kv_heads
+    return [Linear("q_proj", h, a * d), Linear("k_proj", h, g * d), Linear("v_proj", h, g * d),
+            Linear("o_proj", a * d, h, row_parallel=True)]
+
+
+def _mlp_linears(model, width: int, copies: int = 1, rows: float = 1.0, expert: bool = False) -> list[Linear]:
+    h = model.hidden_size
+    ins = ["gate_proj", "up_proj"] if model.gated_mlp else ["fc1"]
+    return ([Linear(n, h, width, copies, rows, expert=expert) for n in ins]
+            + [Linear("down_proj" if model.gated_mlp else "fc2", width, h, copies, rows, True, expert)])
+
+
+def targeted_linears(model, moe_layer: bool, targets: LoraTargets | str) -> list[Linear]:
+    """The linear layers of one block that carry adapters."""
+    linears = _attention_linears(model)
+    if LoraTargets(targets) is LoraTargets.attention:
+        return linears
+    if not moe_layer:
+        return linears + _mlp_linears(model, model.intermediate_size)
+    linears += _mlp_linears(model, model.moe_intermediate_size, model.num_experts,
+                            model.experts_per_token / model.num_experts, expert=True)
+    if model.num_shared_experts:
+        width = model.shared_expert_intermediate_size or model.moe_intermediate_size
+        linears += _mlp_linears(model, width, model.num_shared_experts)
+    return linears
+
+
+def adapter_params(model, moe_layer: bool, rank: int, targets) -> tuple[float, float]:
+    """(non-expert, routed-expert) adapter parameters of one block: r (d_in + d_out) per linear."""
+    dense = expert = 0.0
+    for lin in targeted_linears(model, moe_layer, targets):
+        n = lin.copies * rank * (lin.d_in + lin.d_out)
+        expert, dense = (expert + n, dense) if lin.expert else (expert, dense + n)
+    return dense, expert
+
+
+def total_adapter_params(model, rank: int, targets) -> float:
+    """Trainable parameters of a LoRA run (MTP modules are not targeted)."""
+    from trainplan.tools.hardware.counting import is_moe_layer
+
+    return sum(sum(adapter_params(model, is_moe_layer(model, i), rank, targets)) for i in range(model.num_layers))
+
+
+def adapter_forward_flops_per_token(model, rank: int, targets) -> float:
+    """Forward FLOPs per token of every adapter: 2 r (d_in + d_out) per token-row of each targeted linear."""
+    from trainplan.tools.hardware.counting import is_moe_layer
+
+    total = 0.0
+    for i in range(model.num_layers):
+        for lin in targeted_linears(model, is_moe_layer(model, i), targets):
+            total += 2.0 * rank * (lin.d_in + lin.d_out) * lin.rows * lin.copies
+    return total
+
+
+# --- resolve ---------------------------------------------------------------------------------------
+
+
+def resolve_method(method, lora_rank, lora_targets, model, precision) -> tuple[Method, int | None, LoraTargets | None]:
+    """Validate the method knobs: (method, rank, targets); rank and targets are None for full."""
+    try:
+        method = Method(method)
+    except ValueError:
+        raise InputError(f"method='{method}' is not a fine-tuning method: use full, lora or qlora") from None
+    if method is Method.full:
+        if lora_rank is not None:
+            raise InputError(f"lora_rank={lora_rank} needs --method lora or qlora (method is full)")
+        return method, None, None
+    try:
+        targets = LoraTargets(lora_targets or LoraTargets.all_linear)
+    except ValueError:
+        raise InputError(f"lora_targets='{lora_targets}' is not one of: attention, all-linear") from None
+    rank = DEFAULT_LORA_RANK if lora_rank is None else lora_rank
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
+        raise InputError(f"lora_rank={lora_rank} must be a positive whole number (e.g. 16)")
+    if rank > model.hidden_size:
+        raise InputError(f"lora_rank={rank} is larger than the hidden size {model.hidden_size}: use a rank such as 16")
+    if method is Method.qlora and str(getattr(precision, "value", precision)) == "fp8":
+        raise InputError("method=qlora computes in bf16 from a 4-bit base: use --precision bf16")
+    return method, rank, targets
+
+
+# --- memory hooks (memory.py) ------------------------------------------------------------------------
+
+
+def frozen_weight_bytes(method_code, gemm_params, other_params):
+    """Bytes of a frozen base: bf16 everywhere (lora), NF4 for the blocks' linears (qlora)."""
+    gemm = np.where(method_code == METHOD_CODES[Method.qlora], NF4_BYTES_PER_PARAM, BF16_BYTES)
+    return gemm * gemm_params + BF16_BYTES * other_params
+
+
+def saved_tensor_changes(model, moe: bool, tensors: dict, tok, method_code, rank, targets_code) -> dict:
+    """The full-method saved tensors of a block, adjusted for frozen weights and the LoRA branch
+    (numpy-friendly: method_code, rank and targets_code may be arrays of codes).
+
+    Frozen, untargeted bf16 linears (lora) save no input: with attention-only targets the MLP's fc1 and fc2
+    inputs (MoE: the dispatched copies and the expert fc2 inputs; the shared experts' fc2 input) go. A
+    bitsandbytes 4-bit linear (qlora) keeps its input all the same: MatMul4Bit.forward saves
+    `ctx.tensors = (A, B)` whenever the input needs a gradient (bitsandbytes/autograd/_functions.py), though
+    its backward reads only B, so under qlora they stay.
+    Every targeted linear adds its rank-r product x A in bf16 (2 B x rows x r per token).
+    """
+    lora = np.asarray(method_code) > 0
+    attention_only = lora & (np.asarray(targets_code) == TARGET_CODES[LoraTargets.attention])
+    frees_inputs = attention_only & (np.asarray(method_code) == METHOD_CODES[Method.lora])
+    out = dict(tensors)
+    for key in ("mlp/fc1_input", "mlp/fc2_input", "moe/dispatched", "moe/expert_fc2_input", "moe/shared_fc2_input"):
+        if key in out:
+            out[key] = np.where(frees_inputs, 0.0, out[key])
+    rows = {target: sum(lin.rows * lin.copies for lin in targeted_linears(model, moe, target)) for target in LoraTargets}
+    per_token = np.where(attention_only, rows[LoraTargets.attention], rows[LoraTargets.all_linear])
+    out["lora/xa_products"] = np.where(lora, BF16_BYTES * tok * rank * per_token, 0.0)
+    return out
+
+
+def fp32_norm_changes(model, moe: bool, tensors: dict, method_code, targets_code, fp32_norms) -> dict:
+    """A block's saved tensors when its norms hold fp32 weights (Layout.fp32_norms), numpy-friendly.
+
+    PEFT's prepare_model_for_kbit_training casts every bf16 parameter of a k-bit model to fp32 ("cast all
+    non INT8 parameters to fp32", peft/utils/other.py), and TRL's SFTTrainer, which calls it, casts the
+    embedding and LM head back to bf16 but keeps the norms fp32 (trl peft_module_casting_to_bf16). The
+    transformers RMSNorm returns `self.weight * hidden_states.to(input_dtype)`: with an fp32 weight its output
+    is fp32, and so is what follows it:
+      - bitsandbytes' Linear4bit casts its input to the compute dtype and returns `out.to(inp_dtype)`
+        (bitsandbytes/nn/modules.py), so q, k, v, gate and up give fp32 outputs, and MatMul4Bit saves its
+        bf16 copy of the input (ctx.tensors = (A, B)); each LoRA A under bf16 autocast saves a bf16 cast
+        of its own: 2 B per linear reading the tensor, per copy, instead of one shared bf16 tensor;
+      - the SwiGLU (silu, then mul) runs and saves in fp32: the gate and up outputs and silu(gate), 4 B;
+      - flash attention casts q, k, v back to bf16 (transformers' "silently casted in float32" warning): its
+        saved tensors stay bf16; the out-projection reads its bf16 output;
+      - the MLP's fp32 output promotes the residual stream to fp32 (bf16 + fp32 adds to fp32): every
+        layer's input, the checkpoint full recompute keeps, is 4 B per element (memory.py doubles it);
+      - the norm's fp32 product is saved by no op (the frozen weight multiply keeps the weight only):
+        norm/inputs drops, norm/eager_fp32 (the fp32 input pow and rsqrt save) stays.
+    MoE blocks are left as they are (the expert path's casts are not modelled)."""
+    on = np.asarray(fp32_norms) > 0
+    if not np.any(on) or moe:
+        return tensors
+    code = np.asarray(method_code)
+    lora = code > 0
+    # the base linear keeps its own bf16 cast: a trained weight (full: autocast saves the cast input for the
+    # weight gradient) or a 4-bit one (MatMul4Bit); a frozen bf16 weight (lora) keeps none
+    base = (code == METHOD_CODES[Method.full]) | (code == METHOD_CODES[Method.qlora])
+    all_linear = np.asarray(targets_code) == TARGET_CODES[LoraTargets.all_linear]
+    h = model.hidden_size
+    readers = sum(1 for lin in _attention_linears(model) if lin.d_in == h and not lin.row_parallel)
+    mlp_readers = 2 if model.gated_mlp else 1
+    attention_copies = readers * (base.astype(float) + lora)
+    mlp_copies = base.astype(float) + (lora & all_linear)
+    out = dict(tensors)
+
+    def scaled(key, factor):
+        if key in out:
+            out[key] = np.where(on, factor * out[key], out[key])
+
+    scaled("norm/inputs", 0.0)
+    scaled("attention/qkv_input", attention_copies)
+    scaled("mlp/fc1_input", mlp_readers * mlp_copies)
+    scaled("mlp/act_input", 2.0)
+    scaled("mlp/eager_silu_output", 2.0)
+    scaled("mlp/fc2_input", mlp_copies)
+    return out
+
+
+def resolved_fp32_norms(fp32_norms, method) -> bool:
+    """Layout.fp32_norms: as given, else true for qlora (PEFT's k-bit preparation, fp32_norm_changes)."""
+    if fp32_norms is not None:
+        return bool(fp32_norms)
+    return Method(method) is Method.qlora
+
+
+def adapter_coefficients(model, moe: bool) -> dict[str, float]:
+    """Adapter parameters of one block per unit of rank, by target choice and expert/non-expert
+    (memory.py sums them per pipeline rank and multiplies by r)."""
+    out = {}
+    for target in LoraTargets:
+        dense, expert = adapter_params(model, moe, 1, target)
+        out[f"lora_{TARGET_CODES[target]}_ne"], out[f"lora_{TARGET_CODES[target]}_ex"] = dense, expert
+    return out
+
+
+def largest_linear(model, moe: bool) -> float:
+    """Parameters of the block's largest linear layer (the QLoRA dequantisation buffer, one at a time)."""
+    every = _attention_linears(model) + (_mlp_linears(model, model.moe_intermediate_size) if moe
+                                         else _mlp_linears(model, model.intermediate_size))
+    return max(lin.d_in * lin.d_out for lin in every)
+
+
+# --- time hooks (step.py) ----------------------------------------------------------------------------
+
+
+ADAPTER_KEY = "lora"
+"""OpTimes key of the adapters' GEMMs: the only weight gradients a LoRA/QLoRA step computes."""
+ADAPTER_SCALE_ADD_BYTES = (4.0, 6.0)
+"""PEFT's LoRA Linear forward, result = result + lora_B(lora_A(dropout(x))) * scaling (peft/tuners/lora/layer.py):
+the scaling multiply reads and writes B's bf16 output (2 + 2 B per output element), the add reads both and writes the
+sum (2 + 2 + 2 B); in the backward, the multiply's gradient (2 + 2 B per output element) and autograd's
+accumulation of the two input gradients of x (base linear and lora_A: 2 + 2 + 2 B per input element)."""
+COMPILED_SCALE_ADD_FORWARD_BYTES = 6.0
+"""Under torch.compile the scaling multiply and the add fuse into one kernel: B's output and the base output read,
+the sum written (2 + 2 + 2 B per output element)."""
+DEQUANT_KERNELS = 2
+"""bitsandbytes dequantize_4bit with double quantisation (bitsandbytes/functional.py): dequantize_blockwise of the
+8-bit absmax, then the NF4 kernel writing the bf16 weight."""
+
+
+def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
+    """One block's OpTimes under LoRA/QLoRA: no weight gradients for the frozen base, plus the adapter GEMMs
+    (x A and its result times B, forward, dX and dA/dB), PEFT's scale-and-add of each adapter's output and, for
+    QLoRA, bitsandbytes' dequantisation of every frozen 4-bit linear in the forward and again in the backward (the
+    input gradient dX = dY W^T needs W in bf16; MatMul4Bit.backward dequantises it again). Gradient checkpointing
+    reruns the forward keys, so a recomputed block dequantises a third time (recompute.recomputed_forward_s)."""
+    from trainplan.tools.perf import compute
+    from trainplan.tools.config.contract import Launch
+    from trainplan.tools.hardware.counting import layer_params
+    from trainplan.tools.hardware.specs import Precision
+
+    out = compute.OpTimes(dict(layer.forward_s), dict(layer.backward_input_s),
+                          {key: 0.0 for key in layer.backward_weight_s})
+    tokens = cfg.mbs * cfg.seq / cfg.cp
+    tp, rank = cfg.tp, cfg.lora_rank
+    compiled = cfg.launch is Launch.compile
+    forward_bytes, backward_bytes = ADAPTER_SCALE_ADD_BYTES
+    if compiled:
+        forward_bytes = COMPILED_SCALE_ADD_FORWARD_BYTES
+    scale_add_forward = scale_add_backward = 0.0
+    kernels = 0
+    for lin in targeted_linears(model, moe, cfg.lora_targets):
+        # Column-parallel: x is whole on every TP rank, B's output split; row-parallel: x split.
+        d_in = lin.d_in / tp if lin.row_parallel else lin.d_in
+        d_out = lin.d_out if lin.row_parallel else lin.d_out / tp
+        copies = max(1, round(lin.copies / (cfg.ep if lin.expert else 1)))
+        rows = tokens * lin.rows * lin.copies / copies
+        compute.linear(out, ADAPTER_KEY, rows, d_in, rank, gpu, Precision.bf16, copies)
+        compute.linear(out, ADAPTER_KEY, rows, rank, d_out, gpu, Precision.bf16, copies)
+        scale_add_forward += forward_bytes * rows * d_out * copies
+        scale_add_backward += backward_bytes * rows * d_in * copies + 4.0 * rows * d_out * copies
+        kernels += copies
+    forward_kernels = (1 if compiled else 2) * kernels
+    out.add("lora/scale_add", compute.memory_bound_time_s(scale_add_forward, gpu, kernels=forward_kernels),
+            compute.memory_bound_time_s(scale_add_backward, gpu, kernels=2 * kernels))
+    if Method(cfg.method) is Method.qlora:
+        lp = layer_params(model, next(i for i in range(model.num_layers) if _is_moe(model, i) is moe))
+        frozen = (lp.non_expert - lp.norms - lp.router) / tp + lp.routed_experts / (tp * cfg.ep)
+        linears = len(frozen_linears(model, moe))
+        seconds = compute.memory_bound_time_s(DEQUANT_BYTES_PER_PARAM * frozen, gpu, kernels=DEQUANT_KERNELS * linears)
+        out.add("qlora/dequant", seconds, seconds)
+    return out
+
+
+def _is_moe(model, index: int) -> bool:
+    from trainplan.tools.hardware.counting import is_moe_layer
+
+    return is_moe_layer(model, index)
+
+
+def frozen_linears(model, moe: bool) -> list[Linear]:
+    """The nn.Linear modules of one block (HF layout: q, k, v, o and the MLP or router + shared experts; routed
+    experts are grouped weights, not counted here): what bitsandbytes replaces by Linear4bit."""
+    every = _attention_linears(model)
+    if not moe:
+        return every + _mlp_linears(model, model.intermediate_size)
+    shared = (_mlp_linears(model, model.shared_expert_intermediate_size or model.moe_intermediate_size)
+              if model.num_shared_experts else [])
+    return every + shared + [Linear("router", model.hidden_size, model.num_experts)]
+
+
+def adapted_linears_per_block(model, cfg, moe: bool) -> int:
+    """Targeted linear modules the host issues per block (routed experts carry their own host term, moe.py)."""
+    if not is_lora(cfg.method):
+        return 0
+    return sum(1 for lin in targeted_linears(model, moe, cfg.lora_targets) if not lin.expert)
+
+
+def adapt_stage_times(times, model, cfg, gpu, layer_ids, moe_layers):
+    """OpTimes of a stage under LoRA/QLoRA after its blocks were adapted (adapt_layer_times, before the host
+    floor): the embedding and LM head are frozen too, so only the adapters keep weight gradients."""
+    from trainplan.tools.perf import compute
+
+    return compute.OpTimes(dict(times.forward_s), dict(times.backward_input_s),
+                           {key: (value if key == ADAPTER_KEY else 0.0) for key, value in times.backward_weight_s.items()})
+
+
+def trainable_stage_params(model, cfg, stage_layers) -> list[tuple[float, float]]:
+    """(dense, expert) trainable parameters per rank of each stage: the adapters, after TP and EP."""
+    from trainplan.tools.hardware.counting import is_moe_layer
+
+    out = []
+    for layer_ids in stage_layers:
+        dense = expert = 0.0
+        for i in layer_ids:
+            d, e = adapter_params(model, is_moe_layer(model, i), cfg.lora_rank, cfg.lora_targets)
+            dense, expert = dense + d, expert + e
+        out.append((dense / cfg.tp, expert / (cfg.tp * cfg.ep)))
+    return out
+
+
+def paged_optimizer_s(adapter_params_per_rank: float, method) -> float:
+    """QLoRA's paged AdamW: the states page in before the step and out after it, over PCIe."""
+    if Method(method) is not Method.qlora:
+        return 0.0
+    return 2 * ADAPTER_OPTIMIZER_BYTES * adapter_params_per_rank / (PAGED_OPTIMIZER_PCIE_GB_S * 1e9)
+
+
+def adapter_bytes(method_code, table: dict):
+    """Per-parameter bytes of the adapters for method codes (numpy-friendly)."""
+    return np.where(np.asarray(method_code) == METHOD_CODES[Method.qlora], table["qlora"], table["lora"])
+
+
+def frozen_bytes_per_param(cfg) -> float:
+    """Mean bytes per frozen GEMM weight (for ZeRO-3 all-gathers of the frozen base)."""
+    return NF4_BYTES_PER_PARAM if Method(cfg.method) is Method.qlora else BF16_BYTES
+
+
+def training_flops_per_token(flops, model, cfg) -> float:
+    """Model FLOPs per token of forward + backward under the method (FLOPS_CONVENTION)."""
+    if not is_lora(cfg.method):
+        return flops.training()
+    weight_gemms = flops.forward - flops.breakdown.get("attention/scores", 0.0)
+    return 3.0 * flops.forward - weight_gemms + 3.0 * adapter_forward_flops_per_token(model, cfg.lora_rank,
+                                                                                        cfg.lora_targets)
+
+
+# --- the report's sentence ---------------------------------------------------------------------------
+
+
+def _bytes(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def model_states_sentence(config: dict) -> str:
+    """How the model states of a resolved config are counted, in one sentence built from the byte
+    figures above (and memory.py's for full training): what is frozen, what trains, where its
+    optimizer states live, and what ZeRO shards."""
+    from trainplan.tools.perf import memory
+
+    method = Method(config.get("method") or Method.full)
+    zero = config.get("zero", 0)
+    offload = bool(config.get("optimizer_offload"))
+    if method is Method.full:
+        grads = memory.GRAD_BYTES_BF16 if config.get("bf16_grads") else memory.GRAD_BYTES
+        states = memory.OPTIMIZER_BYTES_BF16_MOMENTS if config.get("bf16_moments") else memory.OPTIMIZER_BYTES
+        moments = "bf16 Adam m + v" if config.get("bf16_moments") else "Adam m + v"
+        where = " on the CPU (optimizer offload)" if offload else ""
+        grads_text = f"{'bf16' if config.get('bf16_grads') else 'fp32'} gradients ({_bytes(grads)})"
+        if config.get("fp32_params"):
+            bf16_copy = ("gathered a layer at a time" if zero >= 3 else
+                         f"held unsharded ({_bytes(memory.WEIGHT_BYTES)} B/param)")
+            return (f"Model states follow PyTorch FSDP mixed precision: fp32 parameters that are the master copy "
+                    f"({_bytes(memory.MASTER_BYTES)} B/param{where}), bf16 copies {bf16_copy}, {grads_text}, "
+                    f"{moments} ({_bytes(states - memory.MASTER_BYTES)}){where}, sharded by ZeRO-{zero}.")
+        return (f"Model states follow Megatron: bf16 weights ({_bytes(memory.WEIGHT_BYTES)} B/param), "
+                f"{grads_text}, fp32 master + {moments} ({_bytes(states)}){where}, sharded by ZeRO-{zero}.")
+    targets = LoraTargets(config.get("lora_targets") or LoraTargets.all_linear)
+    where = "the attention projections" if targets is LoraTargets.attention else "every linear layer of the blocks"
+    if method is Method.qlora:
+        base = (f"a frozen base (no gradients, no optimizer states) with the blocks' linear weights in 4-bit NF4 "
+                f"with double quantisation ({NF4_BYTES_PER_PARAM * 8:.3f} bits = {_bytes(NF4_BYTES_PER_PARAM)} "
+                f"B/param, block scales included), embedding, LM head and norms in bf16 ({_bytes(BF16_BYTES)})")
+        optimizer = (f"paged 32-bit AdamW m + v ({_bytes(ADAPTER_OPTIMIZER_BYTES)}) in CPU memory, not counted on "
+                     "the GPU")
+        dtype = "bf16"
+    else:
+        base = (f"a frozen bf16 base ({_bytes(BF16_BYTES)} B/param, no gradients, no optimizer states)")
+        optimizer = (f"fp32 Adam m + v ({_bytes(ADAPTER_OPTIMIZER_BYTES)})"
+                     + (" on the CPU (optimizer offload)" if offload else ""))
+        dtype = "fp32"
+    return (f"Model states follow {'QLoRA' if method is Method.qlora else 'LoRA'}: {base}; "
+            f"rank-{config.get('lora_rank') or DEFAULT_LORA_RANK} adapters on {where} with {dtype} weights "
+            f"({_bytes(ADAPTER_WEIGHT_BYTES[method.value])} B/param), {dtype} gradients "
+            f"({_bytes(ADAPTER_GRAD_BYTES[method.value])}) and {optimizer}; sharded by ZeRO-{zero}.")

@@ -1,0 +1,414 @@
+"""Event-driven pipeline schedule simulator: gpipe, 1f1b, interleaved, zb-h1 and dualpipe.
+
+Each rank's op order is built the way the schedule's reference implementation issues it; then a
+list simulation runs every rank's list in order and starts each op as soon as the rank is free
+and its inputs have arrived over the real dependency graph (no closed forms):
+
+    F(mb, s) after F(mb, s-1) + p2p            the activation arrives from the previous stage
+    B(mb, s) after B(mb, s+1) + p2p, F(mb, s)  the gradient arrives from the next stage
+    W(mb, s) after B(mb, s)                    weight gradient of the same stage (split backward)
+
+p2p_s is added only when the two ops sit on different ranks. Each rank runs one op at a time.
+
+Schedules and sources:
+- gpipe: all forwards, then all backwards (Huang et al. 2019, GPipe). Bubble (p-1)/(m+p-1).
+- 1f1b: PipeDream-Flush; p-s-1 warm-up forwards on stage s, then one forward one backward
+  (Narayanan et al. 2021, SC21 "Efficient Large-Scale Language Model Training on GPU Clusters").
+- interleaved: Megatron's interleaved 1F1B (same paper, §2.2.2): rank r holds vpp chunks, chunk c
+  is virtual stage c*p + r; chunk-major groups of p micro-batches; warm-up (p-r-1)*2 + (v-1)*p.
+  Bubble (p-1)/(v*m+p-1), i.e. the paper's (1/v)(p-1)/m of the compute time.
+- zb-h1: Qi et al. 2024 "Zero Bubble Pipeline Parallelism" (ICLR 2024), handcrafted ZB-H1: the
+  backward is split into B (input gradient, on the critical path) and W (weight gradient); stage s
+  keeps 1F1B's p-s-1 warm-up forwards and holds back s W's, which fill the cool-down bubbles.
+  Bubble time per rank (p-1)(F+B-2W), B being the full backward.
+- dualpipe: DeepSeek-V3 technical report §3.2.1 and deepseek-ai/DualPipe `DualPipe.step`, whose
+  eight phases are replayed op by op. Rank r holds model stage r (chunk 0, fed from rank 0) and
+  model stage p-1-r (chunk 1, fed from rank p-1); micro-batches 0..m/2-1 enter at rank 0 and
+  m/2..m-1 at rank p-1. In the steady state a forward chunk and a full backward chunk of other
+  micro-batches run as one overlapped op 'FB'. Paper's bubble (p/2-1)(F&B+B-3W).
+
+Conventions:
+- forward_s[s] and backward_s[s] are the times of one micro-batch through model stage s (all its
+  layers); backward_s = B + W. An interleaved chunk takes 1/vpp of its rank's stage time. For dualpipe,
+  stage s runs on ranks s and p-1-s, so a rank's work per micro-batch equals 1F1B's.
+- The overlapped FB op of dualpipe takes F + B (compute does not get faster; DualPipe's gain of
+  hiding all-to-all and p2p traffic behind compute is outside this model); both its forward
+  output and its input gradient are sent at the end of the op.
+- Megatron's combined 1F1B (moe_a2a_overlap; combined_1f1b.py): with paired_s, the 1f1b (pp=1) and
+  interleaved orders run one more warm-up forward and then their steady state as FB ops of
+  paired_s (the two micro-batches' all-to-all hidden under each other's compute); both outputs are
+  sent at the end of the op (TransformerModelChunkSchedulePlan.run sends after its last layer).
+- bubble_fraction = 1 - mean(stage busy time) / makespan; with equal stages and p2p=0 it is
+  idle / (idle + busy) of every rank, which is the closed forms' definition.
+- peak_inflight_microbatches: per rank, the most micro-batches whose forward activations are held,
+  from the start of the forward to the end of the op that frees them (B, or W when the backward is
+  split, since W needs the layer inputs). Interleaved chunks count 1/vpp each (a full stage's
+  micro-batch = 1); a dualpipe chunk is a whole model stage and counts 1, so DualPipe reports
+  p+1 on rank 0 (the paper's PP+1: inside an FB op the new forward and the old backward coexist).
+  zb-h1 reports p on every stage: the W's held back keep their inputs alive, and p is 1F1B's peak.
+  Megatron's combined 1F1B holds its one extra warm-up chunk, and its combined step, which runs the
+  forward's layer i beside the backward's layer L-1-i, frees as it fills: the peak of interleaved
+  1F1B (Megatron-Core's guide: the forward-backward pairing "does not add the same activation-memory
+  penalty" as pairing like phases), up to a layer the chunk granularity does not see.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.perf.pipeline_closed_form import _schedule, bubble_closed_form, bubble_paper_s
+from trainplan.tools.perf.pipeline_orders import (
+    _B, _F, _I, _W, _X, _order_1f1b, _order_dualpipe, _order_gpipe, _order_interleaved, _order_zb_h1, combined_steps,
+)
+from trainplan.tools.hardware.specs import Schedule
+
+__all__ = ["PipelineEvent", "PipelineResult", "SIMULATE_MAX_UNITS", "TIMELINE_MAX_UNITS", "bubble_closed_form",
+           "bubble_paper_s", "combined_steps", "dualpipe_batch_ok", "interleaved_batch_ok", "render_ascii",
+           "render_mermaid", "simulate", "simulated_units"]
+
+# Op kinds (pipeline_orders): forward, full backward (B+W), input-grad backward only, weight grad, F + full B.
+_KIND_NAME = ("F", "B", "B", "W", "FB")
+_NOT_DONE = -1.0
+
+
+@dataclass(slots=True)
+class PipelineEvent:
+    """One op on one rank. For 'FB' (dualpipe), microbatch/chunk are the forward's and
+    backward_microbatch/backward_chunk the overlapped backward's."""
+
+    stage: int  # pipeline rank
+    kind: str  # 'F', 'B', 'W' or 'FB'
+    microbatch: int
+    chunk: int  # interleaved: model chunk on the rank; dualpipe: 0 = stage r, 1 = stage p-1-r
+    start_s: float
+    end_s: float
+    backward_microbatch: int | None = None
+    backward_chunk: int | None = None
+
+
+@dataclass
+class PipelineResult:
+    """Outcome of one simulated schedule. Times in seconds."""
+
+    schedule: str
+    pp: int
+    num_microbatches: int
+    vpp: int
+    makespan_s: float  # first op start (0) to last op end, over all ranks
+    bubble_fraction: float  # 1 - mean(stage_busy_s) / makespan_s
+    stage_busy_s: list[float]  # compute time per rank
+    peak_inflight_microbatches: list[float]  # per rank, in full-stage micro-batches (see module doc)
+    timeline: list[PipelineEvent] = field(default_factory=list)  # empty when record_timeline=False
+
+    @property
+    def closed_form_bubble_fraction(self) -> float | None:
+        """The closed form for equal stages and no p2p, where one exists."""
+        return bubble_closed_form(self.schedule, self.pp, self.num_microbatches, self.vpp)
+
+    def to_dict(self, include_timeline: bool = True) -> dict:
+        """Plain JSON-able data; the timeline as a list of event dicts (omitted when asked)."""
+        out = {
+            "schedule": self.schedule, "pp": self.pp, "num_microbatches": self.num_microbatches,
+            "vpp": self.vpp, "makespan_s": self.makespan_s, "bubble_fraction": self.bubble_fraction,
+            "closed_form_bubble_fraction": self.closed_form_bubble_fraction,
+            "stage_busy_s": list(self.stage_busy_s),
+            "peak_inflight_microbatches": list(self.peak_inflight_microbatches),
+        }
+        if include_timeline:
+            out["timeline"] = [asdict(e) for e in self.timeline]
+        return out
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+MAX_STAGE_S = 1e6
+"""Longest time one micro-batch may take on one stage (11 days; a step of a real run takes seconds), so that
+a makespan of millions of them stays finite."""
+
+
+def _per_stage(name: str, value: float | Sequence[float], pp: int) -> list[float]:
+    values = [float(value)] * pp if isinstance(value, (int, float)) else [float(x) for x in value]
+    if len(values) != pp:
+        raise InputError(f"{name} has {len(values)} values but pp={pp}: give one per stage or a single number")
+    if not all(math.isfinite(x) and x >= 0 for x in values):
+        raise InputError(f"{name} must be finite and >= 0 seconds, got {values}")
+    if max(values) > MAX_STAGE_S:
+        raise InputError(f"{name}={max(values):g} s is more than {MAX_STAGE_S:g} s (11 days) for one micro-batch on "
+                         "one stage: give seconds per micro-batch, e.g. 2")
+    return values
+
+
+# --- what a schedule accepts (one definition: the simulator, layout.resolve_config and the search) ---
+
+SIMULATE_MAX_UNITS = 2**20
+"""Largest pp x microbatches x vpp simulated: about 2 million ops, ~2 s and ~0.5 GB. The simulation is
+linear in ops (~1 us each in Python), so pp=256 x 65,536 micro-batches would take over a minute. A
+real step has far fewer (Llama 3 405B: 16 x 16 x 8 = 2,048); the bubble depends on m/p, so a smaller
+m with the same ratio shows the same fraction."""
+TIMELINE_MAX_UNITS = 2**17
+"""Largest pp x microbatches x vpp whose timeline is recorded: 2 events per unit, 262,144 events."""
+
+
+def interleaved_batch_ok(pp, num_microbatches):
+    """Megatron's interleaved schedule runs micro-batches in groups of pp (numpy-friendly)."""
+    return num_microbatches % pp == 0
+
+
+def dualpipe_batch_ok(pp, num_microbatches):
+    """DualPipe.step asserts an even pp, an even number of micro-batches and at least 2 pp of them
+    (numpy-friendly)."""
+    return (pp >= 2) & (pp % 2 == 0) & (num_microbatches % 2 == 0) & (num_microbatches >= 2 * pp)
+
+
+def simulated_units(pp, num_microbatches, vpp):
+    """pp x microbatches x vpp: the simulation's size, bounded by SIMULATE_MAX_UNITS (numpy-friendly)."""
+    return pp * num_microbatches * vpp
+
+
+def _validate(s: Schedule, pp: int, m: int, vpp: int, record_timeline: bool = False) -> None:
+    for name, value in (("pp", pp), ("num_microbatches", m), ("vpp", vpp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{name} must be an integer >= 1, got {value!r}")
+    if s is Schedule.interleaved:
+        if vpp < 2:
+            raise InputError("schedule=interleaved needs vpp >= 2 (virtual stages per rank); vpp=1 is 1f1b")
+        if not interleaved_batch_ok(pp, m):
+            raise InputError(f"schedule=interleaved needs microbatches divisible by pp (Megatron): "
+                             f"microbatches={m}, pp={pp}; use a multiple of {pp}")
+    elif vpp != 1:
+        raise InputError(f"vpp={vpp} is only used by the interleaved schedule: use schedule interleaved or vpp 1")
+    if s is Schedule.dualpipe and not dualpipe_batch_ok(pp, m):
+        raise InputError(f"schedule=dualpipe needs an even pp >= 2 and an even number of micro-batches "
+                         f">= 2*pp (DualPipe.step asserts it): pp={pp}, microbatches={m}")
+    units = simulated_units(pp, m, vpp)
+    if units > SIMULATE_MAX_UNITS:
+        raise InputError(f"pp*microbatches*vpp={pp}*{m}*{vpp}={units:,} is over the {SIMULATE_MAX_UNITS:,} the "
+                         f"simulator runs: use fewer micro-batches (the bubble depends on microbatches/pp, so "
+                         f"e.g. microbatches={max(1, SIMULATE_MAX_UNITS // (pp * vpp))} keeps the picture)")
+    if record_timeline and units > TIMELINE_MAX_UNITS:
+        raise InputError(f"pp*microbatches*vpp={units:,} is over the {TIMELINE_MAX_UNITS:,} whose timeline is "
+                         f"recorded: use --no-timeline (record_timeline=False), or fewer micro-batches")
+
+
+# --- the simulation ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    """What the list simulation runs: the virtual stages of every micro-batch's path, their
+    durations, the rank that owns each (micro-batch, virtual stage), and each rank's op order."""
+
+    num_virtual: int                 # V: virtual stages on one micro-batch's path
+    durations: tuple[list[float], ...]   # per op kind (_F, _B, _I, _W): seconds per virtual stage
+    paired: list[float] | None       # seconds of a combined op per virtual stage; None: its F + B
+    owner: list[int]                 # owner[mb * V + vs]: the rank that runs it
+    orders: list[list[tuple]]        # per rank, ops (kind, mb, vs, mb2, vs2) in issue order
+
+
+def _plan(s: Schedule, pp: int, m: int, vpp: int, fwd: list[float], bwd: list[float],
+          wgt: list[float], paired: list[float] | None = None) -> _Plan:
+    """Virtual stages, durations, owners and op orders of a schedule (module doc, Conventions).
+    paired: per stage, a combined step of Megatron's combined 1F1B (1f1b or interleaved)."""
+    combined = paired is not None
+    if s is Schedule.dualpipe:
+        # Every micro-batch passes all pp model stages; the first half enters at rank 0, the rest at rank pp-1.
+        num_virtual, f_d, b_d, w_d = pp, fwd, bwd, wgt
+        combined = False   # DualPipe's FB op takes F + B (module doc)
+        owner = [vs if mb < m // 2 else pp - 1 - vs for mb in range(m) for vs in range(pp)]
+        orders = [_order_dualpipe(pp, m, r) for r in range(pp)]
+    else:
+        # pp * vpp virtual stages; virtual stage vs is chunk vs // pp of rank vs % pp, 1/vpp of its stage.
+        num_virtual = pp * vpp
+        f_d = [fwd[vs % pp] / vpp for vs in range(num_virtual)]
+        b_d = [bwd[vs % pp] / vpp for vs in range(num_virtual)]
+        w_d = [wgt[vs % pp] / vpp for vs in range(num_virtual)]
+        owner = [vs % pp for vs in range(num_virtual)] * m
+        if s is Schedule.interleaved:
+            orders = [_order_interleaved(pp, m, vpp, r, combined) for r in range(pp)]
+        elif s is Schedule.one_f_one_b:
+            orders = [_order_1f1b(pp, m, r, combined) for r in range(pp)]
+        else:
+            build = {Schedule.gpipe: _order_gpipe, Schedule.zb_h1: _order_zb_h1}[s]
+            orders = [build(pp, m, r) for r in range(pp)]
+    i_d = [b - w for b, w in zip(b_d, w_d)]
+    x_d = [paired[vs % pp] / vpp for vs in range(num_virtual)] if combined else None
+    return _Plan(num_virtual, (f_d, b_d, i_d, w_d), x_d, owner, orders)
+
+
+def _run(plan: _Plan, pp: int, m: int, p2p_s: float, record_timeline: bool) -> tuple[list[float], list[list[tuple]]]:
+    """The list simulation: each rank runs its ops in order, each as soon as the rank is free and the
+    op's input has arrived; an op whose input is missing parks the rank, and finishing an op wakes
+    the rank that consumes its output. O(number of ops).
+
+    Returns each rank's finishing time and, with record_timeline, its ops with start and end times.
+    The loop is written flat (locals, no per-op calls): it runs millions of times.
+    """
+    V = plan.num_virtual
+    dur, owner, orders = plan.durations, plan.owner, plan.orders
+    f_d, b_d, w_d, x_d = dur[_F], dur[_B], dur[_W], plan.paired
+    f_end = [_NOT_DONE] * (m * V)   # when (mb, vs)'s forward output exists, by mb * V + vs
+    b_end = [_NOT_DONE] * (m * V)   # when (mb, vs)'s input gradient exists
+    pos, free = [0] * pp, [0.0] * pp
+    raw: list[list[tuple]] = [[] for _ in range(pp)]
+    last = V - 1
+    awake = list(range(pp))
+    while awake:
+        r = awake.pop()
+        ops, i, t = orders[r], pos[r], free[r]
+        record = raw[r].append if record_timeline else None
+        n = len(ops)
+        while i < n:
+            kind, mb, vs, mb2, vs2 = ops[i]
+            k = mb * V + vs
+            start = t
+            if kind == _F or kind == _X:
+                if vs:    # F(mb, vs) after F(mb, vs-1), plus p2p from another rank
+                    ready = f_end[k - 1]
+                    if ready < 0:
+                        break
+                    if owner[k - 1] != r:
+                        ready += p2p_s
+                    if ready > start:
+                        start = ready
+                if kind == _X:    # the overlapped backward half: the checks of a B on (mb2, vs2)
+                    k2 = mb2 * V + vs2
+                    if f_end[k2] < 0:
+                        break
+                    if vs2 < last:
+                        ready = b_end[k2 + 1]
+                        if ready < 0:
+                            break
+                        if owner[k2 + 1] != r:
+                            ready += p2p_s
+                        if ready > start:
+                            start = ready
+                    end = start + (f_d[vs] + b_d[vs2] if x_d is None else x_d[vs])
+                    b_end[k2] = end
+                    if vs2:
+                        awake.append(owner[k2 - 1])
+                else:
+                    end = start + f_d[vs]
+                f_end[k] = end
+                if vs < last:
+                    awake.append(owner[k + 1])
+            elif kind == _W:    # W(mb, vs) after B(mb, vs), same rank
+                if b_end[k] < 0:
+                    break
+                end = start + w_d[vs]
+            else:    # _B or _I: after F(mb, vs) and B(mb, vs+1), plus p2p from another rank
+                if f_end[k] < 0:
+                    break
+                if vs < last:
+                    ready = b_end[k + 1]
+                    if ready < 0:
+                        break
+                    if owner[k + 1] != r:
+                        ready += p2p_s
+                    if ready > start:
+                        start = ready
+                end = start + dur[kind][vs]
+                b_end[k] = end
+                if vs:
+                    awake.append(owner[k - 1])
+            if record is not None:
+                record((kind, mb, vs, mb2, vs2, start, end))
+            t = end
+            i += 1
+        pos[r], free[r] = i, t
+    stuck = [r for r in range(pp) if pos[r] < len(orders[r])]
+    if stuck:  # a schedule-builder bug, never a user error
+        raise RuntimeError(f"pipeline deadlocked on ranks {stuck}")
+    return free, raw
+
+
+def _busy_and_peak(plan: _Plan, pp: int, unit: int) -> tuple[list[float], list[float]]:
+    """Per rank: compute seconds, and the most micro-batches whose forward activations are held at
+    once (module doc), counting `unit` chunks as one micro-batch; walked in each rank's op order."""
+    dur, x_d = plan.durations, plan.paired
+    f_d, b_d = dur[_F], dur[_B]
+    busy, peak = [], []
+    for r in range(pp):
+        total, held, top = 0.0, 0, 0
+        for kind, mb, vs, mb2, vs2 in plan.orders[r]:
+            if kind == _X:
+                total += f_d[vs] + b_d[vs2] if x_d is None else x_d[vs]
+            else:
+                total += dur[kind][vs]
+            if kind == _X and x_d is not None:
+                # Megatron's combined step frees the backward's layers as the forward fills its own (forward
+                # layer i beside backward layer L-1-i): at chunk granularity the held count does not rise.
+                continue
+            if kind == _F or kind == _X:
+                held += 1
+                top = max(top, held)
+            if kind != _F and kind != _I:    # B, W and FB free a micro-batch's activations
+                held -= 1
+        busy.append(total)
+        peak.append(top / unit)
+    return busy, peak
+
+
+def _events(s: Schedule, pp: int, m: int, raw: list[list[tuple]]) -> list[PipelineEvent]:
+    """The recorded ops as PipelineEvents, rank by rank."""
+    def chunk(mb: int, vs: int) -> int:
+        return int(mb >= m // 2) if s is Schedule.dualpipe else vs // pp
+
+    return [PipelineEvent(r, _KIND_NAME[kind], mb, chunk(mb, vs), start, end,
+                          mb2 if kind == _X else None, chunk(mb2, vs2) if kind == _X else None)
+            for r in range(pp) for kind, mb, vs, mb2, vs2, start, end in raw[r]]
+
+
+def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int = 1,
+             forward_s: float | Sequence[float] = 1.0,
+             backward_s: float | Sequence[float] = 2.0,
+             weight_grad_s: float | Sequence[float] | None = None,
+             p2p_s: float = 0.0,
+             record_timeline: bool = True,
+             paired_s: float | Sequence[float] | None = None) -> PipelineResult:
+    """Simulate one training step's pipeline schedule; see the module docstring for the model.
+
+    forward_s, backward_s: per model stage (one number for all, or pp numbers), one micro-batch.
+    weight_grad_s: the W part of backward_s (default backward_s/2); only zb-h1 and dualpipe run W
+    apart. p2p_s: latency + transfer of one activation or gradient between adjacent ranks.
+    paired_s: Megatron's combined 1F1B (moe_a2a_overlap): per stage, one combined step of a forward and
+    a backward of two micro-batches; the steady state runs such 'FB' ops after one more warm-up
+    forward (warmup_forwards). Interleaved, or 1f1b without pipelining, as Megatron runs it.
+    Sizes are bounded: pp x num_microbatches x vpp <= SIMULATE_MAX_UNITS (TIMELINE_MAX_UNITS with
+    the timeline).
+    """
+    s = _schedule(schedule)
+    _validate(s, pp, num_microbatches, vpp, record_timeline)
+    m = num_microbatches
+    fwd = _per_stage("forward_s", forward_s, pp)
+    bwd = _per_stage("backward_s", backward_s, pp)
+    wgt = [b / 2 for b in bwd] if weight_grad_s is None else _per_stage("weight_grad_s", weight_grad_s, pp)
+    if any(w > b for w, b in zip(wgt, bwd)):
+        raise InputError(f"weight_grad_s {wgt} is the W part of backward_s {bwd}: it cannot exceed it")
+    if not any(fwd) and not any(bwd):
+        raise InputError("forward_s and backward_s are all 0: give the stages some work")
+    if not (math.isfinite(p2p_s) and p2p_s >= 0):
+        raise InputError(f"p2p_s must be finite and >= 0 seconds, got {p2p_s}")
+
+    paired = None
+    if paired_s is not None:
+        if not (s is Schedule.interleaved or (s is Schedule.one_f_one_b and pp == 1)):
+            raise InputError(f"paired_s (Megatron's combined 1F1B) runs with schedule interleaved, or 1f1b with pp=1; "
+                             f"got {s.value} with pp={pp}")
+        paired = _per_stage("paired_s", paired_s, pp)
+    plan = _plan(s, pp, m, vpp, fwd, bwd, wgt, paired)
+    free, raw = _run(plan, pp, m, p2p_s, record_timeline)
+    busy, peak = _busy_and_peak(plan, pp, unit=1 if s is Schedule.dualpipe else vpp)
+    makespan = max(free)
+    return PipelineResult(
+        schedule=s.value, pp=pp, num_microbatches=m, vpp=vpp, makespan_s=makespan,
+        bubble_fraction=max(0.0, 1.0 - sum(busy) / pp / makespan), stage_busy_s=busy,  # clamp float noise
+        peak_inflight_microbatches=peak, timeline=_events(s, pp, m, raw) if record_timeline else [],
+    )
+
+
+# Rendering lives in pipeline_render.py; imported here so `pipeline.render_ascii` keeps working.
+from trainplan.tools.perf.pipeline_render import render_ascii, render_mermaid  # noqa: E402

@@ -1,0 +1,1 @@
+"""The layout search: enumerate, score (numpy), rank, explain, evidence, limits. Imports core up to perf."""
