@@ -33,7 +33,8 @@ from trainplan.tools.perf.cost import DEFAULT_GOODPUT, parse_tokens
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import estimate
-from trainplan.tools.perf.finetune import DEFAULT_LORA_RANK, LoraTargets, Method, is_lora
+from trainplan.tools.perf.finetune import DEFAULT_LORA_RANK, is_lora
+from trainplan.tools.core.enums import LoraTargets, Method
 from trainplan.tools.config.contract import FINE_TUNING_KNOBS, default_seq
 from trainplan.tools.config.plan_defaults import DEADLINE_MARGIN, DEFAULT_HEADROOM, FINETUNE_SOURCE, default_gbs, default_gbs_reason
 from trainplan.tools.core.file_access import user_named_files
@@ -668,7 +669,7 @@ def offline_report(request: PlanRequest, text: str, engine: str | None = None) -
 def _best_engine_plan(parsed: PlanRequest, text: str) -> tuple[PlanReport, str | None]:
     """The plan of the PLAN_ENGINES engine whose recommended layout wins by the request's objective,
     and that engine; when none fits, the plan over every engine's layouts (and None)."""
-    from trainplan.tools.config.contract import Objective
+    from trainplan.tools.core.enums import Objective
     from trainplan.tools.search.rank import result_objective
 
     plans = {engine: plan_offline(parsed, text, engine=engine) for engine in PLAN_ENGINES}

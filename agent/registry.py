@@ -40,8 +40,10 @@ from trainplan.tools.core.file_access import untrusted_caller
 from trainplan.tools.perf.estimate import estimate
 from trainplan.tools.perf.memory import memory_breakdown
 from trainplan.tools.perf.pipeline import render_ascii, simulate
-from trainplan.tools.config.contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Job, Layout, search_chosen_description,  # noqa: F401
-                       ParallelConfig, Schedule, check_job_numbers, fields_of, optional_model, search_fields)
+from trainplan.tools.config.contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Job, Layout,  # noqa: F401
+                                            ParallelConfig, check_job_numbers, fields_of, optional_model,
+                                            search_chosen_description, search_fields)
+from trainplan.tools.core.enums import Schedule
 from trainplan.tools.config.plan_defaults import DEFAULT_GBS_RULE, default_gbs, default_gbs_reason
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ from trainplan.tools.perf.collectives import group_layout
 from trainplan.tools.perf.combined_1f1b import chunk_layers, replay_s
 from trainplan.tools.perf.estimate import resolve_with_batch
 from trainplan.tools.perf.pipeline import combined_steps
-from trainplan.tools.hardware.specs import ClusterSpec, Schedule
+from trainplan.tools.hardware.specs import ClusterSpec
+from trainplan.tools.core.enums import Schedule
 
 
 def _ms(x: float) -> str:

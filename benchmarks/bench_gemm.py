@@ -14,7 +14,7 @@ import argparse
 
 from trainplan.tools.perf import compute
 from trainplan.tools.hardware.catalog import load_gpu
-from trainplan.tools.hardware.specs import Precision
+from trainplan.tools.core.enums import Precision
 
 DEFAULT_GPUS = ("a100-sxm-80gb", "h100-sxm-80gb", "b200")
 

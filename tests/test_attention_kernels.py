@@ -6,7 +6,7 @@ import pytest
 import trainplan
 from trainplan.tools.perf import compute
 from trainplan.tools.hardware.catalog import load_gpu
-from trainplan.tools.config.contract import Attention
+from trainplan.tools.core.enums import Attention
 
 LONG = dict(tokens_q=65536, tokens_kv=65536, heads=16, qk_dim=128, v_dim=128)
 

@@ -12,7 +12,7 @@ from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.overlap import COMM_COMPUTE_CONTENTION as C
 from trainplan.tools.perf.pipeline import combined_steps, simulate
 from trainplan.tools.perf.pipeline_closed_form import combined_makespan, warmup_forwards
-from trainplan.tools.hardware.specs import Schedule
+from trainplan.tools.core.enums import Schedule
 
 
 def nodes(comm: float = 1.0, **override) -> LayerNodes:

@@ -13,13 +13,11 @@ import pytest
 import trainplan
 from trainplan.cli import load_command
 from trainplan.cli_export import export_from_options
-from trainplan.tools.perf.finetune import LoraTargets, Method
-from trainplan.tools.perf.loss import LossKernel
+from trainplan.tools.core.enums import LoraTargets, Method
+from trainplan.tools.core.enums import LossKernel
 from trainplan.agent import registry
-from trainplan.tools.config.contract import (DEFAULT_SEQ_CAP, SEARCHED_KNOBS, Estimate, Job, Layout, ParallelConfig,
-                                      Attention, Dispatcher, GroupedGemm, Launch, Precision, Recompute, RecomputeModule,
-                                      Schedule, SearchOptions,
-                                      search_fields)
+from trainplan.tools.config.contract import DEFAULT_SEQ_CAP, SEARCHED_KNOBS, Estimate, Job, Layout, ParallelConfig, SearchOptions, search_fields
+from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, Precision, Recompute, RecomputeModule, Schedule
 from trainplan.tools.search.driver import Pins
 
 LAYOUT_DEFAULTS = {name: info.default for name, info in Layout.model_fields.items()}

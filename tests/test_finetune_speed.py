@@ -13,7 +13,7 @@ from trainplan.evals.runner import THROUGHPUT_QUANTITIES, _fine_tuning_speed, _t
 from trainplan.tools.perf import compute, finetune, host
 from trainplan.tools.config.calibration import fitted_case_ids
 from trainplan.tools.hardware.catalog import load_gpu, load_model
-from trainplan.tools.config.contract import Launch
+from trainplan.tools.core.enums import Launch
 from trainplan.tools.config.layout import resolve_config
 from trainplan.tools.perf.recompute import recomputed_forward_s
 

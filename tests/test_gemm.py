@@ -7,7 +7,7 @@ import pytest
 
 from trainplan.tools.perf import compute
 from trainplan.tools.hardware.catalog import load_gpu
-from trainplan.tools.hardware.specs import Precision
+from trainplan.tools.core.enums import Precision
 
 GPUS = ("a100-sxm-80gb", "h100-sxm-80gb", "b200")
 TM, TN = compute.GEMM_TILE_M, compute.GEMM_TILE_N

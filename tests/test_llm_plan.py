@@ -198,7 +198,7 @@ def test_a_first_request_over_the_context_is_retried_with_the_lean_tools(openai_
 def test_the_lean_tools_keep_the_fine_tuning_knobs_the_contract_defines():
     from trainplan.agent.toolset import LEAN_DROPPED_KNOBS, lean_agent_tools
     from trainplan.tools.config.contract import FINE_TUNING_KNOBS, Layout
-    from trainplan.tools.perf.finetune import LoraTargets, Method
+    from trainplan.tools.core.enums import LoraTargets, Method
 
     assert set(FINE_TUNING_KNOBS) <= set(Layout.model_fields) and not set(FINE_TUNING_KNOBS) & set(LEAN_DROPPED_KNOBS)
     tools = {t["function"]["name"]: t["function"]["parameters"] for t in lean_agent_tools()}

@@ -13,7 +13,8 @@ from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.engines.support import engine_knobs
 from trainplan.tools.search.limits import solve
-from trainplan.tools.perf.loss import LOSS_BYTES, LossKernel
+from trainplan.tools.perf.loss import LOSS_BYTES
+from trainplan.tools.core.enums import LossKernel
 
 GIB = 2**30
 QLORA_4090 = dict(model="llama3-8b", gpu="rtx-4090", gpus=1, method="qlora", lora_rank=32, recompute="full",

@@ -679,7 +679,7 @@ def test_zero2_reduce_scatters_per_chunk_group_with_interleaving():
     """ZeRO-2 reduce-scatters a chunk's gradients once per group of pp backward micro-batches under
     the interleaved schedule (a chunk stays unsharded meanwhile), else after every micro-batch."""
     from trainplan.tools.config.codes import SCHEDULE_CODES
-    from trainplan.tools.hardware.specs import Schedule
+    from trainplan.tools.core.enums import Schedule
     from trainplan.tools.perf.data_parallel import zero2_reduce_scatters
     inter, one = SCHEDULE_CODES[Schedule.interleaved], SCHEDULE_CODES[Schedule.one_f_one_b]
     assert list(zero2_reduce_scatters(np.array([inter, inter, one]), np.array([16, 32, 32]), 16, np.array([8, 8, 1]))) \

@@ -25,7 +25,7 @@ from trainplan.tools.perf.pipeline import (
     render_mermaid,
     simulate,
 )
-from trainplan.tools.hardware.specs import Schedule
+from trainplan.tools.core.enums import Schedule
 
 SCHEDULES = [
     ("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("interleaved", 4, 8, 2), ("zb-h1", 4, 8, 1), ("dualpipe", 4, 8, 1),

@@ -14,7 +14,8 @@ from trainplan.tools.config.layout import resolve_config
 from trainplan.tools.perf.memory import memory_breakdown, memory_totals_vectorised
 from trainplan.tools.perf import compute
 from trainplan.tools.perf.recompute import DROPS, recomputed_forward_s
-from trainplan.tools.hardware.specs import ClusterSpec, RecomputeModule
+from trainplan.tools.hardware.specs import ClusterSpec
+from trainplan.tools.core.enums import RecomputeModule
 from trainplan.tools.perf.step import model_flops_per_step, step_time
 
 H100 = load_gpu("h100-sxm-80gb")

@@ -9,7 +9,7 @@ import pytest
 
 from trainplan.agent.planner import plan
 from trainplan.agent.request import parse_partial
-from trainplan.tools.config.contract import Attention
+from trainplan.tools.core.enums import Attention
 
 
 @pytest.mark.parametrize("text, kernel", [

@@ -9,7 +9,7 @@ import pytest
 
 from trainplan.agent.planner import complete_request, plan
 from trainplan.agent.request import merge, parse_partial
-from trainplan.tools.config.contract import Schedule
+from trainplan.tools.core.enums import Schedule
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.engines.support import ENGINES
 

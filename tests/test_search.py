@@ -26,7 +26,7 @@ from trainplan.tools.search.space import (
     KNOBS, R_BUDGET, R_DEADLINE, R_MEMORY, REASONS, Pins, enumerate_space, gpu_counts, validity,
 )
 from trainplan.tools.config.validity import R_HEADS
-from trainplan.tools.hardware.specs import Schedule
+from trainplan.tools.core.enums import Schedule
 
 SMALL = dict(model="llama3-8b", gpu="h100", gpus=16, gbs=32, seq=4096)
 

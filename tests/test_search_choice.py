@@ -15,7 +15,8 @@ from trainplan.tools.config.plan_defaults import DEFAULT_HEADROOM, EVIDENCE_MARG
 from trainplan.tools.search.driver import label, search
 from trainplan.tools.search.evidence import Shape
 from trainplan.tools.search.choice import FAMILIES, columns, departures, simplicity
-from trainplan.tools.search.rank import Objective, result_objective
+from trainplan.tools.search.rank import result_objective
+from trainplan.tools.core.enums import Objective
 
 JOB = dict(model="llama3-70b", gpu="h100", gpus=64, gbs=512, seq=8192)
 

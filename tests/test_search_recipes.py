@@ -14,7 +14,7 @@ from trainplan.tools.search.driver import exact, prepare, search, search_scalar
 from trainplan.tools.search.recipes import recompute_choices, recompute_costs
 from trainplan.tools.search.score import fit_recipes
 from trainplan.tools.search.space import R_MEMORY, enumerate_space, validity
-from trainplan.tools.hardware.specs import Recompute, RecomputeModule
+from trainplan.tools.core.enums import Recompute, RecomputeModule
 
 _NONE, _SELECTIVE, _FULL = (RECOMPUTE_CODES[m] for m in (Recompute.none, Recompute.selective, Recompute.full))
 DSV3 = dict(model="deepseek-v3", gpu="h800", gpus=2048, seq=4096, gbs=15360, precision="fp8")

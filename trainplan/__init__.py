@@ -19,9 +19,9 @@ from trainplan.tools.core.errors import InputError
 
 if TYPE_CHECKING:
     from trainplan.agent.report import PlanReport
-    from trainplan.tools.config.contract import (Attention, Dispatcher, Estimate, GroupedGemm, Launch, OffloadModule, Precision,
-                                          Recompute, RecomputeModule, Schedule)
-    from trainplan.tools.perf.loss import LossKernel
+    from trainplan.tools.config.contract import Estimate
+    from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, OffloadModule, Precision, Recompute, RecomputeModule, Schedule
+    from trainplan.tools.core.enums import LossKernel
 
 __all__ = ["InputError", "__version__", "estimate", "limits", "plan", "search"]
 __version__ = "0.1.0"

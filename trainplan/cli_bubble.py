@@ -9,7 +9,7 @@ import typer
 
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.pipeline import bubble_paper_s, render_ascii, render_mermaid, simulate
-from trainplan.tools.hardware.specs import Schedule
+from trainplan.tools.core.enums import Schedule
 
 
 def _seconds(flag: str, text: str | None) -> float | list[float] | None:

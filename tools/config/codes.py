@@ -7,7 +7,7 @@ specs.py): Recompute none is 0, selective 1, full 2, and likewise for Schedule, 
 
 from __future__ import annotations
 
-from trainplan.tools.hardware.specs import Attention, Precision, Recompute, Schedule
+from trainplan.tools.core.enums import Attention, Precision, Recompute, Schedule
 
 RECOMPUTE_CODES = {mode: i for i, mode in enumerate(Recompute)}
 SCHEDULE_CODES = {sched: i for i, sched in enumerate(Schedule)}

@@ -27,7 +27,8 @@ import numpy as np
 from trainplan.tools.config.codes import RECOMPUTE_CODES, SCHEDULE_CODES
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.pipeline import SIMULATE_MAX_UNITS, dualpipe_batch_ok, interleaved_batch_ok, simulated_units
-from trainplan.tools.hardware.specs import ModelSpec, Recompute, Schedule
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.core.enums import Recompute, Schedule
 
 CP_MIN_TOKENS = 2048
 """Context parallelism only while each CP rank keeps >= 2048 tokens of the sequence. Ring attention

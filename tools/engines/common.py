@@ -15,8 +15,9 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.hardware.specs import Attention, ModelSpec, ParallelConfig
-from trainplan.tools.config.contract import Launch
+from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.core.enums import Attention
+from trainplan.tools.core.enums import Launch
 
 
 class ExportError(InputError):
@@ -147,7 +148,8 @@ _HF_MODULE_NAMES = {"kv_a_proj": "kv_a_proj_with_mqa"}   # DeepSeek-V2/V3 modeli
 
 def adapter_of(model: ModelSpec, cfg: ParallelConfig) -> Adapter | None:
     """The adapter a lora/qlora layout trains: rank, alpha, and the targeted modules."""
-    from trainplan.tools.perf.finetune import DEFAULT_LORA_ALPHA_PER_RANK, LoraTargets, is_lora, targeted_linears
+    from trainplan.tools.perf.finetune import DEFAULT_LORA_ALPHA_PER_RANK, is_lora, targeted_linears
+    from trainplan.tools.core.enums import LoraTargets
 
     if not is_lora(cfg.method):
         return None

@@ -13,7 +13,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # The layout vocabulary is defined in contract.py; re-exported here for the calculators.
-from trainplan.tools.config.contract import Attention, ParallelConfig, Precision, Recompute, RecomputeModule, Schedule  # noqa: F401
+from trainplan.tools.config.contract import ParallelConfig
+from trainplan.tools.core.enums import Attention, Precision, Recompute, RecomputeModule, Schedule  # noqa: F401
 from trainplan.tools.perf.cost import MAX_PRICE_PER_GPU_HOUR
 from trainplan.tools.core.errors import InputError
 

@@ -29,7 +29,8 @@ import math
 from dataclasses import dataclass, field
 
 from trainplan.tools.config import calibration
-from trainplan.tools.hardware.specs import Attention, GPUSpec, ModelSpec, ParallelConfig, Precision
+from trainplan.tools.hardware.specs import GPUSpec, ModelSpec, ParallelConfig
+from trainplan.tools.core.enums import Attention, Precision
 
 # Output tile of one thread block of the GEMM kernels, rows x columns. NVIDIA's "Matrix Multiplication
 # Background User's Guide" (DU-09799-001, §2.3 "Typical Tile Dimensions in cuBLAS and Performance")

@@ -11,7 +11,8 @@ import numpy as np
 from trainplan.tools.config.codes import SCHEDULE_CODES
 from trainplan.tools.perf.collectives import Group, collective_time_s
 from trainplan.tools.perf.overlap import overlapped_s, side_by_side_s
-from trainplan.tools.hardware.specs import ClusterSpec, Schedule
+from trainplan.tools.hardware.specs import ClusterSpec
+from trainplan.tools.core.enums import Schedule
 
 
 def zero2_reduce_scatters(schedule_code, num_microbatches, pp, vpp):

@@ -9,10 +9,12 @@ from trainplan.tools.config.contract import Config, Estimate, Job, Layout, Memor
 from trainplan.tools.perf.cost import DEFAULT_GOODPUT, parse_tokens, ramp_cost, training_cost
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.perf.finetune import Method, is_lora, total_adapter_params
+from trainplan.tools.perf.finetune import is_lora, total_adapter_params
+from trainplan.tools.core.enums import Method
 from trainplan.tools.config.layout import resolve_with_batch
 from trainplan.tools.perf.memory import memory_breakdown
-from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec, ParallelConfig, Schedule
+from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec, ParallelConfig
+from trainplan.tools.core.enums import Schedule
 from trainplan.tools.perf.step import step_time
 
 

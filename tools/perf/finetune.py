@@ -53,31 +53,11 @@ adapters' forward: 3 F - F_w + 3 F_lora, where F_w is the forward FLOPs of the w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 import numpy as np
 
 from trainplan.tools.core.errors import InputError
-
-
-class Method(str, Enum):
-    """What a run trains."""
-
-    full = "full"
-    """every weight, with its gradients and optimizer states"""
-    lora = "lora"
-    """low-rank adapters beside a frozen bf16 base (Hu et al. 2021)"""
-    qlora = "qlora"
-    """low-rank adapters beside a frozen 4-bit NF4 base with double quantisation (Dettmers et al. 2023)"""
-
-
-class LoraTargets(str, Enum):
-    """Which linear layers get adapters."""
-
-    attention = "attention"
-    """q, k, v and o projections"""
-    all_linear = "all-linear"
-    """every linear layer of the blocks (attention and MLP/experts), PEFT's "all-linear" """
+from trainplan.tools.core.enums import LoraTargets, Method
 
 
 METHOD_CODES = {method: i for i, method in enumerate(Method)}      # full 0, lora 1, qlora 2
@@ -350,9 +330,9 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
     input gradient dX = dY W^T needs W in bf16; MatMul4Bit.backward dequantises it again). Gradient checkpointing
     reruns the forward keys, so a recomputed block dequantises a third time (recompute.recomputed_forward_s)."""
     from trainplan.tools.perf import compute
-    from trainplan.tools.config.contract import Launch
+    from trainplan.tools.core.enums import Launch
     from trainplan.tools.hardware.counting import layer_params
-    from trainplan.tools.hardware.specs import Precision
+    from trainplan.tools.core.enums import Precision
 
     out = compute.OpTimes(dict(layer.forward_s), dict(layer.backward_input_s),
                           {key: 0.0 for key in layer.backward_weight_s})

@@ -38,8 +38,9 @@ from __future__ import annotations
 
 from trainplan.tools.config import calibration
 from trainplan.tools.perf.compute import ELEMENTWISE_PASSES, OpTimes
-from trainplan.tools.config.contract import Launch
-from trainplan.tools.hardware.specs import Attention, ModelSpec, ParallelConfig
+from trainplan.tools.core.enums import Launch
+from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.core.enums import Attention
 
 HOST_S_PER_OP = calibration.HOST_S_PER_OP.value
 LINEAR_OPS = 3

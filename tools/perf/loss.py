@@ -36,22 +36,9 @@ Hugging Face models that PEFT wraps (materialised). A search given an engine tak
 
 from __future__ import annotations
 
-from enum import Enum
 
 import numpy as np
-
-
-class LossKernel(str, Enum):
-    """How the LM head's logits and the cross-entropy loss are computed (tools/perf/loss.py)."""
-
-    fused = "fused"
-    """Megatron's vocab-parallel cross-entropy: one fp32 softmax, made and turned into the gradient in place"""
-    materialised = "materialised"
-    """the Hugging Face models (and torchtitan): the whole logits upcast to fp32, log-softmax saved, gradient apart"""
-    chunked = "chunked"
-    """torchtune's CEWithChunkedOutputLoss: bf16 logits in 8 chunks, each upcast on its own"""
-    fused_linear = "fused_linear"
-    """Liger, Cut Cross-Entropy, Unsloth: head GEMM and loss fused over token blocks, logits never whole"""
+from trainplan.tools.core.enums import LossKernel
 
 
 TORCHTUNE_OUTPUT_CHUNKS = 8

@@ -40,7 +40,8 @@ from __future__ import annotations
 from trainplan.tools.config.calibration import MOE_HOST_S_PER_EXPERT_GEMM
 from trainplan.tools.perf.collectives import collective_time_s
 from trainplan.tools.perf.compute import OpTimes, linear, memory_bound_time_s
-from trainplan.tools.config.contract import Dispatcher, GroupedGemm, ParallelConfig, Precision
+from trainplan.tools.config.contract import ParallelConfig
+from trainplan.tools.core.enums import Dispatcher, GroupedGemm, Precision
 from trainplan.tools.hardware.specs import ClusterSpec, GPUSpec, ModelSpec
 
 # Straggler factor of learned, dropless routing: load of the busiest EP rank over the mean. Assumed,

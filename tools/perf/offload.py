@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainplan.tools.config.contract import OffloadModule, ParallelConfig
+from trainplan.tools.config.contract import ParallelConfig
+from trainplan.tools.core.enums import OffloadModule
 from trainplan.tools.hardware.counting import is_moe_layer
 from trainplan.tools.hardware.specs import ModelSpec
 

@@ -63,7 +63,7 @@ from trainplan.tools.perf.pipeline_closed_form import _schedule, bubble_closed_f
 from trainplan.tools.perf.pipeline_orders import (
     _B, _F, _I, _W, _X, _order_1f1b, _order_dualpipe, _order_gpipe, _order_interleaved, _order_zb_h1, combined_steps,
 )
-from trainplan.tools.hardware.specs import Schedule
+from trainplan.tools.core.enums import Schedule
 
 __all__ = ["PipelineEvent", "PipelineResult", "SIMULATE_MAX_UNITS", "TIMELINE_MAX_UNITS", "bubble_closed_form",
            "bubble_paper_s", "combined_steps", "dualpipe_batch_ok", "interleaved_batch_ok", "render_ascii",

@@ -27,7 +27,7 @@ import numpy as np
 
 from trainplan.tools.config.codes import SCHEDULE_CODES
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.hardware.specs import Schedule
+from trainplan.tools.core.enums import Schedule
 
 _GPIPE, _INTER, _ZB, _DUAL = (SCHEDULE_CODES[s] for s in (Schedule.gpipe, Schedule.interleaved, Schedule.zb_h1,
                                                           Schedule.dualpipe))

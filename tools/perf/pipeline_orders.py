@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import deque
 
 from trainplan.tools.perf.pipeline_closed_form import warmup_forwards
-from trainplan.tools.hardware.specs import Schedule
+from trainplan.tools.core.enums import Schedule
 
 # Op kinds: forward, full backward (B+W), input-grad backward only, weight grad, overlapped F + full B.
 _F, _B, _I, _W, _X = range(5)

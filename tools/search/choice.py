@@ -24,8 +24,9 @@ from trainplan.tools.config.codes import SCHEDULE_CODES
 from trainplan.tools.search.evidence import EVIDENCE_MARGIN, Shape, departures_of, distance
 from trainplan.tools.config.plan_defaults import SIMPLER_MARGIN
 from trainplan.tools.search.explain import explain_runner_up, label
-from trainplan.tools.search.rank import Objective, result_objective
-from trainplan.tools.hardware.specs import Schedule
+from trainplan.tools.search.rank import result_objective
+from trainplan.tools.core.enums import Objective
+from trainplan.tools.core.enums import Schedule
 
 FAMILIES = (
     ("Megatron-style TP x PP", "tp > 1, pp > 1, no CP, ZeRO 0-1",

@@ -45,9 +45,8 @@ from trainplan.tools.search.evidence import shape_of
 from trainplan.tools.config.plan_defaults import DEFAULT_HEADROOM, EVIDENCE_MARGIN
 from trainplan.tools.search.choice import alternatives, prefer_evidence, prefer_simpler, rows_to_rescore
 from trainplan.tools.search.explain import explain_runner_up, label, no_feasible_hint
-from trainplan.tools.search.rank import (
-    Objective, best_rows, collapse_twins, objective_of, pareto_front, result_key,
-)
+from trainplan.tools.search.rank import best_rows, collapse_twins, objective_of, pareto_front, result_key
+from trainplan.tools.core.enums import Objective
 from trainplan.tools.search.recipes import chosen_note, recompute_choices, storage_variants
 from trainplan.tools.search.score import evaluate_count, fixed_knobs
 from trainplan.tools.search.space import (
@@ -55,7 +54,7 @@ from trainplan.tools.search.space import (
     min_gpus, row,
     validity,
 )
-from trainplan.tools.hardware.specs import Precision, Recompute, Schedule
+from trainplan.tools.core.enums import Precision, Recompute, Schedule
 from trainplan.tools.config.validity import Knobs, broken_policy
 
 __all__ = ["CALCULON_LAYOUTS_PER_S", "KNOBS", "Objective", "Pins", "REASONS", "enumerate_space", "exact",

@@ -36,7 +36,7 @@ import numpy as np
 
 from trainplan.tools.config.codes import SCHEDULE_CODES
 from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
-from trainplan.tools.hardware.specs import Schedule
+from trainplan.tools.core.enums import Schedule
 
 
 @dataclass(frozen=True)

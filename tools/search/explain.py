@@ -4,7 +4,7 @@ when nothing fits."""
 from __future__ import annotations
 
 from trainplan.tools.config.plan_defaults import SIMPLER_MARGIN
-from trainplan.tools.search.rank import Objective
+from trainplan.tools.core.enums import Objective
 from trainplan.tools.search.space import R_BUDGET, R_DEADLINE, R_MEMORY
 from trainplan.tools.config.validity import R_BATCH
 

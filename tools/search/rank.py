@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainplan.tools.config.contract import Objective
+from trainplan.tools.core.enums import Objective
 
 
 def objective_of(objective: Objective, step_s, gpus, days, cost_usd, price, tokens):

@@ -36,7 +36,7 @@ from trainplan.tools.perf.recompute import DEFAULT_MASK, MODULE_BITS, mask_of, m
 from trainplan.tools.search.explain import label
 from trainplan.tools.search.score import vector_memory, work_pieces
 from trainplan.tools.search.space import STORAGE_KNOBS, SearchJob
-from trainplan.tools.hardware.specs import Precision, Recompute, RecomputeModule, Schedule
+from trainplan.tools.core.enums import Precision, Recompute, RecomputeModule, Schedule
 
 STORAGE_ORDER = ((), (("bf16_moments", True), ("fp8_activations", True)))
 """Storage settings tried in order: as the engines default, then DeepSeek-V3's low-precision storage

@@ -34,7 +34,8 @@ from trainplan.tools.config.codes import RECOMPUTE_CODES, SCHEDULE_CODES
 from trainplan.tools.config.contract import SEARCH_FIXED_KNOBS, Layout
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
-from trainplan.tools.hardware.specs import ClusterSpec, GPUSpec, ModelSpec, Precision, Recompute, Schedule
+from trainplan.tools.hardware.specs import ClusterSpec, GPUSpec, ModelSpec
+from trainplan.tools.core.enums import Precision, Recompute, Schedule
 from trainplan.tools.perf.recompute import DEFAULT_MASK
 from trainplan.tools.config.validity import CP_MIN_TOKENS, REASONS as RULE_REASONS, Knobs, Policies, first_broken
 
