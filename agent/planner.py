@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainplan.prompts import DEFAULT_SEQ_CAP, DEFAULT_TOKENS_PER_PARAM, render, system_prompt
+from trainplan.agent.prompt_text import system_prompt
+from trainplan.prompts import DEFAULT_SEQ_CAP, DEFAULT_TOKENS_PER_PARAM, render
 from trainplan.tools.hardware import catalog
 from trainplan.tools.core import safe_json
 from trainplan.tools.perf.cost import DEFAULT_GOODPUT, parse_tokens

@@ -164,7 +164,7 @@ def estimated_tokens(prose: str = "", data: str = "") -> int:
 def test_the_lean_prompt_and_a_first_round_of_results_fit_an_8k_context():
     from trainplan.agent.llm import _tool_content
     from trainplan.agent.toolset import agent_tools, lean_agent_tools, lean_result
-    from trainplan.prompts import system_prompt
+    from trainplan.agent.prompt_text import system_prompt
     from trainplan.agent.registry import dispatch
 
     job = {"model": "llama3-70b", "gpu": "h100-sxm-80gb", "gpus": 512, "seq": 8192}

@@ -13,6 +13,7 @@ import pytest
 
 import trainplan
 from trainplan import prompts
+from trainplan.agent import prompt_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,6 +47,6 @@ def test_prompt_works_from_an_installed_wheel(tmp_path):
     checked = subprocess.run([*run, "prompt", "--check"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert checked.returncode == 0 and "site-packages" in checked.stdout, checked.stderr
     printed = subprocess.run([*run, "prompt"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert printed.returncode == 0 and printed.stdout == prompts.shipped_prompt()
+    assert printed.returncode == 0 and printed.stdout == prompt_text.shipped_prompt()
     version = subprocess.run([*run, "--version"], capture_output=True, text=True, timeout=60)
     assert version.stdout.strip() == f"trainplan {trainplan.__version__}"

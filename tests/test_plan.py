@@ -15,7 +15,7 @@ from openai_server import reply, tool_calls
 from trainplan.agent import planner
 from trainplan.agent.planner import plan
 from trainplan.agent.report import PlanReport
-from trainplan.prompts import system_prompt
+from trainplan.agent.prompt_text import system_prompt
 from trainplan.tools.core.errors import InputError
 from trainplan.agent.toolset import agent_tools
 from trainplan.agent.registry import dispatch, estimate_kwargs, tool_names

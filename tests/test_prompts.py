@@ -9,6 +9,7 @@ import jinja2
 import pytest
 
 from trainplan import prompts
+from trainplan.agent import prompt_text
 from trainplan.agent.registry import TOOLS
 
 
@@ -17,7 +18,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_system_prompt_names_every_tool_and_teaches_the_method():
-    text = prompts.system_prompt()
+    text = prompt_text.system_prompt()
     for tool in TOOLS:
         assert f"`{tool.name}`" in text
     for phrase in ("Memory first", "Then the layout", "Then time", "Then cost", "Call a tool for every number",
@@ -26,7 +27,7 @@ def test_system_prompt_names_every_tool_and_teaches_the_method():
 
 
 def test_tool_guide_is_rendered_from_the_registry():
-    guide = prompts.tool_guide()
+    guide = prompt_text.tool_guide()
     for tool in TOOLS:
         assert f"### `{tool.name}`" in guide
         assert tool.description in guide
@@ -36,11 +37,11 @@ def test_tool_guide_is_rendered_from_the_registry():
 
 
 def test_shipped_prompt_names_every_tool_and_the_wiring():
-    text = prompts.shipped_prompt()
+    text = prompt_text.shipped_prompt()
     for tool in TOOLS:
         assert tool.name in text
     assert "trainplan tools call NAME --args" in text and "trainplan tools schema" in text
-    assert prompts.system_prompt().strip() in text
+    assert prompt_text.system_prompt().strip() in text
 
 
 def test_missing_variable_fails_loudly():
@@ -54,12 +55,12 @@ def test_shipped_file_is_in_step():
     """What CI runs: `trainplan prompt --check` fails when outputs/ is out of step with prompts/."""
     result = run_cli("prompt", "--check")
     assert result.returncode == 0, result.stderr
-    assert prompts.SHIPPED_PATH.read_text() == prompts.shipped_prompt()
+    assert prompts.SHIPPED_PATH.read_text() == prompt_text.shipped_prompt()
 
 
 def test_check_fails_on_a_stale_file(tmp_path):
     stale = tmp_path / "prompt.md"
-    stale.write_text(prompts.shipped_prompt().replace("search_configs", "search_layouts"))
+    stale.write_text(prompt_text.shipped_prompt().replace("search_configs", "search_layouts"))
     result = run_cli("prompt", "--check", "--out", str(stale))
     assert result.returncode == 1
     assert result.stderr.startswith("error:") and "out of step" in result.stderr
@@ -78,22 +79,22 @@ def test_report_filters_never_show_negative_zero_or_exponents():
 
 
 def test_every_figure_the_prompt_asks_for_is_a_tool_output_field(monkeypatch):
-    assert prompts.missing_figures() == []
-    system = prompts.system_prompt()
+    assert prompt_text.missing_figures() == []
+    system = prompt_text.system_prompt()
     from trainplan.agent.registry import TOOLS_BY_NAME
 
-    for section, tool, field in prompts.PLAN_FIGURES:
+    for section, tool, field in prompt_text.PLAN_FIGURES:
         line = next(line for line in system.splitlines() if line.startswith(f"- {section}: `{tool}` "))
         assert field in line.split("` ", 1)[1].split(", ") and tool in TOOLS_BY_NAME
     # The check can fail: a figure whose field no tool returns is named.
-    monkeypatch.setattr(prompts, "PLAN_FIGURES", (*prompts.PLAN_FIGURES, ("Cost", "estimate_cost", "training.rent")))
-    assert prompts.missing_figures() == ["Cost: estimate_cost returns no training.rent"]
+    monkeypatch.setattr(prompt_text, "PLAN_FIGURES", (*prompt_text.PLAN_FIGURES, ("Cost", "estimate_cost", "training.rent")))
+    assert prompt_text.missing_figures() == ["Cost: estimate_cost returns no training.rent"]
 
 
 def test_tool_descriptions_agree_with_the_method():
     from trainplan.agent.registry import TOOLS_BY_NAME
 
-    system = prompts.system_prompt()
+    system = prompt_text.system_prompt()
     assert system.index("`search_configs`") < system.index("`calculate_memory`")
     assert "call this first" not in TOOLS_BY_NAME["calculate_memory"].description.lower()
     assert "call this first" in TOOLS_BY_NAME["search_configs"].description.lower()

@@ -49,7 +49,7 @@ def _current_text(path: Path) -> str | None:
 
 
 def render_prompt_file() -> str:
-    from trainplan.prompts import shipped_prompt
+    from trainplan.agent.prompt_text import shipped_prompt
 
     return shipped_prompt()
 
@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
             if current != text:
                 state = "is missing" if current is None else "is out of step with prompts/ and the tool registry"
                 _fail(f"{path} {state}: run `trainplan prompt` and commit the result", code=1)
-            from trainplan.prompts import missing_figures
+            from trainplan.agent.prompt_text import missing_figures
 
             missing = missing_figures()
             if missing:
