@@ -28,7 +28,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.markup import escape
 
-from trainplan.output import write_output
+from trainplan.tools.core.output import write_output
 from trainplan.tools.core import safe_json
 from trainplan.tools.core.errors import InputError
 
@@ -61,7 +61,7 @@ class Transcript:
                 os.fsync(f.fileno())
 
     def save(self, path: str | Path) -> Path:
-        """Write every record atomically (trainplan.output.write_output), then keep appending to `path`."""
+        """Write every record atomically (trainplan.tools.core.output.write_output), then keep appending to `path`."""
         text = "".join(json.dumps(record) + "\n" for record in self.records)
         self.path = write_output(path, text, flag="/save")
         return self.path

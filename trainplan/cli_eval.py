@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from trainplan.output import write_output
+from trainplan.tools.core.output import write_output
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

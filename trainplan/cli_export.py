@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from trainplan.output import write_output
+from trainplan.tools.core.output import write_output
 
 from trainplan import cli_common as opt
 from trainplan.tools.hardware import catalog

@@ -14,7 +14,7 @@ from trainplan.tools.engines import Engine
 import typer
 
 from trainplan.cli_common import DataDirOpt, allow_data_dirs
-from trainplan.output import write_output
+from trainplan.tools.core.output import write_output
 from rich.console import Console
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from trainplan.cli_common import DataDirOpt, allow_data_dirs
-from trainplan.output import write_output
+from trainplan.tools.core.output import write_output
 
 
 def _fail(message: str, code: int = 2) -> None:
