@@ -4,15 +4,15 @@ error band the evals measured for its regime, and the eval rows of its model tha
 All three read what the evals measured (evals/summary.json, `python -m trainplan.evals.summary`):
 - evidence_lines: the search's note on the evidence margin (tools/search/evidence.py, search_choice.prefer_evidence)
   and the recommended layout's departures, each with the eval cases that bound it;
-- error_band: the regime of the plan (evals.summary.regime_of: dense at scale, dense small jobs, MoE)
+- error_band: the regime of the plan (tools/search/eval_summary.py regime_of: dense at scale, dense small jobs, MoE)
   and the held-out MAPE and worst case of that regime, for step time and (with tokens) GPU-hours;
 - known_gaps: each eval case of the plan's model that fails its tolerance or misses by more than
-  evals.summary.GAP_ERROR, with its GPU, its measured error and which way the model errs.
+  tools/search/eval_summary.py GAP_ERROR, with its GPU, its measured error and which way the model errs.
 """
 
 from __future__ import annotations
 
-from trainplan.evals.summary import ALL, REGIMES, load_summary, regime_of
+from trainplan.tools.search.eval_summary import ALL, REGIMES, load_summary, regime_of
 from trainplan.tools.hardware import catalog
 from trainplan.tools.search.evidence import departures_of, margin_sentence, shape_of
 

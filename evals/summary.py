@@ -20,36 +20,15 @@ from __future__ import annotations
 
 import json
 import sys
-from functools import cache
 from pathlib import Path
 
-SUMMARY_PATH = Path(__file__).with_name("summary.json")
+from trainplan.tools.search.eval_summary import (ALL, GAP_ERROR, REGIMES, SMALL_JOB_GPUS, SUMMARY_PATH,  # noqa: F401
+                                                load_summary, regime_of)
+
 THROUGHPUT = ("step_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "tflops_per_gpu_full_attention",
               "hardware_tflops_per_gpu", "mfu", "mfu_full_attention")
 """Headline quantities, in order: the first a case publishes is its error (they restate one step time)."""
 TOTALS = ("gpu_hours", "days", "cost_usd")
-GAP_ERROR = 0.15
-"""A case whose headline error is larger than this (the throughput tolerance of evals/cases.py) is a
-known gap even when its own tolerance is wider (GPU-hours: 25%)."""
-SMALL_JOB_GPUS = 64
-"""A job on at most this many GPUs is a small job (the FSDP, MPT and single-node rows)."""
-REGIMES = {
-    "dense at scale": "dense models on more than 64 GPUs",
-    "dense small jobs": "dense models on up to 64 GPUs",
-    "MoE": "mixture-of-experts models",
-}
-
-
-ALL = "all"
-"""The pooled band: what a regime without cases of a kind (GPU-hours of small jobs) falls back to."""
-
-
-def regime_of(is_moe: bool, gpus: int) -> str:
-    if is_moe:
-        return "MoE"
-    return "dense small jobs" if gpus <= SMALL_JOB_GPUS else "dense at scale"
-
-
 def build() -> dict:
     """Run the prediction cases and summarise them (the content of summary.json)."""
     from trainplan.tools.hardware.catalog import load_gpu, load_model
@@ -94,12 +73,6 @@ def bands(cases: list[dict]) -> dict:
                 "mape": round(sum(abs(c["error"]) for c in rows) / len(rows), 4), "n": len(rows),
                 "worst": worst["error"], "worst_case": worst["id"]}
     return out
-
-
-@cache
-def load_summary() -> dict:
-    """evals/summary.json as written by build()."""
-    return json.loads(SUMMARY_PATH.read_text())
 
 
 def write() -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainplan import output
+from trainplan.tools.core import output
 from trainplan.agent.chat import ChatSession, Transcript
 from trainplan.cli import main
 from trainplan.tools.core.errors import InputError

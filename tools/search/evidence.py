@@ -34,6 +34,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from trainplan.tools.search.eval_summary import load_summary
 from trainplan.tools.config.codes import SCHEDULE_CODES
 from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
 from trainplan.tools.core.enums import Schedule
@@ -75,8 +76,6 @@ def _short_chunks(layers, pp, vpp):
 def region() -> Region:
     """The evidence region from the layouts of the evals' prediction cases that pass (evals/summary.json,
     written by `python -m trainplan.evals.summary`): a case the model misses validates nothing."""
-    from trainplan.evals.summary import load_summary
-
     rows = [(c["id"], c["is_moe"], c["layers"], SimpleNamespace(**c["layout"]), c["gpus_per_node"])
             for c in load_summary()["cases"] if c["passed"]]
     sources: dict[str, list[str]] = {}
