@@ -1,6 +1,6 @@
 """The Ampere GEMM efficiency each A100 eval case implies, grouped by family, and what separates them.
 
-1. Per case: the family's gemm_efficiency (eta_max, tools/config/calibration.py) solved by bisection so that
+1. Per case: the family's gemm_efficiency (eta_max, tools/core/calibration.py) solved by bisection so that
    the case's throughput figure (step time, tokens/s, TFLOP/s or HFU: the first it publishes) matches
    exactly, every other constant as in the calibration table. Printed with the error at the table's
    value, the published HFU in the model's own count (the FLOPs the kernels run: causal under flash,
@@ -28,7 +28,7 @@ import statistics
 import trainplan
 from trainplan.evals.cases import evaluate_prediction
 from trainplan.evals.dataset import load_dataset
-from trainplan.tools.config import calibration
+from trainplan.tools.core import calibration
 from trainplan.tools.hardware import catalog
 from trainplan.tools.perf import compute, recompute, step
 from trainplan.tools.perf.collectives import collective_time_s, group_layout

@@ -3,10 +3,10 @@ held-out errors. Run: python benchmarks/fit_calibration.py [--family ampere|hopp
 
 The fit is a grid search minimising the mean absolute log error (the eval's MAPE; the squared one for
 the LEAST_SQUARES families) of the fitted-on cases' published throughput figures (hardware TFLOP/s for
-SC21; causal TFLOP/s for Llama 3 and Megatron-Bridge), every other constant as in tools/config/calibration.py.
+SC21; causal TFLOP/s for Llama 3 and Megatron-Bridge), every other constant as in tools/core/calibration.py.
 The MoE host constant (MOE_HOST_S_PER_EXPERT_GEMM, which moe.py reads as HOST_S_PER_EXPERT_GEMM) is
 fitted by least squares on the log errors of its cases' step times.
-Copy the printed values into tools/config/calibration.py by hand; this script never edits the table."""
+Copy the printed values into tools/core/calibration.py by hand; this script never edits the table."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import math
 
 from trainplan.evals.cases import evaluate_prediction
 from trainplan.evals.dataset import load_dataset
-from trainplan.tools.config import calibration
+from trainplan.tools.core import calibration
 from trainplan.tools.hardware import catalog
 from trainplan.tools.perf import compute, moe
 

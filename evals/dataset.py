@@ -20,7 +20,7 @@ A run file (evals/runs/*.yaml):
 Every input is either published (`source`, a key of `sources` followed by the section) or an
 assumption (`assumed`: why). Every published figure has a `source`. tests/test_evals.py checks both.
 Whether a case was used for calibration is not written here: the calibration table
-(tools/config/calibration.py) names the cases each fitted constant was fitted on, and the loader marks them.
+(tools/core/calibration.py) names the cases each fitted constant was fitted on, and the loader marks them.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trainplan.tools.config.calibration import fitted_case_ids, named_case_ids
+from trainplan.tools.core.calibration import fitted_case_ids, named_case_ids
 
 RUNS_DIR = Path(str(resources.files("trainplan.evals") / "runs"))
 
@@ -89,7 +89,7 @@ class Case(BaseModel):
     description: str = Field(description="what the case checks, in one line")
     used_for_calibration: bool = Field(
         default=False,
-        description="set by the loader: tools/config/calibration.py fitted a constant on this case (not held out)"
+        description="set by the loader: tools/core/calibration.py fitted a constant on this case (not held out)"
     )
     request: dict[str, Input] = Field(default_factory=dict, description="trainplan.estimate / planner arguments")
     published: dict[str, Figure] = Field(default_factory=dict, description="quantity -> published figure")
@@ -199,7 +199,7 @@ def load_run(path: Path) -> RunFile:
     marked = [c.get("id") for c in data.get("cases", []) if isinstance(c, dict) and "used_for_calibration" in c]
     if marked:
         raise ValueError(f"{path.name}: case {marked[0]} sets used_for_calibration: the calibration table "
-                         "(tools/config/calibration.py) says which cases a constant was fitted on")
+                         "(tools/core/calibration.py) says which cases a constant was fitted on")
     run = RunFile.model_validate(data)
     if run.id != path.stem:
         raise ValueError(f"{path.name}: id '{run.id}' must equal the file stem '{path.stem}'")

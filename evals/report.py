@@ -158,15 +158,15 @@ def render_markdown(report: dict, backend: str = "offline") -> str:
                         f"{tuning['worst_case']} {pct(tuning['worst_error'])}."]
         calibration = ", ".join(s["calibration_cases"]) or "none"
         out += ["", f"Cases used to calibrate an efficiency constant (excluded from held-out MAPE): {calibration}.", ""]
-        from trainplan.tools.config.calibration import constants
+        from trainplan.tools.core.calibration import constants
 
-        out += ["### The calibration table (tools/config/calibration.py)", ""]
+        out += ["### The calibration table (tools/core/calibration.py)", ""]
         out += _table(["constant", "value", "fitted on", "held out"],
                       [[name, f"{fit.value:g}", ", ".join(fit.fitted_on) or "not fitted (set: see its method)",
                         f"{len(fit.held_out)} cases"] for name, fit in constants().items()])
         out.append("")
         if s.get("calibration_unknown"):
-            out += [f"**Warning:** tools/config/calibration.py names cases no run file defines: "
+            out += [f"**Warning:** tools/core/calibration.py names cases no run file defines: "
                     f"{', '.join(s['calibration_unknown'])}", ""]
         out += ["### Predicted against published", "", "```"] + text_plot(prediction) + ["```", ""]
 

@@ -16,7 +16,7 @@ checkpointing on, 1F1B, 150 GB/s NVLink and 800 Gb/s per node of 8 GPUs):
 - the row's tp, pp, mbs, gbs and seq; recompute full, zero 0 (Megatron-DeepSpeed without ZeRO), attention eager
   (Megatron-DeepSpeed's unfused softmax attention); every other knob at its default.
 
-Calibration (tools/config/calibration.py): fitted on the single-node rows with hidden 2048 only; the hidden-1024 rows
+Calibration (tools/core/calibration.py): fitted on the single-node rows with hidden 2048 only; the hidden-1024 rows
 are held out, and the multi-node rows are held out. `fitted_rows` / `held_out_rows` say which is which.
 
 Figures: MAPE of step time, median signed error, and the in-group Spearman rank correlation (a group is the
@@ -49,7 +49,7 @@ CASE_GROUPS = {
     "vtrain-single-h1024": "ground_truth_single.csv rows with hidden 1024 (720)",
     "vtrain-multi": "ground_truth_multi.csv (109 rows)",
 }
-"""The row groups tools/config/calibration.py names in fitted_on / held_out."""
+"""The row groups tools/core/calibration.py names in fitted_on / held_out."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from trainplan.tools.hardware import catalog
 from trainplan.tools.perf import collectives as col
 from trainplan.tools.perf.collectives import Group, bus_bytes_per_rank, collective_time_s, group_layout
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.hardware.specs import ClusterSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ClusterSpec
+from trainplan.tools.config.contract import ParallelConfig
 
 
 @pytest.fixture(scope="module")

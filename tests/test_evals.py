@@ -185,7 +185,7 @@ def test_dense_and_moe_held_out_figures_pool_each_family_once(prediction_report:
 
 def test_calibration_table_names_only_real_cases_and_marks_them(dataset: Dataset) -> None:
     """The calibration table is the one place that says which cases a constant was fitted on."""
-    from trainplan.tools.config.calibration import constants, fitted_case_ids
+    from trainplan.tools.core.calibration import constants, fitted_case_ids
 
     assert calibration_unknown_cases(dataset) == []
     fitted = fitted_case_ids()

@@ -11,7 +11,7 @@ from trainplan.evals.cases import CaseResult
 from trainplan.evals.dataset import load_dataset
 from trainplan.evals.runner import THROUGHPUT_QUANTITIES, _fine_tuning_speed, _throughput_held_out, is_fine_tuning
 from trainplan.tools.perf import compute, finetune, host
-from trainplan.tools.config.calibration import fitted_case_ids
+from trainplan.tools.core.calibration import fitted_case_ids
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.core.enums import Launch
 from trainplan.tools.config.layout import resolve_config

@@ -160,7 +160,7 @@ def test_blackwell_gpus_take_the_blackwell_fit_and_every_blackwell_case_is_fitte
     """B200 and GB200 read the GEMM efficiency fitted on Blackwell runs, not Hopper's; every eval case on a
     Blackwell GPU is named by the table, as a fitted-on case of some constant or a held-out one of this."""
     from trainplan.evals.dataset import load_dataset
-    from trainplan.tools.config.calibration import FAMILY_EFFICIENCY, fitted_case_ids
+    from trainplan.tools.core.calibration import FAMILY_EFFICIENCY, fitted_case_ids
 
     fit = FAMILY_EFFICIENCY["blackwell"]["gemm_efficiency"]
     for name in ("b200", "gb200-nvl72"):
@@ -176,7 +176,7 @@ def test_blackwell_gemm_efficiency_stays_below_the_best_shaped_matmul():
     """A fitted efficiency is a training-sustained share of the peak, so it sits below what the best-shaped
     matmul alone reaches on B200 SXM (ml-engineering MAMF table: 3432.5 of 4500 FP8 and 1745.0 of 2250 BF16
     TFLOP/s), as the Hopper fit sits below H100's (1402.6 of 1979 FP8, 794.5 of 989 BF16)."""
-    from trainplan.tools.config.calibration import FAMILY_EFFICIENCY
+    from trainplan.tools.core.calibration import FAMILY_EFFICIENCY
 
     assert 0 < FAMILY_EFFICIENCY["blackwell"]["gemm_efficiency"].value < min(3432.5 / 4500, 1745.0 / 2250)
     assert FAMILY_EFFICIENCY["hopper"]["gemm_efficiency"].value < min(1402.6 / 1979, 794.5 / 989)

@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+API = "trainplan (the public API)"
 LAYERS: list[tuple[str, str]] = [
     ("trainplan.tools.core", "tools/core"),
     ("trainplan.tools.hardware", "tools/hardware"),
@@ -23,14 +24,18 @@ LAYERS: list[tuple[str, str]] = [
     ("trainplan.tools.engines", "tools/engines"),
     ("trainplan.prompts", "prompts"),
     ("trainplan.agent", "agent"),
+    (API, "trainplan"),
     ("trainplan.evals", "evals"),
     ("trainplan", "trainplan"),
 ]
-"""(package, folder) from the ground up; trainplan (the CLI and API) is the top floor."""
+"""(package, folder) from the ground up. The public API (trainplan/__init__.py: estimate, search, plan) sits
+above agent and below evals, which call it; the CLI (the other modules of trainplan/) is the top floor."""
 
 
 def _module_of(path: Path) -> str:
     for package, folder in LAYERS:
+        if package == API:
+            continue
         base = ROOT / folder
         if base in path.parents or path.parent == base:
             parts = list(path.relative_to(base).with_suffix("").parts)
@@ -41,6 +46,8 @@ def _module_of(path: Path) -> str:
 
 
 def _layer_of(module: str) -> int | None:
+    if module == "trainplan":
+        return [package for package, _ in LAYERS].index(API)
     best = None
     for index, (package, _) in enumerate(LAYERS):
         if module == package or module.startswith(package + "."):
@@ -70,7 +77,9 @@ def _imports(path: Path, module: str) -> list[tuple[int, str]]:
 
 def _sources() -> list[Path]:
     files = []
-    for _, folder in LAYERS:
+    for package, folder in LAYERS:
+        if package == API:
+            continue
         base = ROOT / folder
         files += sorted(p for p in base.glob("*.py")) if folder in ("trainplan", "prompts", "evals", "agent") else \
             sorted(base.rglob("*.py"))

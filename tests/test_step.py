@@ -153,7 +153,7 @@ def test_sequence_parallel_backward_hides_the_column_parallel_collectives():
     and reduce-scatters that gradient while computing the weight gradient; only the row-parallel
     output-gradient all-gather is on the critical path."""
     from trainplan.tools.perf.collectives import collective_time_s, group_layout
-    from trainplan.tools.hardware.specs import ParallelConfig
+    from trainplan.tools.config.contract import ParallelConfig
     from trainplan.tools.perf.overlap import COMM_COMPUTE_CONTENTION
     from trainplan.tools.perf.step import tp_comm_s
 

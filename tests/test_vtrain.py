@@ -9,7 +9,7 @@ import pytest
 
 import trainplan
 from trainplan.evals import vtrain
-from trainplan.tools.config import calibration
+from trainplan.tools.core import calibration
 from trainplan.tools.perf import host
 
 

@@ -51,9 +51,9 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field, model_serializer
 
-from trainplan.tools.perf.cost import DEFAULT_GOODPUT, MAX_PRICE_PER_GPU_HOUR, MIN_GOODPUT
+from trainplan.tools.core.bounds import MAX_PRICE_PER_GPU_HOUR, MIN_GOODPUT
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.config.plan_defaults import DEFAULT_GBS_RULE, DEFAULT_HEADROOM, EVIDENCE_MARGIN, FINETUNE_SEQ, default_gbs
+from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT, DEFAULT_GBS_RULE, DEFAULT_HEADROOM, EVIDENCE_MARGIN, FINETUNE_SEQ, default_gbs
 from trainplan.tools.perf.finetune import DEFAULT_LORA_RANK
 from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, LoraTargets, LossKernel, Method, Objective, OffloadModule, Precision, Recompute, RecomputeModule, Schedule
 

@@ -17,7 +17,8 @@ from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
 from trainplan.tools.perf.recompute import module_applies
 from trainplan.tools.core.enums import OffloadModule
-from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention, Precision, Recompute, RecomputeModule, Schedule
 from trainplan.tools.config.validity import Knobs, check
 from trainplan.tools.perf.finetune import is_lora, resolve_method, resolved_fp32_norms

@@ -11,6 +11,9 @@ import numpy as np
 
 from trainplan.tools.core.errors import InputError
 
+DEFAULT_GOODPUT = 0.9
+"""Share of wall-clock time that trains when a job gives none (Llama 3 reports more than 90%)."""
+
 DEFAULT_HEADROOM = 0.10
 """Share of each GPU's memory a searched or planned layout leaves free (the report flags less as a
 risk): the allocator's fragmentation, NCCL's lazily grown buffers and activation spikes of real

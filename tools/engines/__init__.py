@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from enum import Enum
 
-from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.engines.accelerate import export_accelerate
 from trainplan.tools.engines.axolotl import export_axolotl
 from trainplan.tools.engines.common import Batch, ExportError, ExportResult, batch_of

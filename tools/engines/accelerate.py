@@ -19,7 +19,8 @@ import math
 
 import yaml
 
-from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Precision, Recompute
 from trainplan.tools.engines.common import (ExportResult, batch_of, comment_block, fusion_note, header, hf_attention_note,
                      selective_recompute_note, slug)

@@ -15,7 +15,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention
 from trainplan.tools.core.enums import Launch
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 
-from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import ExportResult, batch_of, fusion_note, hf_attention_note, selective_recompute_note, slug
 from trainplan.tools.engines.support import refuse

@@ -32,7 +32,8 @@ import shlex
 from trainplan.tools.config.layout import model_layers_per_stage
 from trainplan.tools.perf.recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
 from trainplan.tools.core.enums import Dispatcher, GroupedGemm
-from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Precision, Recompute, Schedule
 from trainplan.tools.engines.common import ExportResult, batch_of, comment_block, fusion_note, header, slug
 from trainplan.tools.engines.support import refuse

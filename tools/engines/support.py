@@ -17,7 +17,8 @@ import numpy as np
 
 from trainplan.tools.config.codes import PRECISION_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
 from trainplan.tools.perf.finetune import is_lora
-from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Precision, Schedule
 from trainplan.tools.engines.common import ExportError
 

@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 
 from trainplan.tools.config.layout import model_layers_per_stage
-from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention, Precision, Recompute, Schedule
 from trainplan.tools.engines.common import ExportError, ExportResult, batch_of, comment_block, fusion_note, header, slug
 from trainplan.tools.engines.support import param_storage_note, refuse

@@ -20,7 +20,8 @@ the number of processes launched (dp = gpus here).
 
 from __future__ import annotations
 
-from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export,
                      selective_recompute_note)

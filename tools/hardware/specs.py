@@ -1,9 +1,8 @@
 """Typed specifications shared by every calculator.
 
 ModelSpec describes a decoder-only transformer closely enough to count its parameters exactly
-(see counting.py); GPUSpec and ClusterSpec describe the hardware. The layout vocabulary (Layout,
-ParallelConfig and its choices Recompute, Schedule, Precision) is defined in contract.py and
-re-exported here.
+(see counting.py); GPUSpec and ClusterSpec describe the hardware. The layout vocabulary is not here: its
+choices are in tools/core/enums.py, Layout and ParallelConfig in tools/config/contract.py (a layer above).
 """
 
 from __future__ import annotations
@@ -13,9 +12,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # The layout vocabulary is defined in contract.py; re-exported here for the calculators.
-from trainplan.tools.config.contract import ParallelConfig
-from trainplan.tools.core.enums import Attention, Precision, Recompute, RecomputeModule, Schedule  # noqa: F401
-from trainplan.tools.perf.cost import MAX_PRICE_PER_GPU_HOUR
+from trainplan.tools.core.enums import Precision
+from trainplan.tools.core.bounds import MAX_PRICE_PER_GPU_HOUR
+from trainplan.tools.core.calibration import family_efficiency
 from trainplan.tools.core.errors import InputError
 
 
@@ -162,7 +161,7 @@ class GPUSpec(BaseModel):
     sm_count: int = Field(default=132, gt=0, le=MAX_SM_COUNT, description="streaming multiprocessors (GEMM wave quantization)")
     gemm_efficiency: float = Field(
         gt=0, le=1, description="share of the dense peak that large GEMMs sustain; default: the family's row of "
-                                "the calibration table (tools/config/calibration.py)"
+                                "the calibration table (tools/core/calibration.py)"
     )
     attention_efficiency: float = Field(
         gt=0, le=1, description="share of the dense BF16 peak that flash attention sustains; default: the "
@@ -181,8 +180,6 @@ class GPUSpec(BaseModel):
         names = ("gemm_efficiency", "attention_efficiency")
         if not isinstance(data, dict) or all(name in data for name in names):
             return data
-        from trainplan.tools.config.calibration import family_efficiency
-
         values, basis, sources = family_efficiency(str(data.get("architecture", "")))
         data = dict(data)
         data.setdefault("efficiency_basis", basis if not any(name in data for name in names) else "assumed")

@@ -21,7 +21,8 @@ from trainplan.tools.perf import recompute as recompute_rules
 from trainplan.tools.perf.loss import LOSS_CODES, resolved_loss_kernel
 from trainplan.tools.config.codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
 from trainplan.tools.hardware.counting import is_moe_layer
-from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention, Precision, Recompute, Schedule
 
 # The attention kernel is the layout's `attention` knob (never the dropout): eager attention keeps

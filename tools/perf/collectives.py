@@ -67,7 +67,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.hardware.specs import ClusterSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ClusterSpec
+from trainplan.tools.config.contract import ParallelConfig
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 

@@ -19,7 +19,7 @@ the memory-bound softmax (and dropout when the recipe has it): eager_attention_t
 that step.py counts as hardware FLOPs are the FLOPs timed here (causal for flash, full for eager).
 
 The fitted constants (each GPU family's gemm_efficiency and attention_efficiency, and
-MEMORY_BOUND_EFFICIENCY) live in the calibration table, tools/config/calibration.py, with what each was
+MEMORY_BOUND_EFFICIENCY) live in the calibration table, tools/core/calibration.py, with what each was
 fitted on and what was held out. Everything else here is a physical count with its source.
 """
 
@@ -28,8 +28,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trainplan.tools.config import calibration
-from trainplan.tools.hardware.specs import GPUSpec, ModelSpec, ParallelConfig
+from trainplan.tools.core import calibration
+from trainplan.tools.hardware.specs import GPUSpec, ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention, Precision
 
 # Output tile of one thread block of the GEMM kernels, rows x columns. NVIDIA's "Matrix Multiplication

@@ -19,17 +19,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT  # noqa: F401  (cost's users import it here)
+from trainplan.tools.core.bounds import MAX_PRICE_PER_GPU_HOUR, MIN_GOODPUT  # noqa: F401
 from trainplan.tools.core.errors import InputError
 
-DEFAULT_GOODPUT = 0.9
 SECONDS_PER_DAY = 86400.0
-MIN_GOODPUT = 0.01
-"""Smallest goodput a job may give (1% of wall-clock time training; Llama 3 reports more than 90%)."""
 MAX_STEP_S = 1e6
 """Longest step time a cost may use (11.6 days per step): past it the input is not a step time."""
-MAX_PRICE_PER_GPU_HOUR = 1e4
-"""Most dollars per GPU-hour a job may give: a thousand times any catalog price; beyond it a price is a
-typo, and dollars computed from it could overflow a float."""
 
 
 @dataclass

@@ -13,7 +13,8 @@ from trainplan.tools.perf.finetune import is_lora, total_adapter_params
 from trainplan.tools.core.enums import Method
 from trainplan.tools.config.layout import resolve_with_batch
 from trainplan.tools.perf.memory import memory_breakdown
-from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Schedule
 from trainplan.tools.perf.step import step_time
 

@@ -16,7 +16,7 @@ device time counts (OpTimes key "host"), so big kernels never move. CUDA graphs 
 "replay that sequence with minimal host overhead") leave one replay per pass; torch.compile (Inductor) compiles
 the views and elementwise chains into its generated kernels, so only launched kernels and collectives are issued.
 
-HOST_S_PER_OP is fitted (tools/config/calibration.py: vTrain's single-node A100 rows with hidden 2048, the hidden-1024
+HOST_S_PER_OP is fitted (tools/core/calibration.py: vTrain's single-node A100 rows with hidden 2048, the hidden-1024
 rows held out). Op counts, per layer forward, from Megatron's ParallelTransformerLayer (megatron/model/
 transformer.py of Megatron-LM 2022 and Megatron-DeepSpeed, the code vTrain measured):
 - LINEAR_OPS per Linear: the GEMM and the two reshapes F.linear makes of a 3-D [s, b, h] input (aten::linear ->
@@ -36,10 +36,11 @@ shared experts count. The embedding, head and optimizer are not floored (a few o
 
 from __future__ import annotations
 
-from trainplan.tools.config import calibration
+from trainplan.tools.core import calibration
 from trainplan.tools.perf.compute import ELEMENTWISE_PASSES, OpTimes
 from trainplan.tools.core.enums import Launch
-from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention
 
 HOST_S_PER_OP = calibration.HOST_S_PER_OP.value

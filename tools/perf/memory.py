@@ -78,7 +78,8 @@ from trainplan.tools.perf import finetune
 from trainplan.tools.perf import loss as loss_rules
 from trainplan.tools.hardware.counting import LayerParams, count_params, is_moe_layer, layer_params, norm_params
 from trainplan.tools.config.layout import model_layers_per_stage
-from trainplan.tools.hardware.specs import GPUSpec, ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import GPUSpec, ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention, Precision, Recompute, Schedule
 
 GIB = float(2**30)

@@ -37,7 +37,7 @@ experts -> dispatcher.combine, plus the shared experts beside it):
 
 from __future__ import annotations
 
-from trainplan.tools.config.calibration import MOE_HOST_S_PER_EXPERT_GEMM
+from trainplan.tools.core.calibration import MOE_HOST_S_PER_EXPERT_GEMM
 from trainplan.tools.perf.collectives import collective_time_s
 from trainplan.tools.perf.compute import OpTimes, linear, memory_bound_time_s
 from trainplan.tools.config.contract import ParallelConfig

@@ -42,7 +42,8 @@ import numpy as np
 
 from trainplan.tools.perf import compute
 from trainplan.tools.hardware.counting import flops_per_token, is_moe_layer, layer_flops_per_token
-from trainplan.tools.hardware.specs import ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute, RecomputeModule
 
 MODULE_BITS = {module: 1 << i for i, module in enumerate(RecomputeModule)}

@@ -45,7 +45,8 @@ from trainplan.tools.perf.pipeline import combined_steps, simulate
 from trainplan.tools.perf.offload import offloaded_stage_bytes
 from trainplan.tools.perf.overlap import overlapped_s
 from trainplan.tools.perf.recompute import recomputed_flops_per_token, recomputed_forward_s
-from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Precision, Recompute, Schedule
 
 # Bytes per parameter of an Adam step on the GPU: read fp32 grad (4), master + m + v (12), write

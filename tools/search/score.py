@@ -36,7 +36,8 @@ from trainplan.tools.search.space import (
     FIXED_KNOBS, R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, STORAGE_KNOBS, SearchJob, enumerate_space,
     validity,
 )
-from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec, ParallelConfig
+from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute, Schedule
 
 _DUAL = SCHEDULE_CODES[Schedule.dualpipe]

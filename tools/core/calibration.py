@@ -200,11 +200,11 @@ def family_efficiency(architecture: str) -> tuple[dict[str, float], str, dict[st
     row = FAMILY_EFFICIENCY[architecture if fitted else ASSUMED_FAMILY]
     values = {name: fit.value for name, fit in row.items()}
     if fitted:
-        sources = {name: f"tools/config/calibration.py FAMILY_EFFICIENCY[{architecture!r}]: {fit.method}"
+        sources = {name: f"tools/core/calibration.py FAMILY_EFFICIENCY[{architecture!r}]: {fit.method}"
                    for name, fit in row.items()}
     else:
         sources = {name: f"ASSUMED, not fitted: no public {architecture or 'unknown-family'} training run to fit on; "
-                         f"taken equal to the {ASSUMED_FAMILY} fit ({fit.value:g}) in tools/config/calibration.py"
+                         f"taken equal to the {ASSUMED_FAMILY} fit ({fit.value:g}) in tools/core/calibration.py"
                    for name, fit in row.items()}
     return values, "fitted" if fitted else "assumed", sources
 
