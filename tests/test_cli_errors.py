@@ -4,13 +4,14 @@ import json
 import subprocess
 import sys
 
+from cli_inprocess import run_cli as in_process
 import pytest
 
 BASE = ["estimate", "--model", "llama3-70b", "--gpu", "h100-sxm-80gb"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True, timeout=120)
+    return in_process(*args)
 
 
 @pytest.mark.parametrize("args, fragment", [
