@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import json
 import subprocess
-import sys
 
 from cli_inprocess import run_cli as in_process
 import pytest

@@ -6,7 +6,6 @@ search never recommends a layout that replicates key/value heads, though estimat
 from __future__ import annotations
 
 import subprocess
-import sys
 
 from cli_inprocess import run_cli as in_process
 import pytest

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 from cli_inprocess import run_cli as in_process
 import pytest

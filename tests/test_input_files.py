@@ -3,7 +3,6 @@ by a current transformers (v5 attribute names). Each problem is one `error:` lin
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from cli_inprocess import run_cli as in_process

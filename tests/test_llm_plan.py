@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import openai
 from cli_inprocess import run_cli as in_process

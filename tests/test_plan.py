@@ -6,7 +6,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 
 from cli_inprocess import run_cli as in_process
 import pytest

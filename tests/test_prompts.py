@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import jinja2
 from cli_inprocess import run_cli as in_process

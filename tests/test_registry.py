@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import openai
 from cli_inprocess import run_cli as in_process
