@@ -2,15 +2,15 @@
 
 import json
 import subprocess
-import sys
 
+from cli_inprocess import run_cli as in_process
 import pytest
 
 BASE = ["estimate", "--model", "llama3-70b", "--gpu", "h100-sxm-80gb"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True, timeout=120)
+    return in_process(*args)
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -160,8 +160,8 @@ def test_search_output_fits_120_columns():
     import os
 
     env = dict(os.environ, COLUMNS="120")
-    result = subprocess.run([sys.executable, "-m", "trainplan.cli", "search", "--model", "llama3-70b", "--gpu", "h100",
-                             "--gpus", "64", "--gbs", "128"], capture_output=True, text=True, timeout=120, env=env)
+    result = in_process("search", "--model", "llama3-70b", "--gpu", "h100",
+                             "--gpus", "64", "--gbs", "128", env=env)
     assert result.returncode == 0, result.stderr
     table = [line for line in result.stdout.splitlines() if line.strip().startswith("TP")]
     assert table and all(len(line) <= 120 for line in result.stdout.splitlines())
@@ -174,10 +174,10 @@ def test_search_table_keeps_every_figure_whole_at_80_columns():
     import json as json_module
     import os
 
-    args = [sys.executable, "-m", "trainplan.cli", "search", "--model", "llama3-70b", "--gpu", "h100", "--gpus", "512",
+    args = ["search", "--model", "llama3-70b", "--gpu", "h100", "--gpus", "512",
             "--seq", "8192", "--tokens", "15e12"]
-    shown = subprocess.run(args, capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="80"))
-    data = subprocess.run([*args, "--json"], capture_output=True, text=True, timeout=120)
+    shown = in_process(*args, env=dict(os.environ, COLUMNS="80"))
+    data = in_process(*args, "--json")
     assert shown.returncode == 0 and data.returncode == 0, shown.stderr + data.stderr
     assert all(len(line) <= 80 for line in shown.stdout.splitlines())
     rows = [line for line in shown.stdout.splitlines() if line.strip().startswith("TP")]

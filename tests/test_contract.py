@@ -6,8 +6,8 @@ from __future__ import annotations
 import inspect
 import json
 import subprocess
-import sys
 
+from cli_inprocess import run_cli as in_process
 import pytest
 
 import trainplan
@@ -93,7 +93,7 @@ KNOBS = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--tp", "8", 
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True, timeout=120)
+    return in_process(*args)
 
 
 def test_estimate_json_round_trips_through_from(tmp_path):

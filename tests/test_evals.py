@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
+from cli_inprocess import run_cli as in_process
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -318,8 +317,7 @@ def test_cli_markdown_and_out(tmp_path: Path) -> None:
 
 
 def test_cli_unknown_case_is_one_error_line_and_exit_2() -> None:
-    result = subprocess.run([sys.executable, "-m", "trainplan.cli", "eval", "--case", "megatron-gpt3-175"],
-                            capture_output=True, text=True, timeout=120)
+    result = in_process("eval", "--case", "megatron-gpt3-175")
     assert result.returncode == 2
     assert result.stderr.startswith("error: unknown case 'megatron-gpt3-175': did you mean")
     assert "Traceback" not in result.stderr

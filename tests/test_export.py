@@ -19,10 +19,10 @@ import json
 import random
 import re
 import shlex
-import subprocess
 import sys
 import tomllib
 
+from cli_inprocess import run_cli as in_process
 import pytest
 import yaml
 
@@ -499,11 +499,11 @@ def test_a_malformed_rope_or_norm_field_is_one_input_error(field, value):
 
 
 def test_cli_export_warns_in_one_line_when_the_layout_does_not_fit():
-    args = [sys.executable, "-m", "trainplan.cli", "export", "--engine", "megatron", "--model", "llama3-70b",
+    args = ["export", "--engine", "megatron", "--model", "llama3-70b",
             "--gpu", "h100", "--gpus", "8"]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    result = in_process(*args)
     assert result.returncode == 0 and "TP_SIZE" not in result.stderr
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
     assert len(warnings) == 1 and "does not fit in memory: needs" in warnings[0]
-    fits = subprocess.run(args[:-2] + ["--gpus", "64", "--tp", "8", "--pp", "2", "--recompute", "full"], capture_output=True, text=True, timeout=120)
+    fits = in_process(*(args[:-2] + ["--gpus", "64", "--tp", "8", "--pp", "2", "--recompute", "full"]))
     assert fits.returncode == 0 and "warning:" not in fits.stderr

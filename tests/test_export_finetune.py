@@ -7,9 +7,8 @@ where they are installed."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
+from cli_inprocess import run_cli as in_process
 import pytest
 import yaml
 
@@ -162,9 +161,8 @@ def test_trl_offload_is_zero_offload_in_the_deepspeed_dict():
 def test_engines_without_adapters_refuse_lora_instead_of_training_every_weight(engine):
     from trainplan.tools.search.driver import search
 
-    result = subprocess.run([sys.executable, "-m", "trainplan.cli", "export", "--engine", engine, "--model",
-                             "llama3-8b", "--gpu", "h100", "--gpus", "8", "--method", "lora", "--seq", "2048"],
-                            capture_output=True, text=True, timeout=120)
+    result = in_process("export", "--engine", engine, "--model",
+                             "llama3-8b", "--gpu", "h100", "--gpus", "8", "--method", "lora", "--seq", "2048")
     assert result.returncode == 2 and result.stderr.startswith("error: method lora/qlora"), result.stderr
     found = search(model="llama3-8b", gpu="h100", gpus=8, method="lora", seq=2048, engine=engine)
     assert not found["candidates"] and found["rejected"].get("the engine cannot run it", 0) > 0

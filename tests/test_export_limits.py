@@ -6,8 +6,8 @@ search never recommends a layout that replicates key/value heads, though estimat
 from __future__ import annotations
 
 import subprocess
-import sys
 
+from cli_inprocess import run_cli as in_process
 import pytest
 
 import trainplan
@@ -35,7 +35,7 @@ def learned(**kw) -> ModelSpec:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True, timeout=120)
+    return in_process(*args)
 
 
 @pytest.mark.parametrize("engine", TP_ENGINES)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
+from cli_inprocess import run_cli as in_process
 import pytest
 
 from trainplan.tools.hardware import catalog
@@ -112,7 +111,7 @@ def test_accelerate_export_counts_hosts_not_nvlink_domains():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True, timeout=120)
+    return in_process(*args)
 
 
 def test_catalog_json_lists_topology_and_basis():

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tomllib
 
 import numpy as np
+from cli_inprocess import run_cli as in_process
 import pytest
 import yaml
 
@@ -121,8 +120,8 @@ def test_replicas_must_divide_the_expert_data_parallel_group():
                                             (["--dp-shard", "8", "--zero", "0"], "zero=0 shards nothing"),
                                             (["--dp-shard", "0"], "dp_shard")])
 def test_cli_bad_dp_shard_is_one_error_line_exit_2(flag, fragment):
-    result = subprocess.run([sys.executable, "-m", "trainplan.cli", "estimate", "--model", "llama3-8b", "--gpu",
-                             "h100", "--gpus", "64", "--zero", "3", *flag], capture_output=True, text=True, timeout=120)
+    result = in_process("estimate", "--model", "llama3-8b", "--gpu",
+                             "h100", "--gpus", "64", "--zero", "3", *flag)
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), result.stderr
     assert fragment in lines[0] and "Traceback" not in result.stderr
@@ -154,9 +153,9 @@ def test_engines_without_hybrid_sharding_refuse_it(engine):
 
 
 def test_cli_export_refusal_is_one_line():
-    result = subprocess.run([sys.executable, "-m", "trainplan.cli", "export", "--engine", "deepspeed", "--model",
+    result = in_process("export", "--engine", "deepspeed", "--model",
                              "llama3-8b", "--gpu", "h100", "--gpus", "64", "--zero", "3", "--dp-shard", "8",
-                             "--gbs", "64"], capture_output=True, text=True, timeout=120)
+                             "--gbs", "64")
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), result.stderr
     assert "hpZ" in lines[0]
@@ -179,9 +178,8 @@ def test_search_pin_that_no_layout_admits_is_counted():
 
 
 def test_estimate_json_echoes_the_knob():
-    result = subprocess.run([sys.executable, "-m", "trainplan.cli", "estimate", "--model", "llama3-8b", "--gpu",
-                             "h100", "--gpus", "64", "--zero", "3", "--dp-shard", "8", "--gbs", "64", "--json"],
-                            capture_output=True, text=True, timeout=120)
+    result = in_process("estimate", "--model", "llama3-8b", "--gpu",
+                             "h100", "--gpus", "64", "--zero", "3", "--dp-shard", "8", "--gbs", "64", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["config"]["dp_shard"] == 8
     assert np.isfinite(json.loads(result.stdout)["time"]["step_s"])

@@ -3,9 +3,9 @@ by a current transformers (v5 attribute names). Each problem is one `error:` lin
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
+from cli_inprocess import run_cli as in_process
 import pytest
 
 from trainplan.tools.hardware.catalog import load_model
@@ -19,7 +19,7 @@ LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "n
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True, timeout=120)
+    return in_process(*args)
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess, fragment: str) -> None:

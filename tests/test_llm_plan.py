@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import openai
+from cli_inprocess import run_cli as in_process
 import pytest
 
 from openai_server import CONTEXT_ERROR, PARSE_ERROR, hang, http_error, reply, tool_calls
@@ -131,8 +131,7 @@ def test_a_request_without_its_essentials_fails_before_the_llm_is_asked(openai_s
 
 def run_cli(*args: str, env: dict) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TRAINPLAN_"))}
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True,
-                          timeout=120, env={**base, **env})
+    return in_process(*args, env={**base, **env})
 
 
 def test_cli_falls_back_with_a_progress_line_per_step(openai_server):

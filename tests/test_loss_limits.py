@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+from cli_inprocess import run_cli as in_process
 import pytest
 
 import trainplan
@@ -94,9 +93,8 @@ def test_an_unknown_target_is_one_clear_error():
 
 
 def test_estimate_solve_on_the_command_line():
-    run = subprocess.run([sys.executable, "-m", "trainplan.cli", "estimate", "--model", "llama3-8b", "--gpu", "4090",
-                          "--gpus", "1", "--method", "qlora", "--recompute", "full", "--solve", "seq", "--json"],
-                         capture_output=True, text=True, timeout=120)
+    run = in_process("estimate", "--model", "llama3-8b", "--gpu", "4090",
+                          "--gpus", "1", "--method", "qlora", "--recompute", "full", "--solve", "seq", "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["seq"] == solve("seq", "llama3-8b", "rtx-4090", 1, method="qlora",
                                                   recompute="full")["seq"]

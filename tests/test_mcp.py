@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+from cli_inprocess import run_cli as in_process
 import pytest
 
 pytest.importorskip("mcp")
@@ -25,8 +26,8 @@ CALLS = [
 
 
 def _cli_call(name: str, arguments: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", "tools", "call", name, "--args",
-                           json.dumps(arguments)], capture_output=True, text=True, timeout=120)
+    return in_process("tools", "call", name, "--args",
+                           json.dumps(arguments))
 
 
 async def _session_run():

@@ -4,10 +4,9 @@ invariants on the timeline, input errors and the `trainplan bubble` command."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
 
+from cli_inprocess import run_cli as in_process
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -344,7 +343,7 @@ def test_sizes_are_bounded_with_a_clear_message():
     ["--pp", "16", "--microbatches", "16384", "--json", "--timeline"],
 ])
 def test_cli_bad_input_one_error_line(args):
-    proc = subprocess.run([sys.executable, "-m", "trainplan.cli", "bubble", *args], capture_output=True, text=True)
+    proc = in_process("bubble", *args)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")

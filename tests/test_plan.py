@@ -6,8 +6,8 @@ import json
 import os
 import socket
 import subprocess
-import sys
 
+from cli_inprocess import run_cli as in_process
 import pytest
 
 import trainplan
@@ -25,8 +25,7 @@ SMALL = "Llama 3 8B on 64 H100s for 100B tokens, seq 4096, global batch 256"
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TRAINPLAN_MODEL")}
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True,
-                          timeout=120, env={**base, **(env or {})})
+    return in_process(*args, env={**base, **(env or {})})
 
 
 def rerun(report: dict) -> dict:

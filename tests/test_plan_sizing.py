@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
+from cli_inprocess import run_cli as in_process
 import pytest
 
 from trainplan.agent.planner import plan
@@ -17,8 +17,7 @@ DEADLINE = "Train Llama 3 8B for 200B tokens in 4 days on H100s, seq 4096, gbs 2
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TRAINPLAN_MODEL")}
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True,
-                          timeout=120, env=env)
+    return in_process(*args, env=env)
 
 
 @pytest.fixture(scope="module")

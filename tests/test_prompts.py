@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import jinja2
+from cli_inprocess import run_cli as in_process
 import pytest
 
 from trainplan import prompts
@@ -14,7 +14,7 @@ from trainplan.agent.registry import TOOLS
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True, timeout=120)
+    return in_process(*args)
 
 
 def test_system_prompt_names_every_tool_and_teaches_the_method():

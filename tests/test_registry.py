@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import openai
+from cli_inprocess import run_cli as in_process
 import pytest
 from pydantic import Field
 
@@ -22,8 +22,7 @@ JOB = {"model": "llama3-8b", "gpu": "h100", "gpus": 64}
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", *args], capture_output=True, text=True,
-                          timeout=120, input=stdin)
+    return in_process(*args, stdin=stdin)
 
 
 def _walk(schema: dict):

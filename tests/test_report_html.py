@@ -4,10 +4,9 @@ the LLM."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from html.parser import HTMLParser
 
+from cli_inprocess import run_cli as in_process
 import pytest
 
 pytest.importorskip("matplotlib")
@@ -77,7 +76,6 @@ def test_no_markup_from_the_llm_reaches_the_page(report):
 
 def test_cli_writes_the_page(tmp_path):
     out = tmp_path / "plan.html"
-    result = subprocess.run([sys.executable, "-m", "trainplan.cli", "plan", SMALL, "--html", str(out)],
-                            capture_output=True, text=True, timeout=180)
+    result = in_process("plan", SMALL, "--html", str(out))
     assert result.returncode == 0, result.stderr
     assert parse(out.read_text()).tags.count("svg") == 4

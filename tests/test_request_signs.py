@@ -4,9 +4,8 @@ hyphens inside names and ranges keep working; a tail that the length cut drops i
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
+from cli_inprocess import run_cli as in_process
 import pytest
 
 from trainplan.agent.request import parse_partial
@@ -65,8 +64,8 @@ def test_a_range_is_no_negative(dash):
 
 
 def test_the_cli_refuses_a_negative_price_in_one_line():
-    result = subprocess.run([sys.executable, "-m", "trainplan.cli", "plan", "--backend", "offline",
-                             f"{BASE} at -$2 per GPU-hour"], capture_output=True, text=True, timeout=120)
+    result = in_process("plan", "--backend", "offline",
+                             f"{BASE} at -$2 per GPU-hour")
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: '"), result.stderr
     assert "-$2" in lines[0] and not result.stdout

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import numpy as np
+from cli_inprocess import run_cli as in_process
 import pytest
 
 import trainplan
@@ -312,8 +312,7 @@ def test_deepseek_v3_layout_beats_tp_heavy_layouts():
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainplan.cli", "search", *args], capture_output=True, text=True,
-                          timeout=120)
+    return in_process("search", *args)
 
 
 CLI_SMALL = ["--model", "llama3-8b", "--gpu", "h100", "--gpus", "16", "--gbs", "32", "--seq", "4096"]
