@@ -25,6 +25,7 @@ from typing import Any
 from trainplan.tools.core import safe_json
 from trainplan.tools.core.errors import InputError
 from trainplan.agent.registry import TOOLS
+from trainplan.tools.config.contract import Job, Layout, SearchOptions, lean_dropped
 
 __all__ = ["SUBMIT_PLAN", "agent_tools", "lean_agent_tools", "lean_result", "submitted_layout"]
 
@@ -32,13 +33,8 @@ SUBMIT_PLAN = "submit_plan"
 LEAN_TOOLS = ("list_catalog", "describe_model", "search_configs", "estimate_step_time", "estimate_cost", SUBMIT_PLAN)
 """The tools kept when the context is small: estimate_step_time also reports memory and fits
 (calculate_memory's answer), and the search and the step time already simulate the pipeline."""
-LEAN_DROPPED_KNOBS = ("gpus_per_node", "intra_node_bw", "inter_node_bw", "optimizer_offload", "bf16_grads",
-                      "tp_comm_overlap", "headroom_gib", "allow_cross_node_tp", "max_gpus", "goodput", "etp",
-                      "dispatcher", "capacity_factor", "force_balance", "grouped_gemm", "deallocate_pipeline_outputs",
-                      "save_mlp_act_output", "fused_kernels", "sequence_parallel", "bf16_moments", "fp32_params",
-                      "fp8_activations", "offload_modules", "overlap_grad_reduce", "blocking_p2p", "dp_shard",
-                      "moe_a2a_overlap", "launch", "loss_kernel", "fp32_norms", "evidence_margin")
-"""Knobs left out when the context is small: null (the default) is what a plan mostly passes (dp_shard:
+LEAN_DROPPED_KNOBS = lean_dropped(Job, Layout, SearchOptions)
+"""Knobs left out when the context is small (the fields marked contract.NOT_LEAN): null (the default) is what a plan mostly passes (dp_shard:
 full sharding; the search still tries one-node shard groups for ZeRO-3); so do the MoE engine knobs
 (null: expert TP = tp, alltoall, dropless, learned routing, per-expert GEMMs, no all-to-all overlap),
 DeepSeek-V3's FP8 activation storage and fine-grained activation offloading, the stack's loss kernel

@@ -72,6 +72,23 @@ class Cli:
     as_text: bool = False
 
 
+@dataclass(frozen=True)
+class Lean:
+    """Field metadata: whether the lean tool set (agent/toolset.py, a small context) offers the field."""
+
+    offered: bool = True
+
+
+NOT_LEAN = Lean(offered=False)
+"""A field the lean tool set leaves out: null (its default) is what a plan mostly passes."""
+
+
+def lean_dropped(*models: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of `models` marked NOT_LEAN, in order, each once."""
+    return tuple(dict.fromkeys(name for model in models for name, info in model.model_fields.items()
+                               if any(isinstance(m, Lean) and not m.offered for m in info.metadata)))
+
+
 def cli_of(info: Any) -> Cli:
     """The Cli metadata of a pydantic FieldInfo (the default when it has none)."""
     return next((m for m in info.metadata if isinstance(m, Cli)), Cli())
@@ -174,17 +191,17 @@ class Job(BaseModel):
         default=None, description="training tokens, a number (15.6e12) or text with a suffix ('15T', '300B'); "
                                   "needed for steps, days and cost; null: no training cost")
     price: float | None = Field(default=None, description="dollars per GPU-hour; null: the GPU's catalog price")
-    goodput: float | None = Field(
+    goodput: Annotated[float | None, NOT_LEAN] = Field(
         default=None, description=f"share of wall-clock time that trains, in (0, 1]; null: {DEFAULT_GOODPUT} "
                                   "(Llama 3 reports more than 90% effective training time)")
-    gpus_per_node: int | None = Field(
+    gpus_per_node: Annotated[int | None, NOT_LEAN] = Field(
         default=None, description="GPUs per NVLink/xGMI domain (PCIe cards: per host); null: the GPU's catalog value")
-    intra_node_bw: float | None = Field(
+    intra_node_bw: Annotated[float | None, NOT_LEAN] = Field(
         default=None, description="NVLink/xGMI (PCIe cards: PCIe) GB/s per GPU per direction; null: the GPU's "
                                   "catalog value")
-    inter_node_bw: float | None = Field(
+    inter_node_bw: Annotated[float | None, NOT_LEAN] = Field(
         default=None, description="network GB/s per GPU per direction; null: the GPU's catalog value")
-    headroom_gib: float | None = Field(
+    headroom_gib: Annotated[float | None, NOT_LEAN] = Field(
         default=None, description="GiB per GPU to keep free when deciding fits; null: 0 for one layout, and "
                                   f"{DEFAULT_HEADROOM:.0%} of the GPU's memory for search and plan")
     ramp_start_gbs: int | None = Field(
@@ -216,12 +233,12 @@ class Layout(BaseModel):
     cp: int = Field(default=1, ge=1, description="context-parallel size")
     ep: int = Field(default=1, ge=1, description="expert-parallel size (MoE models only); etp*ep must divide "
                                                  "tp*cp*dp (MoE Parallel Folding)")
-    etp: int | None = Field(default=None, ge=1, description="expert tensor-parallel size (Megatron "
+    etp: Annotated[int | None, NOT_LEAN] = Field(default=None, ge=1, description="expert tensor-parallel size (Megatron "
                             "--expert-tensor-parallel-size); null: equal to tp")
     vpp: int = Field(default=1, ge=1, description="virtual pipeline stages per rank (>1: the interleaved schedule)")
     zero: int = Field(default=1, ge=0, le=3, description="ZeRO stage 0-3: 1 shards optimizer states, 2 also "
                                                          "gradients, 3 also weights (FSDP)")
-    dp_shard: int | None = Field(
+    dp_shard: Annotated[int | None, NOT_LEAN] = Field(
         default=None, ge=1, description="data-parallel ranks one ZeRO shard spans (hybrid sharding, HSDP): what "
         "zero shards (1: optimizer states, 2: also gradients, 3: also weights) is split over dp_shard*cp ranks and "
         "replicated over dp/dp_shard groups, whose gradient shards are all-reduced (PyTorch FSDP HYBRID_SHARD, "
@@ -247,24 +264,24 @@ class Layout(BaseModel):
                                  "scores, 2021-22 Megatron) or flash1 (FlashAttention 1 or its Triton port, MPT 2023); a "
                                  "search given an engine and no value takes the engine's (tools/engines/support.py "
                                  "ENGINE_ATTENTION)")
-    fused_kernels: Annotated[bool, Cli("--fused-kernels/--unfused-kernels")] = Field(
+    fused_kernels: Annotated[bool, Cli("--fused-kernels/--unfused-kernels"), NOT_LEAN] = Field(
         default=True, description="fused norm, rotary and activation kernels (Megatron, Transformer Engine, "
                                   "torch.compile); false: PyTorch eager ops, as Hugging Face models or FSDP without "
                                   "torch.compile run them")
-    launch: Launch = Field(default=Launch.eager, description="how the host issues each layer's kernels: eager "
+    launch: Annotated[Launch, NOT_LEAN] = Field(default=Launch.eager, description="how the host issues each layer's kernels: eager "
                            "(PyTorch eager, every op pays host dispatch and launch, so small kernels wait on the "
                            "host), compile (torch.compile: only the generated kernels and collectives are issued) or "
                            "cuda_graphs (one graph replay per layer pass: the host floor is gone)")
-    sequence_parallel: Annotated[bool, Cli("--sequence-parallel/--no-sequence-parallel")] = Field(
+    sequence_parallel: Annotated[bool, Cli("--sequence-parallel/--no-sequence-parallel"), NOT_LEAN] = Field(
         default=True, description="Megatron sequence parallelism with tp>1")
-    optimizer_offload: bool = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")
-    bf16_grads: Annotated[bool, Cli("--bf16-grads/--fp32-grads")] = Field(
+    optimizer_offload: Annotated[bool, NOT_LEAN] = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")
+    bf16_grads: Annotated[bool, Cli("--bf16-grads/--fp32-grads"), NOT_LEAN] = Field(
         default=False, description="bf16 gradients (DeepSpeed's 16 B/param) instead of an fp32 buffer")
-    bf16_moments: bool = Field(
+    bf16_moments: Annotated[bool, NOT_LEAN] = Field(
         default=False, description="Adam moments m and v in bf16, master weights in fp32: 8 B/param of optimizer "
                                    "states instead of 12 (DeepSeek-V3 §3.3.3; Megatron --use-precision-aware-optimizer "
                                    "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
-    fp32_params: Annotated[bool, Cli("--fp32-params/--bf16-params")] = Field(
+    fp32_params: Annotated[bool, Cli("--fp32-params/--bf16-params"), NOT_LEAN] = Field(
         default=False, description="the parameters are kept in fp32 and are the optimizer's master copy, cast to "
                                    "bf16 only as they are all-gathered for compute: 4 B/param where a bf16 copy and "
                                    "an fp32 master take 2 + 4, so ZeRO-3 holds 16 B/param of sharded states (14 with "
@@ -273,36 +290,36 @@ class Layout(BaseModel):
                                    "beside an fp32 master in the optimizer, as Megatron's distributed optimizer and "
                                    "DeepSpeed ZeRO store them (tools/perf/memory.py); a search given an engine and no "
                                    "value takes the engine's (tools/engines/support.py FP32_PARAM_ENGINES)")
-    fp8_activations: bool = Field(
+    fp8_activations: Annotated[bool, NOT_LEAN] = Field(
         default=False, description="DeepSeek-V3's low-precision activation storage (§3.3.3), with precision=fp8: the "
                                    "MoE SwiGLU inputs cached in FP8 and their outputs recomputed, the attention output "
                                    "kept as one 12-bit E5M6 copy that both the attention backward and the output "
                                    "projection read, each cached tensor with an fp32 scale per 1x128 tile (§3.3.2)")
-    tp_comm_overlap: bool = Field(default=False, description="overlap TP/SP all-gathers and reduce-scatters with "
+    tp_comm_overlap: Annotated[bool, NOT_LEAN] = Field(default=False, description="overlap TP/SP all-gathers and reduce-scatters with "
                                                              "the GEMMs (Megatron --tp-comm-overlap)")
-    overlap_grad_reduce: Annotated[bool, Cli("--overlap-grad-reduce/--no-overlap-grad-reduce")] = Field(
+    overlap_grad_reduce: Annotated[bool, Cli("--overlap-grad-reduce/--no-overlap-grad-reduce"), NOT_LEAN] = Field(
         default=True, description="data-parallel gradient reduction and ZeRO's weight gathers run beside the "
                                   "backward and forward (Megatron-Core --overlap-grad-reduce --overlap-param-gather, "
                                   "PyTorch DDP and FSDP, DeepSpeed ZeRO overlap_comm); false: after the step's last "
                                   "backward, as Megatron-LM in 2021-22 (Korthikanti et al. 2022 §6.3) and DeepSpeed's "
                                   "pipeline engine (TrainSchedule: ReduceGrads after the last micro-batch) ran them")
-    blocking_p2p: Annotated[bool, Cli("--blocking-p2p/--async-p2p")] = Field(
+    blocking_p2p: Annotated[bool, Cli("--blocking-p2p/--async-p2p"), NOT_LEAN] = Field(
         default=False, description="pipeline sends and receives block their rank before each compute step, one "
                                    "transfer after another, as DeepSpeed's pipeline engine runs them "
                                    "(deepspeed/runtime/pipe/schedule.py TrainSchedule: a forward step receives the "
                                    "activation and sends the previous gradient, a backward step sends the previous "
                                    "activation and receives the gradient); false: a transfer delays only the "
                                    "operation waiting for it")
-    offload_modules: Annotated[tuple[OffloadModule, ...] | None, Cli(as_text=True), CommaSeparated] = Field(
+    offload_modules: Annotated[tuple[OffloadModule, ...] | None, Cli(as_text=True), CommaSeparated, NOT_LEAN] = Field(
         default=None, description="modules whose saved activations are copied to host memory after their forward and "
                                   "reloaded for their backward (Megatron --fine-grained-activation-offloading "
                                   "--offload-modules: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, "
                                   "moe_act; comma-separated on the command line); null: none")
-    deallocate_pipeline_outputs: Annotated[bool, Cli("--deallocate-pipeline-outputs/--keep-pipeline-outputs")] = Field(
+    deallocate_pipeline_outputs: Annotated[bool, Cli("--deallocate-pipeline-outputs/--keep-pipeline-outputs"), NOT_LEAN] = Field(
         default=True, description="once a pipeline stage has sent its output to the next, keep only its autograd node, "
                                   "not its data (Megatron's deallocate_pipeline_outputs, which Megatron training always "
                                   "sets); false: every in-flight chunk keeps its 2sbh/t output until its backward")
-    save_mlp_act_output: Annotated[bool, Cli("--save-mlp-act-output/--recompute-mlp-act-output")] = Field(
+    save_mlp_act_output: Annotated[bool, Cli("--save-mlp-act-output/--recompute-mlp-act-output"), NOT_LEAN] = Field(
         default=True, description="the dense MLP's activation output (SwiGLU's silu(gate)*up, the down-projection "
                                   "input) is saved for the backward, as Megatron's fused bias_swiglu before Transformer "
                                   "Engine's Linear does; false: a fused SwiGLU kernel saves only the gate and up "
@@ -315,12 +332,12 @@ class Layout(BaseModel):
                                   f"{DEFAULT_LORA_RANK} (full: must stay null)")
     lora_targets: LoraTargets | None = Field(default=None, description="linear layers with adapters: attention "
                                              "(q, k, v, o) or all-linear (also the MLP or experts); null: all-linear")
-    fp32_norms: bool | None = Field(
+    fp32_norms: Annotated[bool | None, NOT_LEAN] = Field(
         default=None, description="the norms hold fp32 weights, as PEFT's prepare_model_for_kbit_training leaves a "
         "k-bit model (TRL's SFTTrainer calls it and casts only the embedding and head back): the norm outputs, the "
         "4-bit linears' outputs, the SwiGLU and the residual stream run in fp32, and each linear saves its own bf16 "
         "cast of its input (tools/perf/finetune.py fp32_norm_changes); null: true for qlora, false otherwise")
-    loss_kernel: LossKernel | None = Field(
+    loss_kernel: Annotated[LossKernel | None, NOT_LEAN] = Field(
         default=None, description="how the LM head's logits and the loss are computed (tools/perf/loss.py): fused "
         "(Megatron's vocab-parallel cross-entropy, one fp32 softmax made and turned into the gradient in place: 4 B "
         "per token per vocabulary entry), materialised (the Hugging Face models and torchtitan: the whole logits "
@@ -328,20 +345,20 @@ class Layout(BaseModel):
         "CEWithChunkedOutputLoss: 6.5 B) or fused_linear (Liger, Cut Cross-Entropy, Unsloth: the logits never "
         "whole, 0 B); null: fused for full training, materialised for lora and qlora (the Hugging Face stacks); "
         "a search given an engine and no value takes the engine's (tools/engines/support.py ENGINE_LOSS_KERNEL)")
-    dispatcher: Dispatcher = Field(default=Dispatcher.alltoall, description="MoE token dispatcher: alltoall or "
+    dispatcher: Annotated[Dispatcher, NOT_LEAN] = Field(default=Dispatcher.alltoall, description="MoE token dispatcher: alltoall or "
                                    "allgather (Megatron --moe-token-dispatcher-type; both send BF16 tokens), or "
                                    "deepep (DeepSeek-V3's DeepEP kernels: FP8 dispatch and BF16 combine under "
                                    "precision fp8)")
-    capacity_factor: float | None = Field(
+    capacity_factor: Annotated[float | None, NOT_LEAN] = Field(
         default=None, gt=0, description="MoE expert capacity factor, experts padded to capacity (Megatron "
         "--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity); null: dropless")
-    force_balance: bool = Field(default=False, description="router forced to balance tokens over experts, as "
+    force_balance: Annotated[bool, NOT_LEAN] = Field(default=False, description="router forced to balance tokens over experts, as "
                                 "benchmarks do (Megatron --moe-router-force-load-balancing); false: learned routing "
                                 "and its load imbalance")
-    grouped_gemm: GroupedGemm = Field(default=GroupedGemm.per_expert, description="expert GEMMs: per_expert "
+    grouped_gemm: Annotated[GroupedGemm, NOT_LEAN] = Field(default=GroupedGemm.per_expert, description="expert GEMMs: per_expert "
                                       "(host-issued loop, Megatron/Transformer Engine GroupedLinear) or fused (one "
                                       "device kernel, e.g. DeepGEMM)")
-    moe_a2a_overlap: bool = Field(
+    moe_a2a_overlap: Annotated[bool, NOT_LEAN] = Field(
         default=False, description="Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm, with "
         "--delay-wgrad-compute): the forward of one micro-batch runs beside the backward of another, layer by layer, "
         "so each one's expert-parallel all-to-all hides under the other's compute (megatron/core/pipeline_parallel/"
@@ -441,15 +458,15 @@ class SearchOptions(BaseModel):
                                  "tokens/s), cost (fewest dollars; GPU-seconds per step without tokens), time "
                                  "(fewest days)")
     top_k: int = Field(default=5, ge=1, description="how many of the best layouts to return")
-    max_gpus: int | None = Field(default=None, description="also try other GPU counts: max_gpus and halvings of it "
+    max_gpus: Annotated[int | None, NOT_LEAN] = Field(default=None, description="also try other GPU counts: max_gpus and halvings of it "
                                  "down to what the model needs, plus gpus; null: exactly gpus")
     deadline_days: float | None = Field(default=None, description="reject layouts whose training takes longer than "
                                         "this many days (needs tokens); null: no deadline")
     budget_usd: Annotated[float | None, Cli("--budget")] = Field(
         default=None, description="reject layouts whose training costs more dollars than this (needs tokens); "
                                   "null: no budget")
-    allow_cross_node_tp: bool = Field(default=False, description="allow tp larger than a node")
-    evidence_margin: float = Field(default=EVIDENCE_MARGIN, ge=0, description="how much better on the objective a "
+    allow_cross_node_tp: Annotated[bool, NOT_LEAN] = Field(default=False, description="allow tp larger than a node")
+    evidence_margin: Annotated[float, NOT_LEAN] = Field(default=EVIDENCE_MARGIN, ge=0, description="how much better on the objective a "
                                    "layout outside the evals' evidence (tools/search/evidence.py: CP at short sequence, "
                                    "DualPipe on dense, uneven PP, ...) must be than the best inside it to lead")
     pareto: bool = Field(default=False, description="also report the days/cost front across GPU counts (needs tokens)")
