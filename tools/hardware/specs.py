@@ -218,6 +218,15 @@ class ClusterSpec(BaseModel):
                                         "of the hop latencies above (collectives.py)")
     intra_node_bw_efficiency: float = Field(default=0.80, gt=0, le=1, description="share of intra_node_bw reached")
     inter_node_bw_efficiency: float = Field(default=0.90, gt=0, le=1, description="share of inter_node_bw reached")
+    host_link_gb_s: float = Field(
+        default=25.0, gt=0, description="GB/s per GPU in each direction between GPU and host memory (activation and "
+                                        "optimizer offload, QLoRA's paged optimizer): assumed, PCIe Gen4/5 x16 "
+                                        "sustains about 25 GB/s per GPU when a node's GPUs share the host "
+                                        "(ZeRO-Offload, Ren et al. 2021 §4)")
+    cpu_adam_params_per_s: float = Field(
+        default=1.0e9, gt=0, description="parameters per second a CPU Adam updates for one GPU's share of the host "
+                                         "cores (optimizer offload): assumed, a well-vectorised CPU Adam "
+                                         "(ZeRO-Offload's, Ren et al. 2021 §4)")
 
     @property
     def gpus_per_host(self) -> int:

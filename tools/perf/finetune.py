@@ -25,7 +25,7 @@ Memory per parameter (the frozen base has no gradients and no optimizer states):
          (2 + 2 B/param) and paged 32-bit AdamW (optim="paged_adamw_32bit"): its 8 B/param of states
          live in CUDA unified memory that the driver evicts to CPU RAM under memory pressure
          (Dettmers et al. 2023 §3, "Paged Optimizers"), so they are not counted on the GPU; the step
-         pays for paging them in and out over PCIe (PAGED_OPTIMIZER_PCIE_GB_S).
+         pays for paging them in and out over the host link (ClusterSpec.host_link_gb_s).
   ZeRO shards them as usual (1: optimizer, 2: + gradients, 3: + weights, the frozen base included:
   FSDP + QLoRA as in Answer.AI's fsdp_qlora); optimizer_offload (DeepSpeed offload) removes the
   adapter optimizer states from the GPU.
@@ -58,6 +58,9 @@ import numpy as np
 
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.core.enums import LoraTargets, Method
+from trainplan.tools.perf import state_bytes
+from trainplan.tools.perf.state_bytes import (ADAPTER_GRAD_BYTES, ADAPTER_OPTIMIZER_BYTES, ADAPTER_WEIGHT_BYTES, BF16_BYTES,
+                                              DEQUANT_BYTES_PER_PARAM, NF4_BYTES_PER_PARAM)
 
 
 METHOD_CODES = {method: i for i, method in enumerate(Method)}      # full 0, lora 1, qlora 2
@@ -66,20 +69,6 @@ DEFAULT_LORA_RANK = 16
 """r when a LoRA method is chosen and no rank is given (PEFT/Axolotl examples use 8-64; QLoRA used 64)."""
 DEFAULT_LORA_ALPHA_PER_RANK = 2
 """lora_alpha = 2 r in the exports (a common choice; alpha only scales the update, no cost)."""
-
-NF4_BYTES_PER_PARAM = (4 + 8 / 64 + 32 / (64 * 256)) / 8
-"""4-bit NF4 with double quantisation: 4.127 bits per weight (Dettmers et al. 2023 §3)."""
-BF16_BYTES = 2.0
-ADAPTER_WEIGHT_BYTES = {"lora": 4.0, "qlora": 2.0}
-"""adapter weights: fp32 (PEFT autocast_adapter_dtype) for lora, bf16 (qlora.py casts LoraLayer to bf16) for qlora"""
-ADAPTER_GRAD_BYTES = {"lora": 4.0, "qlora": 2.0}
-ADAPTER_OPTIMIZER_BYTES = 8.0
-"""fp32 Adam m and v of each adapter parameter (lora: on the GPU; qlora: paged to CPU RAM)"""
-PAGED_OPTIMIZER_PCIE_GB_S = 25.0
-"""Host-device bandwidth for paging QLoRA's optimizer states in and out each step; the same assumed
-PCIe Gen4/5 figure as ZeRO-Offload's (step.PCIE_GB_S)."""
-DEQUANT_BYTES_PER_PARAM = NF4_BYTES_PER_PARAM + BF16_BYTES
-"""NF4 -> bf16 dequantisation streams the packed weight in and the bf16 weight out"""
 
 FLOPS_CONVENTION = {
     Method.full: "model FLOPs = 3 x forward",
@@ -414,11 +403,12 @@ def trainable_stage_params(model, cfg, stage_layers) -> list[tuple[float, float]
     return out
 
 
-def paged_optimizer_s(adapter_params_per_rank: float, method) -> float:
-    """QLoRA's paged AdamW: the states page in before the step and out after it, over PCIe."""
+def paged_optimizer_s(adapter_params_per_rank: float, method, host_link_gb_s: float) -> float:
+    """QLoRA's paged AdamW: the states page in before the step and out after it, over the host link (PCIe,
+    ClusterSpec.host_link_gb_s GB/s each way)."""
     if Method(method) is not Method.qlora:
         return 0.0
-    return 2 * ADAPTER_OPTIMIZER_BYTES * adapter_params_per_rank / (PAGED_OPTIMIZER_PCIE_GB_S * 1e9)
+    return 2 * ADAPTER_OPTIMIZER_BYTES * adapter_params_per_rank / (host_link_gb_s * 1e9)
 
 
 def adapter_bytes(method_code, table: dict):
@@ -449,26 +439,24 @@ def _bytes(value: float) -> str:
 
 def model_states_sentence(config: dict) -> str:
     """How the model states of a resolved config are counted, in one sentence built from the byte
-    figures above (and memory.py's for full training): what is frozen, what trains, where its
+    figures of state_bytes.py: what is frozen, what trains, where its
     optimizer states live, and what ZeRO shards."""
-    from trainplan.tools.perf import memory
-
     method = Method(config.get("method") or Method.full)
     zero = config.get("zero", 0)
     offload = bool(config.get("optimizer_offload"))
     if method is Method.full:
-        grads = memory.GRAD_BYTES_BF16 if config.get("bf16_grads") else memory.GRAD_BYTES
-        states = memory.OPTIMIZER_BYTES_BF16_MOMENTS if config.get("bf16_moments") else memory.OPTIMIZER_BYTES
+        grads = state_bytes.GRAD_BYTES_BF16 if config.get("bf16_grads") else state_bytes.GRAD_BYTES
+        states = state_bytes.OPTIMIZER_BYTES_BF16_MOMENTS if config.get("bf16_moments") else state_bytes.OPTIMIZER_BYTES
         moments = "bf16 Adam m + v" if config.get("bf16_moments") else "Adam m + v"
         where = " on the CPU (optimizer offload)" if offload else ""
         grads_text = f"{'bf16' if config.get('bf16_grads') else 'fp32'} gradients ({_bytes(grads)})"
         if config.get("fp32_params"):
             bf16_copy = ("gathered a layer at a time" if zero >= 3 else
-                         f"held unsharded ({_bytes(memory.WEIGHT_BYTES)} B/param)")
+                         f"held unsharded ({_bytes(state_bytes.WEIGHT_BYTES)} B/param)")
             return (f"Model states follow PyTorch FSDP mixed precision: fp32 parameters that are the master copy "
-                    f"({_bytes(memory.MASTER_BYTES)} B/param{where}), bf16 copies {bf16_copy}, {grads_text}, "
-                    f"{moments} ({_bytes(states - memory.MASTER_BYTES)}){where}, sharded by ZeRO-{zero}.")
-        return (f"Model states follow Megatron: bf16 weights ({_bytes(memory.WEIGHT_BYTES)} B/param), "
+                    f"({_bytes(state_bytes.MASTER_BYTES)} B/param{where}), bf16 copies {bf16_copy}, {grads_text}, "
+                    f"{moments} ({_bytes(states - state_bytes.MASTER_BYTES)}){where}, sharded by ZeRO-{zero}.")
+        return (f"Model states follow Megatron: bf16 weights ({_bytes(state_bytes.WEIGHT_BYTES)} B/param), "
                 f"{grads_text}, fp32 master + {moments} ({_bytes(states)}){where}, sharded by ZeRO-{zero}.")
     targets = LoraTargets(config.get("lora_targets") or LoraTargets.all_linear)
     where = "the attention projections" if targets is LoraTargets.attention else "every linear layer of the blocks"

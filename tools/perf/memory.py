@@ -70,6 +70,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainplan.tools.perf import memory_hints
+from trainplan.tools.perf.state_bytes import (FP8_WEIGHT_CACHE_BYTES, GRAD_BYTES, GRAD_BYTES_BF16, MASTER_BYTES,
+                                              OPTIMIZER_BYTES, OPTIMIZER_BYTES_BF16_MOMENTS, WEIGHT_BYTES)
 from trainplan.tools.perf import offload as offload_rules
 from trainplan.tools.perf import recompute as recompute_rules
 from trainplan.tools.perf.activations import activation_layer, chunk_inflight, has_dropout, inflight, knob_arrays, seq_divisor
@@ -83,22 +85,6 @@ from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention, Precision, Recompute, Schedule
 
 GIB = float(2**30)
-
-WEIGHT_BYTES = 2.0
-"""bf16 weights, B/param"""
-GRAD_BYTES = 4.0
-"""fp32 gradient buffer (Megatron main_grad), B/param"""
-GRAD_BYTES_BF16 = 2.0
-"""bf16 gradients (bf16_grads option), B/param"""
-OPTIMIZER_BYTES = 12.0
-"""fp32 master copy 4 + Adam m 4 + Adam v 4, B/param"""
-OPTIMIZER_BYTES_BF16_MOMENTS = 8.0
-"""fp32 master copy 4 + bf16 Adam m 2 + v 2, B/param (bf16_moments: DeepSeek-V3 §3.3.3)"""
-MASTER_BYTES = 4.0
-"""fp32 master copy of the parameters, B/param: part of OPTIMIZER_BYTES and OPTIMIZER_BYTES_BF16_MOMENTS,
-or the parameters themselves with fp32_params (module doc)"""
-FP8_WEIGHT_CACHE_BYTES = 2.0
-"""Transformer Engine fp8 weight + fp8 transpose kept for every GEMM weight with precision=fp8, B/param"""
 
 CUDA_CONTEXT_GIB = 723 / 1024
 """CUDA context of one process: 723 MiB on the first CUDA call (discuss.pytorch.org/t/73021)"""

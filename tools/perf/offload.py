@@ -9,7 +9,7 @@ are reloaded one module ahead of use. The layout knob `offload_modules` names th
 Memory (memory.py): an offloaded tensor group is not held for the in-flight micro-batches; two
 layers' worth stays on the GPU, the layer whose tensors are being copied out and the one being
 reloaded (activations/offload_staging).
-Time (step.py): the copies cross PCIe (step.PCIE_GB_S) on copy engines beside the compute. The
+Time (step.py): the copies cross PCIe (ClusterSpec.host_link_gb_s) on copy engines beside the compute. The
 device-to-host copies of one micro-batch and the host-to-device reloads of another use the two
 directions of the full-duplex link at once, so each micro-batch's bytes, one way, run beside its
 forward and backward; what the compute cannot hide is exposed (overlap.overlapped_s, which also

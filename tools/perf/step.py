@@ -44,21 +44,11 @@ from trainplan.tools.perf.moe import dispatch_comm_parts, dispatch_comm_s
 from trainplan.tools.perf.pipeline import combined_steps, simulate
 from trainplan.tools.perf.offload import offloaded_stage_bytes
 from trainplan.tools.perf.overlap import overlapped_s
+from trainplan.tools.perf.state_bytes import ADAM_BYTES_PER_PARAM, OFFLOAD_BYTES_PER_PARAM
 from trainplan.tools.perf.recompute import recomputed_flops_per_token, recomputed_forward_s
 from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Precision, Recompute, Schedule
-
-# Bytes per parameter of an Adam step on the GPU: read fp32 grad (4), master + m + v (12), write
-# master + m + v (12) and the bf16 weight (2). Megatron's fused Adam streams exactly these.
-ADAM_BYTES_PER_PARAM = 30
-# ZeRO-Offload (Ren et al. 2021, §4): the CPU runs Adam and the GPU ships fp32 gradients down and
-# bf16 weights up over PCIe. Assumed figures: PCIe Gen4/5 x16 sustains about 25 GB/s per GPU in each
-# direction when a node's GPUs share the host; a well-vectorised CPU Adam updates about 1e9
-# parameters per second per GPU's share of the host cores.
-PCIE_GB_S = 25.0
-CPU_ADAM_PARAMS_PER_S = 1.0e9
-
 
 @dataclass
 class StageWork:
@@ -293,7 +283,7 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
     # Exposed per-layer communication lands on the forward and backward in the 1:2 ratio of their
     # compute; the split only shapes the pipeline schedule, the total is exact.
     if cfg.offload_modules:   # offload.py: one micro-batch's copies each way over the full-duplex PCIe link
-        copy_s = offloaded_stage_bytes(model, cfg, layer_ids) / (PCIE_GB_S * 1e9)
+        copy_s = offloaded_stage_bytes(model, cfg, layer_ids) / (cluster.host_link_gb_s * 1e9)
         comm["offload"] = float(overlapped_s(copy_s, forward + backward))
     exposed = sum(comm.values())
     paired_hidden = alone_hidden = 0.0
@@ -310,21 +300,23 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
     )
 
 
-def optimizer_s(zero, dense_params, expert_params, dense_shard: int, expert_shard: int, gpu, offload: bool = False):
+def optimizer_s(zero, dense_params, expert_params, dense_shard: int, expert_shard: int, cluster: ClusterSpec,
+                offload: bool = False):
     """Seconds of one rank's optimizer step on the parameters it owns: ZeRO >= 1 shards dense
     parameters over `dense_shard` ranks and expert parameters over `expert_shard` ranks, their ZeRO shard groups
     (dp_shard*cp and the expert-data-parallel group over the replicas; dp*cp and the whole
     expert-data-parallel group with full sharding).
 
     On the GPU: a memory-bound pass of ADAM_BYTES_PER_PARAM. With optimizer_offload (ZeRO-Offload):
-    fp32 gradients down and bf16 weights up over PCIe, and a CPU Adam. numpy-friendly in zero and
+    fp32 gradients down and bf16 weights up over the host link (cluster.host_link_gb_s), and a CPU Adam
+    (cluster.cpu_adam_params_per_s). numpy-friendly in zero and
     the parameter counts."""
     sharded = (dense_params / np.where(zero >= 1, dense_shard, 1)
                + expert_params / np.where(zero >= 1, expert_shard, 1))
     if offload:
-        pcie_s = sharded * (4 + 2) / (PCIE_GB_S * 1e9)
-        return pcie_s + sharded / CPU_ADAM_PARAMS_PER_S
-    return compute.memory_bound_time_s(ADAM_BYTES_PER_PARAM * sharded, gpu, kernels=4)
+        pcie_s = sharded * OFFLOAD_BYTES_PER_PARAM / (cluster.host_link_gb_s * 1e9)
+        return pcie_s + sharded / cluster.cpu_adam_params_per_s
+    return compute.memory_bound_time_s(ADAM_BYTES_PER_PARAM * sharded, cluster.gpu, kernels=4)
 
 
 def p2p_s(model: ModelSpec, mbs, seq: int, cp: int, tp: int, sequence_parallel: bool, groups: dict,
@@ -426,8 +418,9 @@ def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster
         exposed = exposed + np.where(np.asarray(zero) >= 3, frozen, 0.0)
     zero_shards = np.where(np.asarray(zero) >= 1, groups["dp_shard"].size, 1)
     optimizer = (optimizer_s(zero, train_dense, train_expert, groups["dp_shard"].size, groups["edp_shard"].size,
-                             cluster.gpu, cfg.optimizer_offload)
-                 + finetune.paged_optimizer_s((train_dense + train_expert) / zero_shards, cfg.method))
+                             cluster, cfg.optimizer_offload)
+                 + finetune.paged_optimizer_s((train_dense + train_expert) / zero_shards, cfg.method,
+                                              cluster.host_link_gb_s))
     shape = np.broadcast_shapes(np.shape(forward_s), np.shape(exposed), np.shape(optimizer))
     return (np.max(np.broadcast_to(exposed, shape), axis=-1), np.max(np.broadcast_to(optimizer, shape), axis=-1))
 

@@ -37,6 +37,7 @@ from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
 from trainplan.tools.hardware.specs import ClusterSpec, GPUSpec, ModelSpec
 from trainplan.tools.core.enums import Precision, Recompute, Schedule
 from trainplan.tools.perf.recompute import DEFAULT_MASK
+from trainplan.tools.perf.state_bytes import MODEL_STATE_BYTES_PER_PARAM
 from trainplan.tools.config.validity import CP_MIN_TOKENS, REASONS as RULE_REASONS, Knobs, Policies, first_broken
 
 MAX_MBS = 8
@@ -166,7 +167,7 @@ def gpu_counts(gpus: int, max_gpus: int | None, gpus_per_node: int, floor: int =
     return sorted(counts, reverse=True)
 
 
-def min_gpus(model: ModelSpec, gpu: GPUSpec, bytes_per_param: float = 18.0) -> int:
+def min_gpus(model: ModelSpec, gpu: GPUSpec, bytes_per_param: float = MODEL_STATE_BYTES_PER_PARAM) -> int:
     """Fewest GPUs whose memory could hold the model states fully sharded (full training: 2 + 4 + 12
     B/param; a LoRA/QLoRA run passes its frozen base's bytes, finetune.frozen_bytes_per_param),
     ZeRO-3 over every GPU, ignoring activations: the floor of the max_gpus ladder."""

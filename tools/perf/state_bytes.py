@@ -1,0 +1,53 @@
+"""Bytes per parameter of the model states, defined once: memory.py counts them, step.py streams them
+through the optimizer step, finetune.py counts the frozen base and the adapters, and the search's
+lower bound on GPUs (tools/search/space.py) sums them.
+
+These are the sizes of number formats (bf16 2 B, fp32 4 B, NF4 with double quantisation) and of the
+mixed-precision layouts the engines store, each with its source: conventions, not fitted or assumed
+figures (those live in tools/config/calibration.py).
+"""
+
+from __future__ import annotations
+
+BF16_BYTES = 2.0
+"""one bf16 element, B"""
+FP32_BYTES = 4.0
+"""one fp32 element, B"""
+
+WEIGHT_BYTES = BF16_BYTES
+"""bf16 weights, B/param"""
+GRAD_BYTES = FP32_BYTES
+"""fp32 gradient buffer (Megatron main_grad), B/param"""
+GRAD_BYTES_BF16 = BF16_BYTES
+"""bf16 gradients (bf16_grads option), B/param"""
+OPTIMIZER_BYTES = 3 * FP32_BYTES
+"""fp32 master copy 4 + Adam m 4 + Adam v 4, B/param"""
+OPTIMIZER_BYTES_BF16_MOMENTS = FP32_BYTES + 2 * BF16_BYTES
+"""fp32 master copy 4 + bf16 Adam m 2 + v 2, B/param (bf16_moments: DeepSeek-V3 §3.3.3)"""
+MASTER_BYTES = FP32_BYTES
+"""fp32 master copy of the parameters, B/param: part of OPTIMIZER_BYTES and OPTIMIZER_BYTES_BF16_MOMENTS,
+or the parameters themselves with fp32_params (memory.py's module doc)"""
+FP8_WEIGHT_CACHE_BYTES = 2.0
+"""Transformer Engine fp8 weight (1 B) + fp8 transpose (1 B) kept for every GEMM weight with precision=fp8, B/param"""
+
+MODEL_STATE_BYTES_PER_PARAM = WEIGHT_BYTES + GRAD_BYTES + OPTIMIZER_BYTES
+"""Megatron's mixed-precision model states of full training, 2 + 4 + 12 = 18 B/param (Megatron-LM README,
+Distributed Optimizer: "bf16 param, fp32 grads: 18")"""
+
+ADAM_BYTES_PER_PARAM = GRAD_BYTES + 2 * OPTIMIZER_BYTES + WEIGHT_BYTES
+"""Bytes per parameter of an Adam step on the GPU: read the fp32 grad (4), read master + m + v (12), write
+master + m + v (12) and the bf16 weight (2) = 30. Megatron's fused Adam streams exactly these."""
+OFFLOAD_BYTES_PER_PARAM = GRAD_BYTES + WEIGHT_BYTES
+"""ZeRO-Offload (Ren et al. 2021, §4): fp32 gradients down (4) and bf16 weights up (2) over the host link, B/param"""
+
+NF4_BYTES_PER_PARAM = (4 + 8 / 64 + 32 / (64 * 256)) / 8
+"""4-bit NF4 with double quantisation: 4 bits + an 8-bit absmax per 64-weight block + an fp32 constant per 256
+absmax = 4.127 bits per weight (Dettmers et al. 2023 §3)."""
+ADAPTER_WEIGHT_BYTES = {"lora": FP32_BYTES, "qlora": BF16_BYTES}
+"""adapter weights: fp32 (PEFT autocast_adapter_dtype) for lora, bf16 (qlora.py casts LoraLayer to bf16) for qlora"""
+ADAPTER_GRAD_BYTES = {"lora": FP32_BYTES, "qlora": BF16_BYTES}
+"""adapter gradients, in the adapter weights' dtype"""
+ADAPTER_OPTIMIZER_BYTES = 2 * FP32_BYTES
+"""fp32 Adam m and v of each adapter parameter (lora: on the GPU; qlora: paged to CPU RAM)"""
+DEQUANT_BYTES_PER_PARAM = NF4_BYTES_PER_PARAM + BF16_BYTES
+"""NF4 -> bf16 dequantisation streams the packed weight in and the bf16 weight out"""
