@@ -4,7 +4,7 @@ lower bound on GPUs (tools/search/space.py) sums them.
 
 These are the sizes of number formats (bf16 2 B, fp32 4 B, NF4 with double quantisation) and of the
 mixed-precision layouts the engines store, each with its source: conventions, not fitted or assumed
-figures (those live in tools/config/calibration.py).
+figures (those live in tools/core/calibration.py).
 """
 
 from __future__ import annotations
