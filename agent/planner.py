@@ -18,7 +18,7 @@
 Defaults when the request does not say (each becomes a line of the report's assumptions):
 seq: the model's default capped at 8192; gbs: tools.plan_defaults.default_gbs; tokens: 20 per
 parameter; a fine-tune (is_fine_tune) instead: seq FINETUNE_SEQ, gbs default_finetune_gbs, and no token
-count (no cost) unless given; precision: bf16; price: the GPU's catalog price; goodput: tools.cost.DEFAULT_GOODPUT.
+count (no cost) unless given; precision: bf16; price: the GPU's catalog price; goodput: tools/config/plan_defaults.py DEFAULT_GOODPUT.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from trainplan.agent.prompt_text import system_prompt
 from trainplan.prompts import DEFAULT_SEQ_CAP, DEFAULT_TOKENS_PER_PARAM, render
 from trainplan.tools.hardware import catalog
 from trainplan.tools.core import safe_json
-from trainplan.tools.perf.cost import DEFAULT_GOODPUT, parse_tokens
+from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
+from trainplan.tools.perf.cost import parse_tokens
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import estimate

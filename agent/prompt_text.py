@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from trainplan.agent.registry import DEFAULT_GBS_RULE, TOOLS, dispatch
 from trainplan.prompts import DEFAULT_SEQ_RULE, DEFAULT_TOKENS_PER_PARAM, render
-from trainplan.tools.perf.cost import DEFAULT_GOODPUT
+from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
 
 PLAN_FIGURES: tuple[tuple[str, str, str], ...] = (
     ("Memory per GPU", "calculate_memory", "memory_gib.total"),

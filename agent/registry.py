@@ -33,7 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from trainplan.tools.hardware import catalog
 from trainplan.tools.core import safe_json
-from trainplan.tools.perf.cost import DEFAULT_GOODPUT, parse_tokens, training_cost
+from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
+from trainplan.tools.perf.cost import parse_tokens, training_cost
 from trainplan.tools.hardware.counting import count_params, flops_per_token
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.core.file_access import untrusted_caller

@@ -22,8 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from trainplan.tools.search.eval_summary import (ALL, GAP_ERROR, REGIMES, SMALL_JOB_GPUS, SUMMARY_PATH,  # noqa: F401
-                                                load_summary, regime_of)
+from trainplan.tools.search.eval_summary import ALL, GAP_ERROR, REGIMES, SUMMARY_PATH, regime_of
 
 THROUGHPUT = ("step_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "tflops_per_gpu_full_attention",
               "hardware_tflops_per_gpu", "mfu", "mfu_full_attention")

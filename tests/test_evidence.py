@@ -9,7 +9,8 @@ import pytest
 import trainplan
 from trainplan.evals.cases import DEFAULT_TOLERANCE, expert_vs_best
 from trainplan.evals.dataset import load_dataset
-from trainplan.evals.summary import build, load_summary
+from trainplan.evals.summary import build
+from trainplan.tools.search.eval_summary import load_summary
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.search.evidence import Shape, departures_of, region
 from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN

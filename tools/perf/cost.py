@@ -19,8 +19,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT  # noqa: F401  (cost's users import it here)
-from trainplan.tools.core.bounds import MAX_PRICE_PER_GPU_HOUR, MIN_GOODPUT  # noqa: F401
+from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
+from trainplan.tools.core.bounds import MAX_PRICE_PER_GPU_HOUR, MIN_GOODPUT
 from trainplan.tools.core.errors import InputError
 
 SECONDS_PER_DAY = 86400.0

@@ -6,7 +6,8 @@ from typing import Any
 
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.config.contract import Config, Estimate, Job, Layout, MemoryGiB, Params, StepTime, Training, check_job_numbers
-from trainplan.tools.perf.cost import DEFAULT_GOODPUT, parse_tokens, ramp_cost, training_cost
+from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
+from trainplan.tools.perf.cost import parse_tokens, ramp_cost, training_cost
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.finetune import is_lora, total_adapter_params

@@ -31,7 +31,8 @@ import numpy as np
 
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.config.codes import PRECISION_CODES, RECOMPUTE_BY_CODE, RECOMPUTE_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
-from trainplan.tools.perf.cost import DEFAULT_GOODPUT, parse_tokens
+from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
+from trainplan.tools.perf.cost import parse_tokens
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.contract import SEARCH_CHOSEN_KNOBS, check_job_numbers, default_gbs, default_seq
 from trainplan.tools.core.errors import InputError
