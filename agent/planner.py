@@ -35,7 +35,7 @@ from trainplan.tools.perf.cost import parse_tokens
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import estimate
-from trainplan.tools.perf.finetune import DEFAULT_LORA_RANK, is_lora
+from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, is_lora
 from trainplan.tools.core.enums import LoraTargets, Method
 from trainplan.tools.config.contract import FINE_TUNING_KNOBS, default_seq
 from trainplan.tools.config.plan_defaults import DEADLINE_MARGIN, DEFAULT_HEADROOM, FINETUNE_SOURCE, default_gbs, default_gbs_reason

@@ -29,7 +29,8 @@ from types import SimpleNamespace
 
 from trainplan.tools.hardware import catalog
 from trainplan.tools.hardware.counting import count_params
-from trainplan.tools.perf.finetune import frozen_bytes_per_param, is_lora
+from trainplan.tools.perf.finetune import frozen_bytes_per_param
+from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.config.plan_defaults import DEADLINE_MARGIN, default_finetune_gbs, default_gbs
 from trainplan.tools.search.driver import gpu_counts, min_gpus
 from trainplan.tools.search.space import R_BUDGET

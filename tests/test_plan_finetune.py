@@ -9,7 +9,8 @@ import pytest
 
 from trainplan.agent.planner import plan
 from trainplan.tools.perf import finetune
-from trainplan.tools.perf.finetune import ADAPTER_OPTIMIZER_BYTES, DEFAULT_LORA_RANK, NF4_BYTES_PER_PARAM
+from trainplan.tools.perf.finetune import ADAPTER_OPTIMIZER_BYTES, NF4_BYTES_PER_PARAM
+from trainplan.tools.config.resolve import DEFAULT_LORA_RANK
 from trainplan.tools.config.plan_defaults import FINETUNE_GBS, FINETUNE_SEQ
 from trainplan.tools.search.driver import search
 

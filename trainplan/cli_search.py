@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainplan import cli_common as opt
-from trainplan.tools.search.driver import CALCULON_LAYOUTS_PER_S, explain_runner_up, label
+from trainplan.tools.search.driver import CALCULON_LAYOUTS_PER_S, label
 
 def _days(result: dict) -> str:
     return f"{result['training']['days']:.1f}" if "training" in result else "-"

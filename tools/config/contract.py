@@ -54,7 +54,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_fie
 from trainplan.tools.core.bounds import MAX_PRICE_PER_GPU_HOUR, MIN_GOODPUT
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT, DEFAULT_GBS_RULE, DEFAULT_HEADROOM, EVIDENCE_MARGIN, FINETUNE_SEQ, default_gbs
-from trainplan.tools.perf.finetune import DEFAULT_LORA_RANK
+from trainplan.tools.config.resolve import DEFAULT_LORA_RANK
 from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, LoraTargets, LossKernel, Method, Objective, OffloadModule, Precision, Recompute, RecomputeModule, Schedule
 
 # --- choices -------------------------------------------------------------------------------------

@@ -14,15 +14,15 @@ from trainplan.tools.config.contract import Layout, default_seq
 from trainplan.tools.core.enums import Dispatcher, GroupedGemm
 from trainplan.tools.config.plan_defaults import default_gbs, default_gbs_reason
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.perf.recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
-from trainplan.tools.perf.recompute import module_applies
+from trainplan.tools.config.resolve import DEFAULT_RECOMPUTE_MODULES
+from trainplan.tools.config.resolve import module_applies
 from trainplan.tools.core.enums import OffloadModule
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention, Precision, Recompute, RecomputeModule, Schedule
 from trainplan.tools.config.validity import Knobs, check
-from trainplan.tools.perf.finetune import is_lora, resolve_method, resolved_fp32_norms
-from trainplan.tools.perf.loss import resolved_loss_kernel
+from trainplan.tools.config.resolve import is_lora, resolve_method, resolved_fp32_norms
+from trainplan.tools.config.resolve import resolved_loss_kernel
 from trainplan.tools.core.enums import LossKernel
 
 

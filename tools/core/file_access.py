@@ -22,7 +22,6 @@ import os
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from trainplan.tools.core.errors import InputError
 

@@ -149,7 +149,8 @@ _HF_MODULE_NAMES = {"kv_a_proj": "kv_a_proj_with_mqa"}   # DeepSeek-V2/V3 modeli
 
 def adapter_of(model: ModelSpec, cfg: ParallelConfig) -> Adapter | None:
     """The adapter a lora/qlora layout trains: rank, alpha, and the targeted modules."""
-    from trainplan.tools.perf.finetune import DEFAULT_LORA_ALPHA_PER_RANK, is_lora, targeted_linears
+    from trainplan.tools.perf.finetune import DEFAULT_LORA_ALPHA_PER_RANK, targeted_linears
+    from trainplan.tools.config.resolve import is_lora
     from trainplan.tools.core.enums import LoraTargets
 
     if not is_lora(cfg.method):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import shlex
 
 from trainplan.tools.config.layout import model_layers_per_stage
-from trainplan.tools.perf.recompute import DEFAULT_MODULES as DEFAULT_RECOMPUTE_MODULES
+from trainplan.tools.config.resolve import DEFAULT_RECOMPUTE_MODULES
 from trainplan.tools.core.enums import Dispatcher, GroupedGemm
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from trainplan.tools.config.codes import PRECISION_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
-from trainplan.tools.perf.finetune import is_lora
+from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Precision, Schedule

@@ -18,7 +18,8 @@ import numpy as np
 from trainplan.tools.perf import offload as offload_rules
 from trainplan.tools.perf import finetune
 from trainplan.tools.perf import recompute as recompute_rules
-from trainplan.tools.perf.loss import LOSS_CODES, resolved_loss_kernel
+from trainplan.tools.perf.loss import LOSS_CODES
+from trainplan.tools.config.resolve import resolved_fp32_norms, resolved_loss_kernel
 from trainplan.tools.config.codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
 from trainplan.tools.hardware.counting import is_moe_layer
 from trainplan.tools.hardware.specs import ModelSpec
@@ -239,7 +240,7 @@ def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
                   method=finetune.METHOD_CODES[cfg.method], lora_rank=cfg.lora_rank or 0,
                   lora_targets=finetune.TARGET_CODES[cfg.lora_targets] if cfg.lora_targets else 0,
                   loss_kernel=LOSS_CODES[resolved_loss_kernel(cfg.loss_kernel, cfg.method)],
-                  fp32_norms=finetune.resolved_fp32_norms(cfg.fp32_norms, cfg.method))
+                  fp32_norms=resolved_fp32_norms(cfg.fp32_norms, cfg.method))
     return {k: np.array([[v]], dtype=float) for k, v in values.items()}
 
 

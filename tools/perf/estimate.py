@@ -10,7 +10,8 @@ from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
 from trainplan.tools.perf.cost import parse_tokens, ramp_cost, training_cost
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.perf.finetune import is_lora, total_adapter_params
+from trainplan.tools.perf.finetune import total_adapter_params
+from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.core.enums import Method
 from trainplan.tools.config.layout import resolve_with_batch
 from trainplan.tools.perf.memory import memory_breakdown

@@ -56,8 +56,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainplan.tools.core.errors import InputError
 from trainplan.tools.core.enums import LoraTargets, Method
+from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, is_lora
 from trainplan.tools.perf import state_bytes
 from trainplan.tools.perf.state_bytes import (ADAPTER_GRAD_BYTES, ADAPTER_OPTIMIZER_BYTES, ADAPTER_WEIGHT_BYTES, BF16_BYTES,
                                               DEQUANT_BYTES_PER_PARAM, NF4_BYTES_PER_PARAM)
@@ -65,8 +65,6 @@ from trainplan.tools.perf.state_bytes import (ADAPTER_GRAD_BYTES, ADAPTER_OPTIMI
 
 METHOD_CODES = {method: i for i, method in enumerate(Method)}      # full 0, lora 1, qlora 2
 TARGET_CODES = {target: i for i, target in enumerate(LoraTargets)}  # attention 0, all-linear 1
-DEFAULT_LORA_RANK = 16
-"""r when a LoRA method is chosen and no rank is given (PEFT/Axolotl examples use 8-64; QLoRA used 64)."""
 DEFAULT_LORA_ALPHA_PER_RANK = 2
 """lora_alpha = 2 r in the exports (a common choice; alpha only scales the update, no cost)."""
 
@@ -92,10 +90,6 @@ class Linear:
     rows: float = 1.0
     row_parallel: bool = False
     expert: bool = False
-
-
-def is_lora(method: Method | str) -> bool:
-    return Method(method) is not Method.full
 
 
 def _attention_linears(model) -> list[Linear]:
@@ -162,30 +156,6 @@ def adapter_forward_flops_per_token(model, rank: int, targets) -> float:
 
 
 # --- resolve ---------------------------------------------------------------------------------------
-
-
-def resolve_method(method, lora_rank, lora_targets, model, precision) -> tuple[Method, int | None, LoraTargets | None]:
-    """Validate the method knobs: (method, rank, targets); rank and targets are None for full."""
-    try:
-        method = Method(method)
-    except ValueError:
-        raise InputError(f"method='{method}' is not a fine-tuning method: use full, lora or qlora") from None
-    if method is Method.full:
-        if lora_rank is not None:
-            raise InputError(f"lora_rank={lora_rank} needs --method lora or qlora (method is full)")
-        return method, None, None
-    try:
-        targets = LoraTargets(lora_targets or LoraTargets.all_linear)
-    except ValueError:
-        raise InputError(f"lora_targets='{lora_targets}' is not one of: attention, all-linear") from None
-    rank = DEFAULT_LORA_RANK if lora_rank is None else lora_rank
-    if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
-        raise InputError(f"lora_rank={lora_rank} must be a positive whole number (e.g. 16)")
-    if rank > model.hidden_size:
-        raise InputError(f"lora_rank={rank} is larger than the hidden size {model.hidden_size}: use a rank such as 16")
-    if method is Method.qlora and str(getattr(precision, "value", precision)) == "fp8":
-        raise InputError("method=qlora computes in bf16 from a 4-bit base: use --precision bf16")
-    return method, rank, targets
 
 
 # --- memory hooks (memory.py) ------------------------------------------------------------------------
@@ -268,13 +238,6 @@ def fp32_norm_changes(model, moe: bool, tensors: dict, method_code, targets_code
     scaled("mlp/eager_silu_output", 2.0)
     scaled("mlp/fc2_input", mlp_copies)
     return out
-
-
-def resolved_fp32_norms(fp32_norms, method) -> bool:
-    """Layout.fp32_norms: as given, else true for qlora (PEFT's k-bit preparation, fp32_norm_changes)."""
-    if fp32_norms is not None:
-        return bool(fp32_norms)
-    return Method(method) is Method.qlora
 
 
 def adapter_coefficients(model, moe: bool) -> dict[str, float]:

@@ -28,7 +28,7 @@ that s b V tensor lives at once, in which precision, is decided by how the stack
       the forward, so the s b V logits never exist whole: 0 B per token (a block of a few thousand
       token-rows at a time, not counted).
 
-The default (null) follows the stack that a method implies (resolved_loss_kernel): full training is
+The default (null) follows the stack that a method implies (tools/config/resolve.py resolved_loss_kernel): full training is
 planned as Megatron runs it (fused); lora and qlora as the fine-tuning stacks run them, the
 Hugging Face models that PEFT wraps (materialised). A search given an engine takes the engine's
 (tools/engines/support.py ENGINE_LOSS_KERNEL).
@@ -52,15 +52,6 @@ LOSS_BYTES = {
 """Bytes per token per vocabulary entry live at the loss's peak (module doc), before the split over t."""
 LOSS_CODES = {kernel: i for i, kernel in enumerate(LossKernel)}
 LOSS_BYTES_BY_CODE = np.array([LOSS_BYTES[kernel] for kernel in LossKernel])
-
-
-def resolved_loss_kernel(loss_kernel, method) -> LossKernel:
-    """The loss kernel of a layout: the one given, else the method's stack's (module doc)."""
-    from trainplan.tools.perf.finetune import is_lora
-
-    if loss_kernel is not None:
-        return LossKernel(loss_kernel)
-    return LossKernel.materialised if is_lora(method) else LossKernel.fused
 
 
 def loss_bytes(code):

@@ -82,6 +82,7 @@ from trainplan.tools.hardware.counting import LayerParams, count_params, is_moe_
 from trainplan.tools.config.layout import model_layers_per_stage
 from trainplan.tools.hardware.specs import GPUSpec, ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
+from trainplan.tools.config.resolve import module_applies
 from trainplan.tools.core.enums import Attention, Precision, Recompute, Schedule
 
 GIB = float(2**30)
@@ -468,7 +469,7 @@ def memory_breakdown(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, headro
         **worst_comps, capacity=gpu.memory_gib, fits=fits,
         reason=None if fits else memory_hints.reason(
             worst_comps, worst, available, cfg.model_dump(mode="json"),
-            dense_mlp=recompute_rules.module_applies(model, recompute_rules.RecomputeModule.mlp)),
+            dense_mlp=module_applies(model, recompute_rules.RecomputeModule.mlp)),
         worst_stage=worst, per_stage=per_stage,
         breakdown={key: float(v[worst]) for key, v in parts.items() if v[worst]},
     )

@@ -45,11 +45,10 @@ from trainplan.tools.hardware.counting import flops_per_token, is_moe_layer, lay
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute, RecomputeModule
+from trainplan.tools.config.resolve import DEFAULT_RECOMPUTE_MODULES
 
 MODULE_BITS = {module: 1 << i for i, module in enumerate(RecomputeModule)}
 """Bit of each module in the integer masks the vectorised memory path carries."""
-DEFAULT_MODULES = (RecomputeModule.core_attn,)
-"""Megatron's default --recompute-modules (arguments.py): core_attn."""
 DEFAULT_MASK = MODULE_BITS[RecomputeModule.core_attn]
 
 DROPS: dict[RecomputeModule, tuple[str, ...]] = {
@@ -80,19 +79,7 @@ def config_mask(cfg: ParallelConfig) -> int:
     """The module mask of a resolved config (0 unless recompute is selective)."""
     if cfg.recompute is not Recompute.selective:
         return 0
-    return mask_of(cfg.recompute_modules if cfg.recompute_modules is not None else DEFAULT_MODULES)
-
-
-def module_applies(model: ModelSpec, module: RecomputeModule) -> bool:
-    """Whether the model has the module at all (mla_up_proj needs MLA, moe/moe_act an MoE layer,
-    mlp a dense layer)."""
-    if module is RecomputeModule.mla_up_proj:
-        return model.attention_type == "mla"
-    if module in (RecomputeModule.moe, RecomputeModule.moe_act):
-        return model.is_moe
-    if module is RecomputeModule.mlp:
-        return any(not is_moe_layer(model, i) for i in range(model.num_layers))
-    return True
+    return mask_of(cfg.recompute_modules if cfg.recompute_modules is not None else DEFAULT_RECOMPUTE_MODULES)
 
 
 def dropped(key: str, mask) -> np.ndarray:
@@ -221,5 +208,5 @@ def recomputed_flops_per_token(model: ModelSpec, cfg: ParallelConfig, seq: int) 
     return total
 
 
-__all__ = ["DEFAULT_MODULES", "DROPS", "MODULE_BITS", "config_mask", "dropped", "mask_of", "modules_of",
-           "module_applies", "recomputed_flops_per_token", "recomputed_forward_s"]
+__all__ = ["DROPS", "MODULE_BITS", "config_mask", "dropped", "mask_of", "modules_of",
+           "recomputed_flops_per_token", "recomputed_forward_s"]

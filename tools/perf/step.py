@@ -48,7 +48,8 @@ from trainplan.tools.perf.state_bytes import ADAM_BYTES_PER_PARAM, OFFLOAD_BYTES
 from trainplan.tools.perf.recompute import recomputed_flops_per_token, recomputed_forward_s
 from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
-from trainplan.tools.core.enums import Precision, Recompute, Schedule
+from trainplan.tools.core.enums import Recompute, Schedule
+from trainplan.tools.config.resolve import is_lora
 
 @dataclass
 class StageWork:
@@ -214,7 +215,7 @@ def combined_nodes(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, 
     """One layer's nodes in Megatron's combined 1F1B (combined_1f1b.layer_nodes): its compute, its
     dispatch and combine, and its other exposed communication (TP, CP, the shared experts'). A frozen
     base (LoRA, QLoRA) has no weight gradients to run beside the all-to-all."""
-    if finetune.is_lora(cfg.method):
+    if is_lora(cfg.method):
         layer = compute.OpTimes(layer.forward_s, layer.backward_input_s, {})
     dispatch = combine = shared = 0.0
     if layer_index in model.moe_layers:
@@ -238,7 +239,7 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
         key = index in model.moe_layers
         if key not in cache:
             layer = compute.layer_times(model, cfg, gpu, index)
-            if finetune.is_lora(cfg.method):   # frozen base, adapters, NF4 dequantisation: before the host floor
+            if is_lora(cfg.method):   # frozen base, adapters, NF4 dequantisation: before the host floor
                 layer = finetune.adapt_layer_times(layer, model, cfg, gpu, key)
             attention = (layer.forward_s.get("attention/core", 0.0), layer.backward_input_s.get("attention/core", 0.0))
             total = layer.forward + layer.backward_input + layer.backward_weight
@@ -275,7 +276,7 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
                 nodes.append(combined_nodes(model, cfg, cluster, groups, model.num_layers - 1,
                                             *block(model.num_layers - 1)))
 
-    if finetune.is_lora(cfg.method):   # frozen base: no weight gradients; adapter GEMMs; NF4 dequantisation
+    if is_lora(cfg.method):   # frozen base: no weight gradients; adapter GEMMs; NF4 dequantisation
         times = finetune.adapt_stage_times(times, model, cfg, gpu, layer_ids, set(model.moe_layers))
     recompute_s = recomputed_forward_s(model, cfg, gpu, times, layer_ids)   # recompute.py
     forward = times.forward
@@ -378,7 +379,7 @@ def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> StepFlops:
     tokens = cfg.gbs * cfg.seq
     executed = flops_per_token(model, cfg.seq, causal=cfg.attention.fused, include_mtp=True)
     recompute = recomputed_flops_per_token(model, cfg, cfg.seq)   # recompute.py
-    if cfg.recompute is Recompute.full and finetune.is_lora(cfg.method):
+    if cfg.recompute is Recompute.full and is_lora(cfg.method):
         recompute += finetune.adapter_forward_flops_per_token(model, cfg.lora_rank, cfg.lora_targets)
 
     def training(counts) -> float:   # 3 x forward, or LoRA's convention (finetune.FLOPS_CONVENTION)
@@ -402,7 +403,7 @@ def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster
     are all of them, or only the adapters (LoRA/QLoRA; finetune.py), whose frozen base ZeRO-3 still
     all-gathers."""
     dense, expert = rank_params(model, cfg.pp, cfg.tp, cfg.ep)
-    lora = finetune.is_lora(cfg.method)
+    lora = is_lora(cfg.method)
     train_dense, train_expert = ((np.array(p) for p in zip(*finetune.trainable_stage_params(model, cfg, stages)))
                                  if lora else (dense, expert))
     units = fsdp_units(stages)

@@ -38,7 +38,7 @@ from trainplan.tools.config.contract import SEARCH_CHOSEN_KNOBS, check_job_numbe
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import evaluate
 from trainplan.tools.engines.support import ENGINES, engine_knobs, runs
-from trainplan.tools.perf.finetune import is_lora
+from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.config.contract import Layout
 from trainplan.tools.config.layout import check_moe_a2a_overlap_job, resolve_config
 from trainplan.tools.perf.recompute import modules_of

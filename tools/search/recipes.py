@@ -31,8 +31,9 @@ import numpy as np
 
 from trainplan.tools.config.codes import RECOMPUTE_CODES, SCHEDULE_CODES
 from trainplan.tools.hardware.counting import is_moe_layer
-from trainplan.tools.perf.finetune import is_lora
-from trainplan.tools.perf.recompute import DEFAULT_MASK, MODULE_BITS, mask_of, module_applies
+from trainplan.tools.config.resolve import is_lora
+from trainplan.tools.perf.recompute import DEFAULT_MASK, MODULE_BITS, mask_of
+from trainplan.tools.config.resolve import module_applies
 from trainplan.tools.search.explain import label
 from trainplan.tools.search.score import vector_memory, work_pieces
 from trainplan.tools.search.space import STORAGE_KNOBS, SearchJob

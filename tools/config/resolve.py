@@ -1,0 +1,70 @@
+"""How a layout's unset knobs resolve from its method and model: the defaults that tools/config/layout.py
+applies and the perf models read back (tools/perf/finetune.py, loss.py and recompute.py explain the mechanisms).
+"""
+
+from __future__ import annotations
+
+from trainplan.tools.core.enums import LoraTargets, LossKernel, Method, RecomputeModule
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.hardware.counting import is_moe_layer
+from trainplan.tools.hardware.specs import ModelSpec
+
+DEFAULT_LORA_RANK = 16
+"""r when a LoRA method is chosen and no rank is given (PEFT/Axolotl examples use 8-64; QLoRA used 64)."""
+
+DEFAULT_RECOMPUTE_MODULES = (RecomputeModule.core_attn,)
+"""Megatron's default --recompute-modules (arguments.py): core_attn."""
+
+
+def is_lora(method: Method | str) -> bool:
+    return Method(method) is not Method.full
+
+
+def resolve_method(method, lora_rank, lora_targets, model, precision) -> tuple[Method, int | None, LoraTargets | None]:
+    """Validate the method knobs: (method, rank, targets); rank and targets are None for full."""
+    try:
+        method = Method(method)
+    except ValueError:
+        raise InputError(f"method='{method}' is not a fine-tuning method: use full, lora or qlora") from None
+    if method is Method.full:
+        if lora_rank is not None:
+            raise InputError(f"lora_rank={lora_rank} needs --method lora or qlora (method is full)")
+        return method, None, None
+    try:
+        targets = LoraTargets(lora_targets or LoraTargets.all_linear)
+    except ValueError:
+        raise InputError(f"lora_targets='{lora_targets}' is not one of: attention, all-linear") from None
+    rank = DEFAULT_LORA_RANK if lora_rank is None else lora_rank
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
+        raise InputError(f"lora_rank={lora_rank} must be a positive whole number (e.g. 16)")
+    if rank > model.hidden_size:
+        raise InputError(f"lora_rank={rank} is larger than the hidden size {model.hidden_size}: use a rank such as 16")
+    if method is Method.qlora and str(getattr(precision, "value", precision)) == "fp8":
+        raise InputError("method=qlora computes in bf16 from a 4-bit base: use --precision bf16")
+    return method, rank, targets
+
+
+def resolved_fp32_norms(fp32_norms, method) -> bool:
+    """Layout.fp32_norms: as given, else true for qlora (PEFT's k-bit preparation, fp32_norm_changes)."""
+    if fp32_norms is not None:
+        return bool(fp32_norms)
+    return Method(method) is Method.qlora
+
+
+def resolved_loss_kernel(loss_kernel, method) -> LossKernel:
+    """The loss kernel of a layout: the one given, else the method's stack's (tools/perf/loss.py)."""
+    if loss_kernel is not None:
+        return LossKernel(loss_kernel)
+    return LossKernel.materialised if is_lora(method) else LossKernel.fused
+
+
+def module_applies(model: ModelSpec, module: RecomputeModule) -> bool:
+    """Whether the model has the module at all (mla_up_proj needs MLA, moe/moe_act an MoE layer,
+    mlp a dense layer)."""
+    if module is RecomputeModule.mla_up_proj:
+        return model.attention_type == "mla"
+    if module in (RecomputeModule.moe, RecomputeModule.moe_act):
+        return model.is_moe
+    if module is RecomputeModule.mlp:
+        return any(not is_moe_layer(model, i) for i in range(model.num_layers))
+    return True
