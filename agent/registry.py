@@ -40,7 +40,8 @@ from trainplan.tools.core.errors import InputError
 from trainplan.tools.core.file_access import untrusted_caller
 from trainplan.tools.perf.estimate import estimate
 from trainplan.tools.perf.memory import memory_breakdown
-from trainplan.tools.perf.pipeline import render_ascii, simulate
+from trainplan.tools.perf.pipeline import simulate
+from trainplan.tools.perf.pipeline_render import render_ascii
 from trainplan.tools.config.contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Job, Layout,  # noqa: F401
                                             ParallelConfig, check_job_numbers, fields_of, optional_model,
                                             search_chosen_description, search_fields)

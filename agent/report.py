@@ -35,7 +35,8 @@ from trainplan.prompts import render
 from .advice import departures_risk, error_band, evidence_lines, known_gaps
 from trainplan.tools.perf.finetune import model_states_sentence
 from trainplan.tools.perf.memory_hints import largest_component, memory_fixes, phrase
-from trainplan.tools.perf.pipeline import PipelineEvent, PipelineResult, render_ascii, render_mermaid
+from trainplan.tools.perf.pipeline_events import PipelineEvent, PipelineResult
+from trainplan.tools.perf.pipeline_render import render_ascii, render_mermaid
 from trainplan.tools.config.plan_defaults import DEFAULT_HEADROOM
 
 from .prose import neutralise_line
@@ -73,8 +74,8 @@ class Timeline(BaseModel):
     vpp: int = Field(description="virtual stages per rank")
     makespan_s: float = Field(description="pipeline makespan, seconds")
     bubble_fraction: float = Field(description="idle share of the pipeline")
-    ascii: str = Field(description="rank x time grid (tools.pipeline.render_ascii)")
-    mermaid: str = Field(description="a ```mermaid gantt block (tools.pipeline.render_mermaid)")
+    ascii: str = Field(description="rank x time grid (tools/perf/pipeline_render.py render_ascii)")
+    mermaid: str = Field(description="a ```mermaid gantt block (tools/perf/pipeline_render.py render_mermaid)")
     num_events: int = Field(description="ops in the simulated step")
     mermaid_events: int = Field(description="ops drawn in the gantt")
     mermaid_window_s: float | None = Field(default=None, description="the gantt shows ops starting before this "

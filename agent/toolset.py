@@ -38,7 +38,7 @@ LEAN_DROPPED_KNOBS = lean_dropped(Job, Layout, SearchOptions)
 full sharding; the search still tries one-node shard groups for ZeRO-3); so do the MoE engine knobs
 (null: expert TP = tp, alltoall, dropless, learned routing, per-expert GEMMs, no all-to-all overlap),
 DeepSeek-V3's FP8 activation storage and fine-grained activation offloading, the stack's loss kernel
-and norm precision (null: what the method's stack runs, tools/perf/loss.py and finetune.resolved_fp32_norms),
+and norm precision (null: what the method's stack runs, tools/config/resolve.py),
 and the search's evidence margin (tools/search/evidence.py; null: 5%). The fine-tuning knobs
 (contract.FINE_TUNING_KNOBS: method, lora_rank, lora_targets) stay, so that a small-context model can
 plan "QLoRA on two RTX 4090s" as QLoRA."""

@@ -30,7 +30,7 @@ from trainplan.evals.cases import evaluate_prediction
 from trainplan.evals.dataset import load_dataset
 from trainplan.tools.core import calibration
 from trainplan.tools.hardware import catalog
-from trainplan.tools.perf import compute, recompute, step
+from trainplan.tools.perf import compute, layer_compute, recompute, step
 from trainplan.tools.perf.collectives import collective_time_s, group_layout
 from trainplan.tools.config.contract import Layout
 from trainplan.tools.config.layout import resolve_with_batch
@@ -97,7 +97,7 @@ def block_shares(case) -> dict[str, float]:
     gpu = catalog.load_gpu(kwargs["gpu"])
     knobs = {k: v for k, v in kwargs.items() if k in Layout.model_fields}   # as tools/perf/estimate.py splits them
     cfg, _ = resolve_with_batch(model, kwargs["gpus"], fp8_supported=gpu.fp8_tflops is not None, **knobs)
-    times = compute.layer_times(model, cfg, gpu, 0)
+    times = layer_compute.layer_times(model, cfg, gpu, 0)
     total = times.forward + times.backward_input + times.backward_weight
     by_key: dict[str, float] = {}
     for part in (times.forward_s, times.backward_input_s, times.backward_weight_s):
@@ -166,7 +166,7 @@ def layer_ms(case, **override) -> tuple[float, float]:
     cluster = ClusterSpec.build(gpu, kwargs["gpus"], None, None, kwargs.get("inter_node_bw"))
     cfg, _ = resolve_with_batch(model, kwargs["gpus"], **{k: v for k, v in kwargs.items() if k in Layout.model_fields})
     groups = group_layout(cfg, cluster.gpus_per_node)
-    layer = compute.layer_times(model, cfg, gpu, 0)
+    layer = layer_compute.layer_times(model, cfg, gpu, 0)
     attention = (layer.forward_s["attention/core"], layer.backward_input_s["attention/core"])
     total = layer.forward + layer.backward_input + layer.backward_weight
     comm = step._layer_comm_s(model, cfg, cluster, groups, 0, attention, total, 0.0,

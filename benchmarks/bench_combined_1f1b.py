@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import trainplan
 from trainplan.evals.dataset import load_dataset
-from trainplan.tools.perf import compute, step
+from trainplan.tools.perf import layer_compute, step
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.perf.collectives import group_layout
 from trainplan.tools.perf.combined_1f1b import chunk_layers, replay_s
@@ -43,7 +43,7 @@ def report(case) -> None:
     cluster = ClusterSpec.build(gpu, kwargs["gpus"], None, None, None)
     groups = group_layout(cfg, cluster.gpus_per_node)
     index = model.moe_layers[0]
-    layer = compute.layer_times(model, cfg, gpu, index)
+    layer = layer_compute.layer_times(model, cfg, gpu, index)
     comm = step._layer_comm_s(model, cfg, cluster, groups, index, (0.0, 0.0), 0.0)
     nodes = step.combined_nodes(model, cfg, cluster, groups, index, layer, comm)
     print(f"{case.id}: {model.name}, tp {cfg.tp} pp {cfg.pp} vpp {cfg.vpp} ep {cfg.ep}, "

@@ -17,7 +17,7 @@ MECHANISM_KEYS = ("lora", "lora/scale_add", "qlora/dequant", "host")
 
 def mechanism_shares(kwargs: dict) -> dict[str, float]:
     """Seconds per micro-batch of each fine-tuning OpTimes key over one stage's blocks (forward + backward)."""
-    from trainplan.tools.perf import compute, finetune, host
+    from trainplan.tools.perf import finetune, host, layer_compute
     from trainplan.tools.hardware.catalog import load_gpu, load_model
     from trainplan.tools.config.layout import resolve_config
 
@@ -25,7 +25,7 @@ def mechanism_shares(kwargs: dict) -> dict[str, float]:
     gpu = load_gpu(kwargs["gpu"])
     knobs = {k: v for k, v in kwargs.items() if k not in ("model", "gpu", "gpus")}
     cfg = resolve_config(model, kwargs["gpus"], **knobs)
-    layer = finetune.adapt_layer_times(compute.layer_times(model, cfg, gpu, 0), model, cfg, gpu, False)
+    layer = finetune.adapt_layer_times(layer_compute.layer_times(model, cfg, gpu, 0), model, cfg, gpu, False)
     host.add_host_floor(layer, model, cfg, False, 0.0)
     total = layer.forward + layer.backward_input + layer.backward_weight
     return {key: sum(part.get(key, 0.0) for part in (layer.forward_s, layer.backward_input_s, layer.backward_weight_s))

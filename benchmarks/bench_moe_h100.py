@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from trainplan.evals.cases import evaluate_prediction
 from trainplan.evals.dataset import load_dataset
-from trainplan.tools.perf import compute, moe
+from trainplan.tools.perf import layer_compute, moe
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.perf.estimate import resolve_with_batch
 
@@ -53,7 +53,7 @@ def per_layer_table(dataset) -> None:
         case = cases[case_id]
         cfg, microbatches, layers_per_stage, _ = _shape(case)
         model, gpu = load_model(case.kwargs()["model"]), load_gpu(case.kwargs()["gpu"])
-        times = compute.layer_times(model, cfg, gpu, model.moe_layers[0])
+        times = layer_compute.layer_times(model, cfg, gpu, model.moe_layers[0])
         host = times.forward_s.get("moe/host", 0.0) + times.backward_input_s.get("moe/host", 0.0)
         total = times.forward + times.backward_input + times.backward_weight
         layers_per_chunk = layers_per_stage / (cfg.vpp or 1)

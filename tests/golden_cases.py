@@ -64,7 +64,7 @@ for _engine in ("axolotl", "llamafactory", "trl"):
 
 
 TIMING_KEYS = {"seconds", "wall_s", "layouts_per_s"}
-_RATE = re.compile(r" in [0-9.]+ s \([0-9,]+/s, [0-9]+x Calculon's [0-9,]+/s\)")
+_RATE = re.compile(r"\s+in\s+[0-9.]+\s+s\s+\([0-9,]+/s,\s+[0-9]+x\s+Calculon's\s+[0-9,]+/s\)")
 
 
 def _drop_seconds(text: str) -> str:
@@ -81,6 +81,12 @@ def _drop_seconds(text: str) -> str:
             return [strip(v) for v in value]
         return value
     return json.dumps(strip(data), indent=1, sort_keys=True)
+
+
+def comparable(outcome: dict) -> dict:
+    """An outcome with the stdout's whitespace runs made one space: the search's text wraps at 80 columns,
+    and its rate line (dropped above) is longer or shorter run to run, which moves the line breaks after it."""
+    return {**outcome, "stdout": " ".join(outcome["stdout"].split())}
 
 
 def run(argv: list[str]) -> dict:

@@ -16,7 +16,8 @@ import pytest
 
 from test_fuzz_cli import run
 from trainplan.tools.core import safe_json
-from trainplan.tools.hardware.catalog import MODELS_DIR, load_model
+from trainplan.tools.hardware.catalog import load_model
+from trainplan.tools.hardware.catalog.entries import MODELS_DIR
 from trainplan.tools.core.errors import InputError
 from trainplan.agent.registry import dispatch
 

@@ -457,7 +457,7 @@ def test_exports_name_the_planned_recompute_modules_and_low_precision_storage():
 def test_megatron_export_carries_the_rope_base_scaling_and_norm_epsilon_of_the_config():
     import copy
 
-    from trainplan.tools.hardware.catalog import MODELS_DIR
+    from trainplan.tools.hardware.catalog.entries import MODELS_DIR
     from trainplan.tools.hardware.hf import spec_from_config
 
     config = json.loads((MODELS_DIR / "llama3-8b.json").read_text())
@@ -490,7 +490,7 @@ def load_model_spec(name):
 @pytest.mark.parametrize("field, value", [("rope_theta", "10000"), ("rope_theta", -1), ("rms_norm_eps", True),
                                           ("rope_scaling", "llama3"), ("rope_scaling", {"rope_type": 3})])
 def test_a_malformed_rope_or_norm_field_is_one_input_error(field, value):
-    from trainplan.tools.hardware.catalog import MODELS_DIR
+    from trainplan.tools.hardware.catalog.entries import MODELS_DIR
     from trainplan.tools.hardware.hf import spec_from_config
 
     config = json.loads((MODELS_DIR / "llama3-8b.json").read_text()) | {field: value}

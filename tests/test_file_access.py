@@ -11,7 +11,7 @@ import pytest
 
 from trainplan.tools.hardware import catalog
 from trainplan.tools.core import file_access
-from trainplan.tools.hardware.catalog import MODELS_DIR
+from trainplan.tools.hardware.catalog.entries import MODELS_DIR
 from trainplan.tools.core.errors import InputError
 from trainplan.agent.registry import dispatch
 

@@ -10,7 +10,7 @@ import pytest
 from trainplan.evals.cases import CaseResult
 from trainplan.evals.dataset import load_dataset
 from trainplan.evals.runner import THROUGHPUT_QUANTITIES, _fine_tuning_speed, _throughput_held_out, is_fine_tuning
-from trainplan.tools.perf import compute, finetune, host
+from trainplan.tools.perf import finetune, host, layer_compute
 from trainplan.tools.core.calibration import fitted_case_ids
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.core.enums import Launch
@@ -54,7 +54,7 @@ def test_frozen_base_keeps_only_the_adapters_weight_gradients(llama):
     gpu = load_gpu("a100-sxm-80gb")
     for method in ("lora", "qlora"):
         cfg = _cfg(llama, method)
-        layer = finetune.adapt_layer_times(compute.layer_times(llama, cfg, gpu, 0), llama, cfg, gpu, False)
+        layer = finetune.adapt_layer_times(layer_compute.layer_times(llama, cfg, gpu, 0), llama, cfg, gpu, False)
         weights = {k: v for k, v in layer.backward_weight_s.items() if v > 0}
         assert set(weights) == {finetune.ADAPTER_KEY}
         assert layer.forward_s["lora/scale_add"] > 0 and layer.backward_input_s["lora/scale_add"] > 0
@@ -63,7 +63,7 @@ def test_frozen_base_keeps_only_the_adapters_weight_gradients(llama):
 def test_nf4_dequantisation_runs_in_the_forward_the_backward_and_the_recompute(llama):
     gpu = load_gpu("a100-sxm-80gb")
     qlora = _cfg(llama, "qlora", recompute="full")
-    layer = finetune.adapt_layer_times(compute.layer_times(llama, qlora, gpu, 0), llama, qlora, gpu, False)
+    layer = finetune.adapt_layer_times(layer_compute.layer_times(llama, qlora, gpu, 0), llama, qlora, gpu, False)
     dequant = layer.forward_s["qlora/dequant"]
     assert dequant > 0 and layer.backward_input_s["qlora/dequant"] == dequant
     # the NF4 weights are read and the bf16 weights written: at least their bytes at the HBM bandwidth
@@ -72,7 +72,7 @@ def test_nf4_dequantisation_runs_in_the_forward_the_backward_and_the_recompute(l
     rerun = recomputed_forward_s(llama, qlora, gpu, layer, [0])
     assert rerun >= layer.forward                          # a checkpointed decoder layer reruns its dequantisation
     lora = _cfg(llama, "lora")
-    assert "qlora/dequant" not in finetune.adapt_layer_times(compute.layer_times(llama, lora, gpu, 0),
+    assert "qlora/dequant" not in finetune.adapt_layer_times(layer_compute.layer_times(llama, lora, gpu, 0),
                                                              llama, lora, gpu, False).forward_s
 
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from openai_server import ScriptedServer, raw, raw_stream
 from test_fuzz_cli import _reject_constant, assert_finite, run
-from trainplan.tools.hardware.catalog import MODELS_DIR
+from trainplan.tools.hardware.catalog.entries import MODELS_DIR
 from trainplan.agent.registry import dispatch, tool_names
 
 FUZZ = settings(max_examples=int(os.environ.get("TRAINPLAN_FUZZ_EXAMPLES", "30")), deadline=None, derandomize=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import trainplan
-from trainplan.tools.perf import compute, moe
+from trainplan.tools.perf import layer_compute, moe
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.perf.collectives import group_layout
 from trainplan.tools.core.errors import InputError
@@ -17,7 +17,7 @@ H100 = load_gpu("h100-sxm-80gb")
 
 
 def _moe_ms(cfg, key):
-    layer = compute.layer_times(QWEN3, cfg, H100, QWEN3.moe_layers[0])
+    layer = layer_compute.layer_times(QWEN3, cfg, H100, QWEN3.moe_layers[0])
     return 1e3 * sum(part.get(key, 0.0) for part in (layer.forward_s, layer.backward_input_s, layer.backward_weight_s))
 
 
@@ -100,7 +100,7 @@ def test_per_expert_gemms_are_host_paced_alike_on_hopper_and_blackwell():
 
     def experts_ms(gpu, grouped_gemm):
         cfg = resolve_config(QWEN3, 8, seq=4096, ep=1, force_balance=True, precision="fp8", grouped_gemm=grouped_gemm)
-        layer = compute.layer_times(QWEN3, cfg, gpu, QWEN3.moe_layers[0])
+        layer = layer_compute.layer_times(QWEN3, cfg, gpu, QWEN3.moe_layers[0])
         return 1e3 * sum(layer.forward_s.get(k, 0.0) for k in ("moe/experts", "moe/host"))
 
     host_forward_ms = 1e3 * 2 * QWEN3.num_experts * moe.GEMMS_PER_EXPERT_LINEAR[0] * moe.HOST_S_PER_EXPERT_GEMM
@@ -120,7 +120,7 @@ def test_host_paced_layer_amortises_with_micro_batch_size():
     def layer(mbs, grouped_gemm):
         cfg = resolve_config(QWEN3, 8, seq=4096, ep=8, mbs=mbs, force_balance=True, precision="fp8",
                              grouped_gemm=grouped_gemm)
-        times = compute.layer_times(QWEN3, cfg, b200, QWEN3.moe_layers[0])
+        times = layer_compute.layer_times(QWEN3, cfg, b200, QWEN3.moe_layers[0])
         parts = (times.forward_s, times.backward_input_s, times.backward_weight_s)
         total = times.forward + times.backward_input + times.backward_weight
         return total, sum(part.get("moe/host", 0.0) for part in parts) / total

@@ -11,7 +11,7 @@ from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.layout import resolve_config
 from trainplan.tools.perf.memory import GIB, memory_breakdown, memory_totals_vectorised
-from trainplan.tools.perf.offload import offloaded_stage_bytes
+from trainplan.tools.perf.activations import offloaded_stage_bytes
 from trainplan.tools.hardware.specs import ClusterSpec
 from trainplan.tools.perf.step import step_time
 

@@ -14,16 +14,9 @@ from typer.testing import CliRunner
 
 from trainplan.cli import app
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.perf.pipeline import (
-    SIMULATE_MAX_UNITS,
-    TIMELINE_MAX_UNITS,
-    _validate,
-    bubble_closed_form,
-    bubble_paper_s,
-    render_ascii,
-    render_mermaid,
-    simulate,
-)
+from trainplan.tools.perf.pipeline import _validate, bubble_closed_form, bubble_paper_s, simulate
+from trainplan.tools.config.schedule_rules import SIMULATE_MAX_UNITS, TIMELINE_MAX_UNITS
+from trainplan.tools.perf.pipeline_render import render_ascii, render_mermaid
 from trainplan.tools.core.enums import Schedule
 
 SCHEDULES = [

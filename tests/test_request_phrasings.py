@@ -235,7 +235,7 @@ def test_gpu_and_model_files_written_in_the_request(tmp_path):
     """The route the refusals name: a GPU JSON path where the GPU goes, a config.json path for the model."""
     import json
 
-    from trainplan.tools.hardware.catalog import GPUS_DIR, MODELS_DIR
+    from trainplan.tools.hardware.catalog.entries import GPUS_DIR, MODELS_DIR
 
     gpu = tmp_path / "my-gpu.json"
     gpu.write_text(json.dumps({**json.loads((GPUS_DIR / "h100-sxm-80gb.json").read_text()), "name": "my-gpu"}))

@@ -14,7 +14,8 @@ from trainplan.tools.hardware.catalog import load_model
 from trainplan.tools.config.plan_defaults import DEFAULT_HEADROOM, EVIDENCE_MARGIN, SIMPLER_MARGIN
 from trainplan.tools.search.driver import label, search
 from trainplan.tools.search.evidence import Shape
-from trainplan.tools.search.choice import FAMILIES, columns, departures, simplicity
+from trainplan.tools.search.choice import FAMILIES, departures, simplicity
+from trainplan.tools.search.evidence import columns
 from trainplan.tools.search.rank import result_objective
 from trainplan.tools.core.enums import Objective
 

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.perf.pipeline import bubble_paper_s, render_ascii, render_mermaid, simulate
+from trainplan.tools.perf.pipeline import bubble_paper_s, simulate
+from trainplan.tools.perf.pipeline_render import render_ascii, render_mermaid
 from trainplan.tools.core.enums import Schedule
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from trainplan.tools.config.codes import RECOMPUTE_CODES, SCHEDULE_CODES
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.perf.pipeline import SIMULATE_MAX_UNITS, dualpipe_batch_ok, interleaved_batch_ok, simulated_units
+from trainplan.tools.config.schedule_rules import SIMULATE_MAX_UNITS, dualpipe_batch_ok, interleaved_batch_ok, simulated_units
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.core.enums import Recompute, Schedule
 

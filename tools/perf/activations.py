@@ -301,3 +301,17 @@ def activation_bytes_per_layer(model: ModelSpec, cfg: ParallelConfig, layer_inde
     after TP/SP/CP and recompute (see _layer_tensors; 'layer_input' is full recompute's checkpoint)."""
     stored, _ = activation_layer(model, is_moe_layer(model, layer_index), knob_arrays(cfg))
     return {key: float(v.squeeze()) for key, v in stored.items() if float(v.squeeze())}
+
+
+def offloaded_stage_bytes(model: ModelSpec, cfg: ParallelConfig, layer_ids: list[int]) -> float:
+    """Bytes one stage copies to host memory per micro-batch (and back in its backward)."""
+    mask = offload_rules.config_mask(cfg)
+    per_kind: dict[bool, float] = {}
+    total = 0.0
+    for i in layer_ids:
+        moe = is_moe_layer(model, i)
+        if moe not in per_kind:
+            stored = {k: np.asarray(v) for k, v in activation_bytes_per_layer(model, cfg, i).items()}
+            per_kind[moe] = float(offload_rules.offloaded_bytes(model, stored, mask))
+        total += per_kind[moe]
+    return total

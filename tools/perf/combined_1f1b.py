@@ -85,7 +85,7 @@ class LayerNodes:
 
 
 def layer_nodes(layer: OpTimes, dispatch_s: float, combine_s: float, attention_comm_s: float = 0.0) -> LayerNodes:
-    """One layer's nodes from its compute (compute.layer_times) and its communication.
+    """One layer's nodes from its compute (layer_compute.layer_times) and its communication.
 
     dispatch_s, combine_s: one direction's token dispatch and combine (moe.dispatch_comm_parts); the
     backward runs the combine's backward first, which carries the output gradients to the experts as

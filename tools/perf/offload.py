@@ -32,7 +32,6 @@ import numpy as np
 
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import OffloadModule
-from trainplan.tools.hardware.counting import is_moe_layer
 from trainplan.tools.hardware.specs import ModelSpec
 
 OFFLOAD_BITS = {module: 1 << i for i, module in enumerate(OffloadModule)}
@@ -75,19 +74,3 @@ def share(model: ModelSpec, key: str, mask) -> np.ndarray:
 def offloaded_bytes(model: ModelSpec, stored: dict[str, np.ndarray], mask) -> np.ndarray:
     """Bytes of one block's kept tensors ``stored`` that go to host memory per micro-batch."""
     return sum(v * share(model, key, mask) for key, v in stored.items())
-
-
-def offloaded_stage_bytes(model: ModelSpec, cfg: ParallelConfig, layer_ids: list[int]) -> float:
-    """Bytes one stage copies to host memory per micro-batch (and back in its backward)."""
-    from trainplan.tools.perf.activations import activation_bytes_per_layer
-
-    mask = config_mask(cfg)
-    per_kind: dict[bool, float] = {}
-    total = 0.0
-    for i in layer_ids:
-        moe = is_moe_layer(model, i)
-        if moe not in per_kind:
-            stored = {k: np.asarray(v) for k, v in activation_bytes_per_layer(model, cfg, i).items()}
-            per_kind[moe] = float(offloaded_bytes(model, stored, mask))
-        total += per_kind[moe]
-    return total

@@ -55,7 +55,7 @@ Conventions:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 from trainplan.tools.core.errors import InputError
@@ -64,62 +64,15 @@ from trainplan.tools.perf.pipeline_orders import (
     _B, _F, _I, _W, _X, _order_1f1b, _order_dualpipe, _order_gpipe, _order_interleaved, _order_zb_h1, combined_steps,
 )
 from trainplan.tools.core.enums import Schedule
+from trainplan.tools.config.schedule_rules import (SIMULATE_MAX_UNITS, TIMELINE_MAX_UNITS, dualpipe_batch_ok,
+                                                    interleaved_batch_ok, simulated_units)
+from trainplan.tools.perf.pipeline_events import PipelineEvent, PipelineResult
 
-__all__ = ["PipelineEvent", "PipelineResult", "SIMULATE_MAX_UNITS", "TIMELINE_MAX_UNITS", "bubble_closed_form",
-           "bubble_paper_s", "combined_steps", "dualpipe_batch_ok", "interleaved_batch_ok", "render_ascii",
-           "render_mermaid", "simulate", "simulated_units"]
+__all__ = ["bubble_closed_form", "bubble_paper_s", "combined_steps", "simulate"]
 
 # Op kinds (pipeline_orders): forward, full backward (B+W), input-grad backward only, weight grad, F + full B.
 _KIND_NAME = ("F", "B", "B", "W", "FB")
 _NOT_DONE = -1.0
-
-
-@dataclass(slots=True)
-class PipelineEvent:
-    """One op on one rank. For 'FB' (dualpipe), microbatch/chunk are the forward's and
-    backward_microbatch/backward_chunk the overlapped backward's."""
-
-    stage: int  # pipeline rank
-    kind: str  # 'F', 'B', 'W' or 'FB'
-    microbatch: int
-    chunk: int  # interleaved: model chunk on the rank; dualpipe: 0 = stage r, 1 = stage p-1-r
-    start_s: float
-    end_s: float
-    backward_microbatch: int | None = None
-    backward_chunk: int | None = None
-
-
-@dataclass
-class PipelineResult:
-    """Outcome of one simulated schedule. Times in seconds."""
-
-    schedule: str
-    pp: int
-    num_microbatches: int
-    vpp: int
-    makespan_s: float  # first op start (0) to last op end, over all ranks
-    bubble_fraction: float  # 1 - mean(stage_busy_s) / makespan_s
-    stage_busy_s: list[float]  # compute time per rank
-    peak_inflight_microbatches: list[float]  # per rank, in full-stage micro-batches (see module doc)
-    timeline: list[PipelineEvent] = field(default_factory=list)  # empty when record_timeline=False
-
-    @property
-    def closed_form_bubble_fraction(self) -> float | None:
-        """The closed form for equal stages and no p2p, where one exists."""
-        return bubble_closed_form(self.schedule, self.pp, self.num_microbatches, self.vpp)
-
-    def to_dict(self, include_timeline: bool = True) -> dict:
-        """Plain JSON-able data; the timeline as a list of event dicts (omitted when asked)."""
-        out = {
-            "schedule": self.schedule, "pp": self.pp, "num_microbatches": self.num_microbatches,
-            "vpp": self.vpp, "makespan_s": self.makespan_s, "bubble_fraction": self.bubble_fraction,
-            "closed_form_bubble_fraction": self.closed_form_bubble_fraction,
-            "stage_busy_s": list(self.stage_busy_s),
-            "peak_inflight_microbatches": list(self.peak_inflight_microbatches),
-        }
-        if include_timeline:
-            out["timeline"] = [asdict(e) for e in self.timeline]
-        return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -143,31 +96,6 @@ def _per_stage(name: str, value: float | Sequence[float], pp: int) -> list[float
 
 
 # --- what a schedule accepts (one definition: the simulator, layout.resolve_config and the search) ---
-
-SIMULATE_MAX_UNITS = 2**20
-"""Largest pp x microbatches x vpp simulated: about 2 million ops, ~2 s and ~0.5 GB. The simulation is
-linear in ops (~1 us each in Python), so pp=256 x 65,536 micro-batches would take over a minute. A
-real step has far fewer (Llama 3 405B: 16 x 16 x 8 = 2,048); the bubble depends on m/p, so a smaller
-m with the same ratio shows the same fraction."""
-TIMELINE_MAX_UNITS = 2**17
-"""Largest pp x microbatches x vpp whose timeline is recorded: 2 events per unit, 262,144 events."""
-
-
-def interleaved_batch_ok(pp, num_microbatches):
-    """Megatron's interleaved schedule runs micro-batches in groups of pp (numpy-friendly)."""
-    return num_microbatches % pp == 0
-
-
-def dualpipe_batch_ok(pp, num_microbatches):
-    """DualPipe.step asserts an even pp, an even number of micro-batches and at least 2 pp of them
-    (numpy-friendly)."""
-    return (pp >= 2) & (pp % 2 == 0) & (num_microbatches % 2 == 0) & (num_microbatches >= 2 * pp)
-
-
-def simulated_units(pp, num_microbatches, vpp):
-    """pp x microbatches x vpp: the simulation's size, bounded by SIMULATE_MAX_UNITS (numpy-friendly)."""
-    return pp * num_microbatches * vpp
-
 
 def _validate(s: Schedule, pp: int, m: int, vpp: int, record_timeline: bool = False) -> None:
     for name, value in (("pp", pp), ("num_microbatches", m), ("vpp", vpp)):
@@ -408,7 +336,3 @@ def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int 
         bubble_fraction=max(0.0, 1.0 - sum(busy) / pp / makespan), stage_busy_s=busy,  # clamp float noise
         peak_inflight_microbatches=peak, timeline=_events(s, pp, m, raw) if record_timeline else [],
     )
-
-
-# Rendering lives in pipeline_render.py; imported here so `pipeline.render_ascii` keeps working.
-from trainplan.tools.perf.pipeline_render import render_ascii, render_mermaid  # noqa: E402

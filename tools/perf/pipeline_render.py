@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import math
 
-from typing import TYPE_CHECKING
-
 from trainplan.tools.core.errors import InputError
-
-if TYPE_CHECKING:
-    from trainplan.tools.perf.pipeline import PipelineEvent, PipelineResult
+from trainplan.tools.perf.pipeline_events import PipelineEvent, PipelineResult
 
 _FILL = {"F": "F", "B": "B", "W": "W", "FB": "X"}
 

@@ -98,7 +98,7 @@ def _norm_forward_s(model: ModelSpec, cfg: ParallelConfig, gpu, tokens: float) -
 
 
 def _mla_up_proj_forward_s(model: ModelSpec, cfg: ParallelConfig, gpu, tokens: float) -> float:
-    """The q and kv up-projections (compute.layer_times' shapes) plus the latent norms and RoPE."""
+    """The q and kv up-projections (layer_compute.layer_times' shapes) plus the latent norms and RoPE."""
     heads = model.num_attention_heads / cfg.tp
     seconds = compute.gemm_time_s(tokens, heads * (model.qk_nope_head_dim + model.v_head_dim), model.kv_lora_rank,
                                   gpu, cfg.precision)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainplan.tools.perf import compute, finetune, host
+from trainplan.tools.perf import compute, finetune, host, layer_compute
 from trainplan.tools.config.codes import SCHEDULE_CODES
 from trainplan.tools.perf.collectives import collective_time_s, group_layout
 from trainplan.tools.hardware.counting import count_params, flops_per_token
@@ -42,7 +42,7 @@ from trainplan.tools.config.layout import model_layers_per_stage
 from trainplan.tools.perf.combined_1f1b import LayerNodes, chunk_layers, hidden_per_microbatch_s, layer_nodes
 from trainplan.tools.perf.moe import dispatch_comm_parts, dispatch_comm_s
 from trainplan.tools.perf.pipeline import combined_steps, simulate
-from trainplan.tools.perf.offload import offloaded_stage_bytes
+from trainplan.tools.perf.activations import offloaded_stage_bytes
 from trainplan.tools.perf.overlap import overlapped_s
 from trainplan.tools.perf.state_bytes import ADAM_BYTES_PER_PARAM, OFFLOAD_BYTES_PER_PARAM
 from trainplan.tools.perf.recompute import recomputed_flops_per_token, recomputed_forward_s
@@ -238,7 +238,7 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
         """Compute and exposed comm of one block; dense and MoE blocks are each timed once."""
         key = index in model.moe_layers
         if key not in cache:
-            layer = compute.layer_times(model, cfg, gpu, index)
+            layer = layer_compute.layer_times(model, cfg, gpu, index)
             if is_lora(cfg.method):   # frozen base, adapters, NF4 dequantisation: before the host floor
                 layer = finetune.adapt_layer_times(layer, model, cfg, gpu, key)
             attention = (layer.forward_s.get("attention/core", 0.0), layer.backward_input_s.get("attention/core", 0.0))
@@ -261,16 +261,16 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
         add(*block(index))
     nodes = [combined_nodes(model, cfg, cluster, groups, i, *block(i)) for i in layer_ids] if cfg.moe_a2a_overlap else []
     if stage == 0:
-        times = times.merged(compute.embedding_times(model, cfg, gpu))
+        times = times.merged(layer_compute.embedding_times(model, cfg, gpu))
     if stage == cfg.pp - 1:
-        times = times.merged(compute.head_times(model, cfg, gpu))
+        times = times.merged(layer_compute.head_times(model, cfg, gpu))
         for _ in range(model.num_mtp_layers):
             # A DeepSeek-V3 MTP module trains with the model: eh_proj (2h -> h), one more block
             # shaped like the last main block, and another pass through the shared LM head.
             eh_proj = compute.OpTimes()
             compute.linear(eh_proj, "mtp", cfg.mbs * cfg.seq / cfg.cp, 2 * model.hidden_size,
                            model.hidden_size / cfg.tp, gpu, cfg.precision)
-            times = times.merged(eh_proj).merged(compute.head_times(model, cfg, gpu))
+            times = times.merged(eh_proj).merged(layer_compute.head_times(model, cfg, gpu))
             add(*block(model.num_layers - 1))
             if cfg.moe_a2a_overlap:   # an MTP layer is one more layer of the chunk's schedule plan
                 nodes.append(combined_nodes(model, cfg, cluster, groups, model.num_layers - 1,

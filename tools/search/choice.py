@@ -20,13 +20,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from trainplan.tools.config.codes import SCHEDULE_CODES
-from trainplan.tools.search.evidence import EVIDENCE_MARGIN, Shape, departures_of, distance
+from trainplan.tools.search.evidence import EVIDENCE_MARGIN, Shape, columns, departures_of, distance
 from trainplan.tools.config.plan_defaults import SIMPLER_MARGIN
 from trainplan.tools.search.explain import explain_runner_up, label
 from trainplan.tools.search.rank import result_objective
 from trainplan.tools.core.enums import Objective
-from trainplan.tools.core.enums import Schedule
 
 FAMILIES = (
     ("Megatron-style TP x PP", "tp > 1, pp > 1, no CP, ZeRO 0-1",
@@ -38,15 +36,6 @@ FAMILIES = (
     ("expert parallel without TP", "MoE: ep > 1, tp = 1", lambda c: (c.ep > 1) & (c.tp == 1)),
 )
 """(name, what it means, predicate over numpy columns or one config)."""
-
-
-def columns(table: dict) -> SimpleNamespace:
-    """Columns tp, pp, cp, ep, vpp, zero, schedule (code) of a layout table or of one config dict."""
-    schedule = table["schedule"]
-    if isinstance(schedule, str):
-        schedule = SCHEDULE_CODES[Schedule(schedule)]
-    return SimpleNamespace(**{k: np.asarray(table[k]) for k in ("tp", "pp", "cp", "ep", "vpp", "zero")},
-                           schedule=np.asarray(schedule))
 
 
 def parallel_dims(c: SimpleNamespace):

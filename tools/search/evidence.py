@@ -122,7 +122,7 @@ def _schedule_ok(codes, pp, is_moe: bool, reg: Region):
 
 def flags(c: SimpleNamespace, shape: Shape, reg: Region | None = None) -> dict[str, np.ndarray]:
     """Feature name -> boolean array (or bool): outside the evidence region. c: columns tp, pp, cp,
-    ep, vpp, zero, schedule (codes) of a layout table or one config (search_choice.columns)."""
+    ep, vpp, zero, schedule (codes) of a layout table or one config (columns)."""
     reg = reg or region()
     tp, pp, cp, ep = (np.asarray(getattr(c, k)) for k in ("tp", "pp", "cp", "ep"))
     vpp, zero = np.asarray(c.vpp), np.asarray(c.zero)
@@ -147,6 +147,15 @@ def distance(c: SimpleNamespace, shape: Shape, reg: Region | None = None):
     return sum(np.asarray(v, dtype=int) for v in flags(c, shape, reg).values())
 
 
+def columns(table: dict) -> SimpleNamespace:
+    """Columns tp, pp, cp, ep, vpp, zero, schedule (code) of a layout table or of one config dict."""
+    schedule = table["schedule"]
+    if isinstance(schedule, str):
+        schedule = SCHEDULE_CODES[Schedule(schedule)]
+    return SimpleNamespace(**{k: np.asarray(table[k]) for k in ("tp", "pp", "cp", "ep", "vpp", "zero")},
+                           schedule=np.asarray(schedule))
+
+
 def _cases(reg: Region, key: str) -> str:
     names = reg.sources.get(key, ())
     return ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
@@ -155,8 +164,6 @@ def _cases(reg: Region, key: str) -> str:
 def departures_of(config: dict, shape: Shape, cite: bool = True) -> list[str]:
     """Each feature of one layout (a config dict) outside the evidence, as a sentence with the limit
     and (cite) the eval cases that set it."""
-    from trainplan.tools.search.choice import columns
-
     reg = region()
     out = flags(columns(config), shape, reg)
     tp, pp, cp, ep, vpp = (config[k] for k in ("tp", "pp", "cp", "ep", "vpp"))

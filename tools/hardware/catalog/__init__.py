@@ -6,8 +6,6 @@ Models are Hugging Face config.json files (models/*.json); GPUs are figure sheet
 
 from __future__ import annotations
 
-import json
-import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -15,47 +13,12 @@ from pydantic import ValidationError
 
 from trainplan.tools.core import file_access, safe_json
 from trainplan.tools.core.errors import InputError, unknown_name
+from trainplan.tools.hardware.catalog.entries import (GPU_ALIASES, GPUS_DIR, MODEL_ALIASES, MODELS_DIR, _normalise,
+                                                      gpu_names, model_names)
+from trainplan.tools.hardware.catalog.names import gpu_mentions
+from trainplan.tools.hardware.hf import spec_from_config
 from trainplan.tools.hardware.specs import GPUSpec, ModelSpec
 
-CATALOG_DIR = Path(__file__).parent
-MODELS_DIR = CATALOG_DIR / "models"
-GPUS_DIR = CATALOG_DIR / "gpus"
-
-# Spellings people write, normalised (lower case, no spaces, dots, underscores or hyphens).
-MODEL_ALIASES = {
-    "llama38b": "llama3-8b",
-    "llama318b": "llama3-8b",
-    "llama370b": "llama3-70b",
-    "llama3170b": "llama3-70b",
-    "llama3405b": "llama3-405b",
-    "llama31405b": "llama3-405b",
-    "deepseekv3": "deepseek-v3",
-    "dsv3": "deepseek-v3",
-    "gpt3": "gpt3-175b",
-    "gpt3175b": "gpt3-175b",
-    "llama8b": "llama3-8b",
-    "llama70b": "llama3-70b",
-    "llama405b": "llama3-405b",
-    "deepseekv3671b": "deepseek-v3",
-}
-
-
-def _normalise(name: str) -> str:
-    return re.sub(r"[\s._\-/]+", "", name.lower())
-
-
-def _gpu_aliases() -> dict[str, str]:
-    """Normalised alias -> catalog name, from each GPU JSON's 'aliases' (the one place they are written)."""
-    aliases = {}
-    for path in sorted(GPUS_DIR.glob("*.json")):
-        for alias in json.loads(path.read_text()).get("aliases", []):
-            aliases.setdefault(_normalise(alias), path.stem)
-    return aliases
-
-
-GPU_ALIASES = _gpu_aliases()
-"""Spellings people write for catalog GPUs (normalised: lower case, no spaces, dots, underscores or
-hyphens) -> catalog name; plain-language parsing matches these too."""
 GPU_FILE_HINT = ("or pass a path to a GPU JSON file with the fields of a catalog entry (bf16_tflops, memory_gib, "
                  "hbm_bandwidth_gb_s, intra_node_bw, inter_node_bw, gpus_per_node, price; see `trainplan catalog --json`)")
 
@@ -73,19 +36,9 @@ def unknown_gpu(name: str) -> InputError:
     return InputError(f"gpu '{name}' is not in the catalog: {hint}known: {', '.join(gpu_names())}; {GPU_FILE_HINT}")
 
 
-def model_names() -> list[str]:
-    return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
-
-
-def gpu_names() -> list[str]:
-    return sorted(p.stem for p in GPUS_DIR.glob("*.json"))
-
-
 def _gpu_written(name: str) -> str | None:
     """The catalog GPU that a whole name, written as people write it, names ('H100 SXM5', 'A100 40GB',
     'H100 PCIe 80GB'): names.py derives these spellings from the entries' names and aliases."""
-    from trainplan.tools.hardware.catalog.names import gpu_mentions
-
     mentions = gpu_mentions(name.strip())
     if len(mentions) == 1 and mentions[0].start == 0 and mentions[0].end == len(name.strip()):
         return mentions[0].name
@@ -212,8 +165,6 @@ load_model.cache_clear = lambda: _load_model.cache_clear()  # type: ignore[attr-
 
 @lru_cache(maxsize=256)
 def _load_model(name_or_path: str) -> ModelSpec:
-    from trainplan.tools.hardware.hf import spec_from_config
-
     name, config = model_config(name_or_path)
     return spec_from_config(config, name=name)
 

@@ -22,8 +22,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from trainplan.tools.core.errors import InputError
-from trainplan.tools.hardware.catalog import gpu_names, model_names
+from trainplan.tools.hardware.catalog.entries import GPU_ALIASES, gpu_memory_gib, gpu_names, model_names
 
 _FORM_FACTORS = ("sxm", "pcie", "nvl")
 _QUALIFIER_PART = re.compile(r"(?:sxm\d?|pcie|nvl|\d{2,3}gb)")
@@ -76,11 +75,8 @@ def _memory_fits(entry: GpuEntry, written_gb: int) -> bool:
     entry's catalog memory within 5% ('80GB' and 79.6 GiB usable)."""
     if entry.memory_gb:
         return entry.memory_gb == written_gb
-    from trainplan.tools.hardware.catalog import load_gpu
-
-    try:
-        capacity = load_gpu(entry.name).memory_gib
-    except InputError:  # not a catalog file (a name list given by a caller): no memory known
+    capacity = gpu_memory_gib(entry.name)
+    if capacity is None:  # not a catalog file (a name list given by a caller): no memory known
         return False
     return abs(capacity - written_gb) <= 0.05 * written_gb
 
@@ -158,8 +154,6 @@ def _gpu_index(names: tuple[str, ...], aliases: tuple[tuple[str, str], ...]
 def gpu_mentions(text: str, names: list[str] | None = None) -> list[GpuMention]:
     """Every GPU mentioned in `text`, in order, each resolved to a catalog entry or None. With the
     real catalog (names None) each entry's JSON 'aliases' are spellings too."""
-    from trainplan.tools.hardware.catalog import GPU_ALIASES
-
     aliases = tuple(sorted(GPU_ALIASES.items())) if names is None else ()
     groups, group_of, pattern = _gpu_index(tuple(names if names is not None else gpu_names()), aliases)
     out = []
