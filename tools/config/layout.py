@@ -24,6 +24,7 @@ from trainplan.tools.config.validity import Knobs, check
 from trainplan.tools.config.resolve import is_lora, resolve_method, resolved_fp32_norms
 from trainplan.tools.config.resolve import resolved_loss_kernel
 from trainplan.tools.core.enums import LossKernel
+from trainplan.tools.hardware.counting import count_params
 
 
 def _positive(name: str, value: int | float | None) -> None:
@@ -81,8 +82,6 @@ def _model_layers_per_stage(model: ModelSpec, pp: int) -> tuple[int, ...]:
     """
     if not model.num_mtp_layers:
         return tuple(layers_per_stage(model.num_layers, pp))
-    from trainplan.tools.hardware.counting import count_params
-
     counts = count_params(model)
     per_layer = sum(layer.active for layer in counts.layers) / model.num_layers
     head = model.hidden_size * model.vocab_size / per_layer
@@ -215,8 +214,6 @@ def resolve_with_batch(model: ModelSpec, gpus: int, *, fp8_supported: bool = Tru
     if cfg.gbs is not None:
         return cfg, None
     unit = cfg.dp * cfg.mbs
-    from trainplan.tools.hardware.counting import count_params   # counting imports this module
-
     params = count_params(model).total
     fine_tune = is_lora(cfg.method)
     gbs = -(-default_gbs(cfg.seq, gpus, params, fine_tune) // unit) * unit

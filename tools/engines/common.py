@@ -19,6 +19,9 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention
 from trainplan.tools.core.enums import Launch
+from trainplan.tools.perf.finetune import DEFAULT_LORA_ALPHA_PER_RANK, targeted_linears
+from trainplan.tools.config.resolve import is_lora
+from trainplan.tools.core.enums import LoraTargets
 
 
 class ExportError(InputError):
@@ -149,10 +152,6 @@ _HF_MODULE_NAMES = {"kv_a_proj": "kv_a_proj_with_mqa"}   # DeepSeek-V2/V3 modeli
 
 def adapter_of(model: ModelSpec, cfg: ParallelConfig) -> Adapter | None:
     """The adapter a lora/qlora layout trains: rank, alpha, and the targeted modules."""
-    from trainplan.tools.perf.finetune import DEFAULT_LORA_ALPHA_PER_RANK, targeted_linears
-    from trainplan.tools.config.resolve import is_lora
-    from trainplan.tools.core.enums import LoraTargets
-
     if not is_lora(cfg.method):
         return None
     targets = LoraTargets(cfg.lora_targets)

@@ -69,6 +69,7 @@ import numpy as np
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.hardware.specs import ClusterSpec
 from trainplan.tools.config.contract import ParallelConfig
+from trainplan.tools.config.validity import Knobs, RULES, R_EP_DP
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 
@@ -119,8 +120,6 @@ def group_layout(cfg: ParallelConfig, gpus_per_node: int) -> dict[str, Group]:
     split the expert-data-parallel group the same way. With full sharding dp_shard is dp: 'dp_shard' is
     'dp_cp' and the replicate groups have one rank.
     """
-    from trainplan.tools.config.validity import R_EP_DP, RULES, Knobs
-
     if gpus_per_node < 1:
         raise InputError(f"gpus_per_node={gpus_per_node} must be a positive number")
     tp, cp, dp, ep, etp = cfg.tp, cfg.cp, cfg.dp, cfg.ep, cfg.expert_tp

@@ -61,6 +61,9 @@ from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, is_lora
 from trainplan.tools.perf import state_bytes
 from trainplan.tools.perf.state_bytes import (ADAPTER_GRAD_BYTES, ADAPTER_OPTIMIZER_BYTES, ADAPTER_WEIGHT_BYTES, BF16_BYTES,
                                               DEQUANT_BYTES_PER_PARAM, NF4_BYTES_PER_PARAM)
+from trainplan.tools.hardware.counting import is_moe_layer, layer_params
+from trainplan.tools.perf import compute
+from trainplan.tools.core.enums import Launch, Precision
 
 
 METHOD_CODES = {method: i for i, method in enumerate(Method)}      # full 0, lora 1, qlora 2
@@ -139,15 +142,11 @@ def adapter_params(model, moe_layer: bool, rank: int, targets) -> tuple[float, f
 
 def total_adapter_params(model, rank: int, targets) -> float:
     """Trainable parameters of a LoRA run (MTP modules are not targeted)."""
-    from trainplan.tools.hardware.counting import is_moe_layer
-
     return sum(sum(adapter_params(model, is_moe_layer(model, i), rank, targets)) for i in range(model.num_layers))
 
 
 def adapter_forward_flops_per_token(model, rank: int, targets) -> float:
     """Forward FLOPs per token of every adapter: 2 r (d_in + d_out) per token-row of each targeted linear."""
-    from trainplan.tools.hardware.counting import is_moe_layer
-
     total = 0.0
     for i in range(model.num_layers):
         for lin in targeted_linears(model, is_moe_layer(model, i), targets):
@@ -281,11 +280,6 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
     QLoRA, bitsandbytes' dequantisation of every frozen 4-bit linear in the forward and again in the backward (the
     input gradient dX = dY W^T needs W in bf16; MatMul4Bit.backward dequantises it again). Gradient checkpointing
     reruns the forward keys, so a recomputed block dequantises a third time (recompute.recomputed_forward_s)."""
-    from trainplan.tools.perf import compute
-    from trainplan.tools.core.enums import Launch
-    from trainplan.tools.hardware.counting import layer_params
-    from trainplan.tools.core.enums import Precision
-
     out = compute.OpTimes(dict(layer.forward_s), dict(layer.backward_input_s),
                           {key: 0.0 for key in layer.backward_weight_s})
     tokens = cfg.mbs * cfg.seq / cfg.cp
@@ -320,8 +314,6 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
 
 
 def _is_moe(model, index: int) -> bool:
-    from trainplan.tools.hardware.counting import is_moe_layer
-
     return is_moe_layer(model, index)
 
 
@@ -346,16 +338,12 @@ def adapted_linears_per_block(model, cfg, moe: bool) -> int:
 def adapt_stage_times(times, model, cfg, gpu, layer_ids, moe_layers):
     """OpTimes of a stage under LoRA/QLoRA after its blocks were adapted (adapt_layer_times, before the host
     floor): the embedding and LM head are frozen too, so only the adapters keep weight gradients."""
-    from trainplan.tools.perf import compute
-
     return compute.OpTimes(dict(times.forward_s), dict(times.backward_input_s),
                            {key: (value if key == ADAPTER_KEY else 0.0) for key, value in times.backward_weight_s.items()})
 
 
 def trainable_stage_params(model, cfg, stage_layers) -> list[tuple[float, float]]:
     """(dense, expert) trainable parameters per rank of each stage: the adapters, after TP and EP."""
-    from trainplan.tools.hardware.counting import is_moe_layer
-
     out = []
     for layer_ids in stage_layers:
         dense = expert = 0.0

@@ -42,6 +42,7 @@ from trainplan.tools.core.enums import Launch
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention
+from trainplan.tools.perf import finetune
 
 HOST_S_PER_OP = calibration.HOST_S_PER_OP.value
 LINEAR_OPS = 3
@@ -94,8 +95,6 @@ def fine_tuning_ops_forward(model: ModelSpec, cfg: ParallelConfig, is_moe: bool)
     """Ops the host issues for one block's adapters and 4-bit dequantisations in its forward (0 for full training);
     the backward issues BACKWARD_OPS_PER_FORWARD_OP times as many, bitsandbytes' second dequantisation for dX
     among them."""
-    from trainplan.tools.perf import finetune
-
     adapted = finetune.adapted_linears_per_block(model, cfg, is_moe)
     if not adapted:
         return 0.0
