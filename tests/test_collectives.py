@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from trainplan.tools.hardware import catalog
+from trainplan.tools.perf import collective_sim as sim
 from trainplan.tools.perf import collectives as col
 from trainplan.tools.perf.collectives import Group, bus_bytes_per_rank, collective_time_s, group_layout
 from trainplan.tools.core.errors import InputError
@@ -33,7 +34,7 @@ def cluster(h100):
 def test_ring_all_reduce_sums_and_sends_textbook_bytes(n):
     rng = np.random.default_rng(n)
     buffers = [rng.standard_normal(12 * n) for _ in range(n)]
-    results, sent = col.ring_all_reduce(buffers)
+    results, sent = sim.ring_all_reduce(buffers)
     expected = np.sum(buffers, axis=0)
     for r in results:
         np.testing.assert_allclose(r, expected, rtol=0, atol=1e-12)
@@ -46,25 +47,25 @@ def test_ring_all_reduce_sums_and_sends_textbook_bytes(n):
 def test_reduce_scatter_and_all_gather_bytes(n):
     rng = np.random.default_rng(0)
     buffers = [rng.standard_normal(4 * n) for _ in range(n)]
-    reduced, sent_rs = col.ring_reduce_scatter(buffers)
+    reduced, sent_rs = sim.ring_reduce_scatter(buffers)
     chunks = np.split(np.sum(buffers, axis=0), n)
     for r in range(n):  # rank r owns the summed chunk (r+1) mod n
         np.testing.assert_allclose(np.split(reduced[r], n)[(r + 1) % n], chunks[(r + 1) % n], atol=1e-12)
     assert np.all(sent_rs == bus_bytes_per_rank("reduce_scatter", buffers[0].nbytes, n))
-    gathered, sent_ag = col.ring_all_gather(reduced, owned=[(r + 1) % n for r in range(n)])
+    gathered, sent_ag = sim.ring_all_gather(reduced, owned=[(r + 1) % n for r in range(n)])
     assert np.all(sent_ag == bus_bytes_per_rank("all_gather", buffers[0].nbytes, n))
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8])
 def test_data_parallel_gradient_equals_single_device(n):
-    result = col.simulate_dp(n)
+    result = sim.simulate_dp(n)
     assert result["max_abs_error"] < 1e-12
     assert result["all_reduces"] == 1
 
 
 def test_mlp_grad_matches_finite_differences():
-    w1, w2, x, t = col._mlp_data(6, seed=3)
-    grad = col.mlp_grad(w1, w2, x, t)
+    w1, w2, x, t = sim._mlp_data(6, seed=3)
+    grad = sim.mlp_grad(w1, w2, x, t)
 
     def loss(flat):
         a, b = flat[: w1.size].reshape(w1.shape), flat[w1.size:].reshape(w2.shape)
@@ -78,7 +79,7 @@ def test_mlp_grad_matches_finite_differences():
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8])
 def test_tensor_parallel_mlp_equals_full_matmul(n):
-    result = col.simulate_tp(n)
+    result = sim.simulate_tp(n)
     assert result["max_abs_error_forward"] < 1e-12
     assert result["max_abs_error_grad_input"] < 1e-12
     assert result["all_reduces_forward"] == 1 and result["all_reduces_backward"] == 1
@@ -86,7 +87,7 @@ def test_tensor_parallel_mlp_equals_full_matmul(n):
 
 @pytest.mark.parametrize("n,k", [(1, 4), (4, 1), (4, 4), (2, 8)])
 def test_accumulation_equals_large_batch_with_k_times_fewer_all_reduces(n, k):
-    result = col.simulate_accumulate(n, micro_batches=k)
+    result = sim.simulate_accumulate(n, micro_batches=k)
     assert result["max_abs_error"] < 1e-12
     assert result["max_abs_error_without_accumulation"] < 1e-12
     assert result["all_reduces"] == 1

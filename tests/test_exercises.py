@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import trainplan
-from trainplan.tools.perf.collectives import simulate_accumulate
+from trainplan.tools.perf.collective_sim import simulate_accumulate
 from trainplan.tools.perf.pipeline import simulate
 
 JOB = dict(model="llama3-8b", gpu="h100-sxm-80gb", gpus=64, tp=2, pp=2, seq=8192, gbs=256)

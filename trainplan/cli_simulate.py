@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from trainplan.tools.perf.collectives import SIMULATIONS, simulate_accumulate
+from trainplan.tools.perf.collective_sim import SIMULATIONS, simulate_accumulate
 from trainplan.tools.core.errors import InputError
 
 
