@@ -78,10 +78,11 @@ from trainplan.tools.perf.activations import activation_layer, chunk_inflight, h
 from trainplan.tools.config.codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
 from trainplan.tools.perf import finetune
 from trainplan.tools.perf import loss as loss_rules
-from trainplan.tools.hardware.counting import LayerParams, count_params, is_moe_layer, layer_params, norm_params
-from trainplan.tools.config.layout import model_layers_per_stage
+from trainplan.tools.hardware.counting import is_moe_layer
 from trainplan.tools.hardware.specs import GPUSpec, ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
+from trainplan.tools.perf.memory_ranks import (PARAM_KEYS, ModelParts, model_parts, per_rank_params,
+                                              rank_data)
 from trainplan.tools.config.resolve import module_applies
 from trainplan.tools.core.enums import Attention, Precision, Recompute, Schedule
 
@@ -145,136 +146,10 @@ class MemoryResult:
         return out
 
 
-def _rank_layouts(spec: ModelSpec, pp: int, vpp: int, dualpipe: bool) -> list[tuple[list[int], bool, bool]]:
-    """(layer indices, holds the first stage, holds the last stage) for each pipeline rank."""
-    if dualpipe and pp > 1:
-        counts = model_layers_per_stage(spec, pp)
-        starts = np.concatenate([[0], np.cumsum(counts)])
-        stage = [list(range(starts[i], starts[i + 1])) for i in range(pp)]
-        return [(stage[i] + stage[pp - 1 - i], i in (0, pp - 1), i in (0, pp - 1)) for i in range(pp)]
-    counts = model_layers_per_stage(spec, pp * vpp)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    ranks = []
-    for i in range(pp):
-        layers = [layer for k in range(i, pp * vpp, pp) for layer in range(starts[k], starts[k + 1])]
-        ranks.append((layers, i == 0, i == pp - 1))
-    return ranks
-
-
-# --- parameters ----------------------------------------------------------------------------------
-
-_PARAM_KEYS = ("shard", "repl", "kv", "expert", "norm_router")
-_LORA_KEYS = ("lora_0_ne", "lora_0_ex", "lora_1_ne", "lora_1_ex")
-"""adapter parameters per unit of rank (finetune.adapter_coefficients): targets 0 attention, 1 all-linear"""
-
-
-def _layer_param_parts(model: ModelSpec, lp: LayerParams) -> dict[str, float]:
-    """Split one block's parameters by how TP divides them (unsharded counts).
-
-    shard: divided by t; repl: replicated on every TP rank; kv: parameters per key/value head
-    (kept as max(g, t)/t heads per rank); expert: routed experts (divided by ep * etp);
-    norm_router: the non-GEMM part (no fp8 copy).
-    """
-    h = model.hidden_size
-    repl = lp.norms + lp.router
-    repl += h if model.o_bias else 0                                  # row-parallel o bias
-    repl += h if (model.mlp_bias and lp.dense_mlp) else 0             # row-parallel down bias
-    repl += h if (model.shared_expert_gate and lp.shared_experts) else 0
-    kv = 0
-    if model.attention_type == "mla":
-        bias = 1 if model.qkv_bias else 0
-        kv_down = model.kv_lora_rank + model.qk_rope_head_dim
-        repl += (h + bias) * kv_down + norm_params(model, model.kv_lora_rank)
-        if model.q_lora_rank:
-            repl += (h + bias) * model.q_lora_rank + norm_params(model, model.q_lora_rank)
-    else:
-        repl += 2 * norm_params(model, model.head_dim) if model.qk_norm else 0
-        kv = 2 * model.head_dim * (h + (1 if model.qkv_bias else 0))
-    shard = lp.non_expert - repl - kv * (model.num_kv_heads if model.attention_type == "mha" else 0)
-    return {"shard": shard, "repl": repl, "kv": kv, "expert": lp.routed_experts,
-            "norm_router": lp.norms + lp.router}
-
-
-def _mtp_param_parts(model: ModelSpec) -> dict[str, float]:
-    """All MTP modules: a block of the last layer's type + eh_proj (2h x h, column-parallel) + 3 norms."""
-    n, h = model.num_mtp_layers, model.hidden_size
-    parts = _layer_param_parts(model, layer_params(model, model.num_layers))
-    parts = {k: n * v for k, v in parts.items()}
-    parts["shard"] += n * 2 * h * h
-    parts["repl"] += n * 3 * norm_params(model, h)
-    parts["norm_router"] += n * 3 * norm_params(model, h)
-    return parts
-
-
-@dataclass(frozen=True)
-class _Model:
-    """What the memory core needs from a model, computed once."""
-
-    spec: ModelSpec
-    layer_parts: list[dict[str, float]]
-    is_moe: list[bool]
-    mtp_parts: dict[str, float]
-    embed_vocab: float
-    """V x e: the vocab-parallel rows (also the size of a tied or MTP embedding copy)"""
-    embed_repl: float
-    """learned positions, embedding norm and extra parameters (OPT project_in/out): replicated"""
-    head: float
-    final_norm: float
-
-
-def _prepare(model: ModelSpec) -> _Model:
-    counts = count_params(model)
-    embed_vocab = model.vocab_size * (model.embedding_dim or model.hidden_size)
-    return _Model(
-        spec=model,
-        layer_parts=[_layer_param_parts(model, lp) | finetune.adapter_coefficients(model, lp.routed_experts > 0)
-                     for lp in counts.layers],
-        is_moe=[lp.routed_experts > 0 for lp in counts.layers],
-        mtp_parts=_mtp_param_parts(model) if model.num_mtp_layers else dict.fromkeys(_PARAM_KEYS, 0.0),
-        embed_vocab=embed_vocab,
-        embed_repl=counts.embedding - embed_vocab + counts.extra,
-        head=counts.lm_head,
-        final_norm=counts.final_norm,
-    )
-
-
-def _rank_data(m: _Model, pp: int, vpp: int, dualpipe: bool) -> dict[str, np.ndarray]:
-    """Per-rank sums (shape (1, pp)): parameter parts, dense/MoE layer counts, first/last flags,
-    and the largest dense and MoE layer (for ZeRO transients and the recompute working set)."""
-    rows = []
-    virtual = model_layers_per_stage(m.spec, pp * vpp)   # layers of each interleaved model chunk
-    chunk_layers = [max(virtual[i::pp]) for i in range(pp)]
-    for layers, first, last in _rank_layouts(m.spec, pp, vpp, dualpipe):
-        row = {k: sum(m.layer_parts[i][k] for i in layers) for k in (*_PARAM_KEYS, *_LORA_KEYS)}
-        for kind, moe in (("dense", False), ("moe", True)):
-            members = [i for i in layers if m.is_moe[i] == moe]
-            row[f"n_{kind}"] = len(members)
-            for k in _PARAM_KEYS:
-                row[f"{kind}_{k}"] = max((m.layer_parts[i][k] for i in members), default=0)
-        row.update(first=first, last=last, num_layers=len(layers), chunk_layers=chunk_layers[len(rows)])
-        rows.append(row)
-    data = {k: np.array([[row[k] for row in rows]], dtype=float) for k in rows[0]}
-    data["stage"] = np.arange(pp, dtype=float)[None, :]
-    # Layers of each kind in each model chunk c of rank i (virtual stage i + c pp), shape (1, pp, vpp).
-    starts = np.concatenate([[0], np.cumsum(virtual)])
-    for kind, moe in (("dense", False), ("moe", True)):
-        data[f"chunk_{kind}"] = np.array([[[sum(1 for j in range(starts[i + c * pp], starts[i + c * pp + 1])
-                                                 if m.is_moe[j] == moe) for c in range(vpp)] for i in range(pp)]],
-                                         dtype=float)
-    return data
-
-
-def _per_rank_params(m: _Model, parts, t, ep, et):
-    """(non-expert, expert) parameters on one GPU of a block sum ``parts`` after TP and EP."""
-    g = m.spec.num_kv_heads
-    non_expert = parts["shard"] / t + parts["repl"] + parts["kv"] * np.maximum(g, t) / t
-    return non_expert, parts["expert"] / (ep * et)
-
-
 # --- the core: every breakdown key for every rank ------------------------------------------------
 
 
-def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _core(m: ModelParts, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Bytes per breakdown key, shape (candidates, pp); knob arrays k have shape (candidates, 1)."""
     model = m.spec
     t, ep, zero = k["tp"], k["ep"], k["zero"]
@@ -287,8 +162,8 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     expert_group = np.maximum(np.floor(t * k["dp"] * k["cp"] / (ep * et) / replicas), 1.0)
     first, last = rank["first"], rank["last"]
     embed_copy = last * (1 - first) * float(model.tie_word_embeddings or model.num_mtp_layers > 0)
-    layers_ne, layers_ex = _per_rank_params(m, rank, t, ep, et)
-    mtp_ne, mtp_ex = _per_rank_params(m, m.mtp_parts, t, ep, et)
+    layers_ne, layers_ex = per_rank_params(m, rank, t, ep, et)
+    mtp_ne, mtp_ex = per_rank_params(m, m.mtp_parts, t, ep, et)
     modules = {  # (non-expert, expert) parameters on this GPU
         "layers": (layers_ne, 0.0),
         "experts": (0.0, layers_ex),
@@ -329,8 +204,8 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     # ZeRO transients: the largest block of the rank, unsharded over the groups that shard it.
     unit = 0.0
     for kind in ("dense", "moe"):
-        parts = {key: rank[f"{kind}_{key}"] for key in _PARAM_KEYS}
-        ne, ex = _per_rank_params(m, parts, t, ep, et)
+        parts = {key: rank[f"{kind}_{key}"] for key in PARAM_KEYS}
+        ne, ex = per_rank_params(m, parts, t, ep, et)
         unit = np.maximum(unit, np.where(rank[f"n_{kind}"] > 0, ne * (group > 1) + ex * (expert_group > 1), 0.0))
     out["weights/zero3_prefetch"] = np.where(zero >= 3, 2 * WEIGHT_BYTES * unit, 0.0)
     # ZeRO-2 reduce-scatters a chunk's gradients after each group of its backward micro-batches with
@@ -402,7 +277,7 @@ def _core(m: _Model, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> d
     return {key: np.broadcast_to(np.asarray(v, dtype=float), shape) for key, v in out.items()}
 
 
-def _finetune_states(out, m: _Model, rank, k, modules, sharded, gemm_ne, gemm_ex, unit) -> None:
+def _finetune_states(out, m: ModelParts, rank, k, modules, sharded, gemm_ne, gemm_ex, unit) -> None:
     """LoRA/QLoRA model states (tools/perf/finetune.py): the frozen base (bf16, or NF4 linears) has no
     gradients or optimizer states; the adapters carry fp32 weights, gradients and Adam states."""
     lora = k["method"] > 0
@@ -450,8 +325,8 @@ def memory_breakdown(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, headro
 
     fits = total <= capacity - headroom_gib. The module docstring states the conventions.
     """
-    m = _prepare(model)
-    rank = _rank_data(m, cfg.pp, cfg.vpp, cfg.schedule is Schedule.dualpipe)
+    m = model_parts(model)
+    rank = rank_data(m, cfg.pp, cfg.vpp, cfg.schedule is Schedule.dualpipe)
     knobs = knob_arrays(cfg)
     parts = {key: v[0] / GIB for key, v in _core(m, rank, knobs).items()}
     comps = _components(parts)
@@ -514,12 +389,12 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
     n = flat["tp"].size
     flat = {key: v.reshape(n) for key, v in flat.items()}
     out = {key: np.zeros(n) for key in (*COMPONENTS, "total", "worst_stage")}
-    m = _prepare(model)
+    m = model_parts(model)
     dual = (flat["schedule"] == _DUALPIPE) & (flat["pp"] > 1)
     combos = np.stack([flat["pp"], flat["vpp"], dual]).T
     for pp, vpp, is_dual in np.unique(combos, axis=0):
         idx = np.nonzero((combos == (pp, vpp, is_dual)).all(axis=1))[0]
-        rank = _rank_data(m, int(pp), int(vpp), bool(is_dual))
+        rank = rank_data(m, int(pp), int(vpp), bool(is_dual))
         knobs = {key: v[idx][:, None] for key, v in flat.items()}
         comps = _components(_core(m, rank, knobs))
         worst = np.argmax(comps["total"], axis=1)
