@@ -4,7 +4,7 @@ and data-parallel reductions after the last backward (Megatron-LM 2021-22, DeepS
 import pytest
 
 import trainplan
-from trainplan.tools.perf.step import blocking_p2p_s
+from trainplan.tools.perf.pipeline_p2p import blocking_p2p_s
 
 # A pipelined dense layout with large transfers (no sequence parallelism, a slow network), so that the
 # mechanisms show: 16 GPUs, TP2 PP4 DP2.

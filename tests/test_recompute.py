@@ -16,7 +16,8 @@ from trainplan.tools.perf import compute
 from trainplan.tools.perf.recompute import DROPS, recomputed_forward_s
 from trainplan.tools.hardware.specs import ClusterSpec
 from trainplan.tools.core.enums import RecomputeModule
-from trainplan.tools.perf.step import model_flops_per_step, step_time
+from trainplan.tools.perf.step import step_time
+from trainplan.tools.perf.step_flops import model_flops_per_step
 
 H100 = load_gpu("h100-sxm-80gb")
 DSV2 = load_model("deepseek-v2-lite")   # MLA, one dense layer then MoE layers

@@ -36,7 +36,7 @@ import numpy as np
 from trainplan.tools.perf import compute, finetune, host, layer_compute
 from trainplan.tools.config.codes import SCHEDULE_CODES
 from trainplan.tools.perf.collectives import collective_time_s, group_layout
-from trainplan.tools.hardware.counting import count_params, flops_per_token
+from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.perf.data_parallel import data_parallel_s, dp_exchange_s, fsdp_units, zero2_reduce_scatters
 from trainplan.tools.config.layout import model_layers_per_stage
 from trainplan.tools.perf.combined_1f1b import LayerNodes, chunk_layers, hidden_per_microbatch_s, layer_nodes
@@ -45,11 +45,13 @@ from trainplan.tools.perf.pipeline import combined_steps, simulate
 from trainplan.tools.perf.activations import offloaded_stage_bytes
 from trainplan.tools.perf.overlap import overlapped_s
 from trainplan.tools.perf.state_bytes import ADAM_BYTES_PER_PARAM, OFFLOAD_BYTES_PER_PARAM
-from trainplan.tools.perf.recompute import recomputed_flops_per_token, recomputed_forward_s
+from trainplan.tools.perf.recompute import recomputed_forward_s
 from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
-from trainplan.tools.core.enums import Recompute, Schedule
+from trainplan.tools.core.enums import Schedule
 from trainplan.tools.config.resolve import is_lora
+from trainplan.tools.perf.pipeline_p2p import blocking_p2p_s, p2p_s
+from trainplan.tools.perf.step_flops import model_flops_per_step
 
 @dataclass
 class StageWork:
@@ -320,31 +322,6 @@ def optimizer_s(zero, dense_params, expert_params, dense_shard: int, expert_shar
     return compute.memory_bound_time_s(ADAM_BYTES_PER_PARAM * sharded, cluster.gpu, kernels=4)
 
 
-def p2p_s(model: ModelSpec, mbs, seq: int, cp: int, tp: int, sequence_parallel: bool, groups: dict,
-          cluster: ClusterSpec, pp: int):
-    """Seconds of one pipeline hop: a micro-batch's activation (or its gradient), 2 b s/cp h bytes,
-    split over tp with sequence parallelism; 0 without pipeline parallelism. numpy-friendly in mbs."""
-    if pp == 1:
-        return np.zeros_like(np.asarray(mbs, dtype=float))
-    p2p_bytes = 2.0 * mbs * seq / cp * model.hidden_size / (tp if sequence_parallel else 1)
-    return collective_time_s("p2p", p2p_bytes, groups["pp"], cluster)
-
-
-def blocking_p2p_s(hop_s, pp: int):
-    """(forward, backward) seconds each stage spends in blocking pipeline transfers per micro-batch,
-    numpy-friendly in hop_s (broadcast against the last axis, the pp stages).
-
-    DeepSpeed's pipeline engine (deepspeed/runtime/pipe/schedule.py TrainSchedule) runs each step's
-    sends and receives, blocking, before its compute: a forward step receives the activation from the
-    stage before and sends it the previous micro-batch's gradient (two transfers on every stage but the
-    first); a backward step sends the previous activation to the stage after and receives the gradient
-    from it (two on every stage but the last). The transfers occupy the rank, so they add to its time.
-    """
-    stage = np.arange(pp)
-    hop = np.asarray(hop_s, dtype=float)[..., None]
-    return 2 * hop * (stage > 0), 2 * hop * (stage < pp - 1)
-
-
 def rank_params(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[np.ndarray, np.ndarray]:
     """(dense, expert) parameters one rank of each pipeline stage holds after TP and EP sharding."""
     dense, expert = stage_params(model, pp)
@@ -363,33 +340,6 @@ def stage_params(model: ModelSpec, pp: int) -> tuple[np.ndarray, np.ndarray]:
     dense[0] += counts.embedding
     dense[-1] += counts.final_norm + (counts.lm_head or counts.embedding)
     return dense, expert
-
-
-@dataclass(frozen=True)
-class StepFlops:
-    """FLOPs of one step in the three named conventions (module docstring)."""
-
-    model: float                   # 3 x forward, attention scores counted causally
-    model_full_attention: float    # 3 x forward, attention without the causal discount (PaLM)
-    hardware: float        # what the kernels run: causal under flash, full under eager; + recompute, + MTP
-
-
-def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> StepFlops:
-    """FLOPs of one step: model FLOPs in both attention conventions and the hardware FLOPs timed."""
-    tokens = cfg.gbs * cfg.seq
-    executed = flops_per_token(model, cfg.seq, causal=cfg.attention.fused, include_mtp=True)
-    recompute = recomputed_flops_per_token(model, cfg, cfg.seq)   # recompute.py
-    if cfg.recompute is Recompute.full and is_lora(cfg.method):
-        recompute += finetune.adapter_forward_flops_per_token(model, cfg.lora_rank, cfg.lora_targets)
-
-    def training(counts) -> float:   # 3 x forward, or LoRA's convention (finetune.FLOPS_CONVENTION)
-        return finetune.training_flops_per_token(counts, model, cfg)
-
-    return StepFlops(
-        model=training(flops_per_token(model, cfg.seq, causal=True)) * tokens,
-        model_full_attention=training(flops_per_token(model, cfg.seq, causal=False)) * tokens,
-        hardware=(training(executed) + recompute) * tokens,
-    )
 
 
 def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,

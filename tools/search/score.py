@@ -9,7 +9,7 @@ at once, from the scalar model's own terms.
   dualpipe) on one dense layer, one MoE layer, the embedding and the head (the blocks' times shared
   across recompute choices), and is broadcast over every stage of every layout with numpy.
 - Pipeline: pipeline_closed_form.makespan_closed_form (the simulator in closed form).
-- Data parallelism, optimizer and p2p: data_parallel.data_parallel_s, step.optimizer_s, step.p2p_s and
+- Data parallelism, optimizer and p2p: data_parallel.data_parallel_s, step.optimizer_s, pipeline_p2p.p2p_s and
   step.rank_params, the very functions step.step_time calls.
 - Days and cost: cost.SECONDS_PER_DAY with the job's goodput, as cost.training_cost.
 
@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from trainplan.tools.perf import step
+from trainplan.tools.perf import pipeline_p2p, step
 from trainplan.tools.perf.activations import knob_arrays
 from trainplan.tools.config.codes import RECOMPUTE_BY_CODE, RECOMPUTE_CODES, SCHEDULE_CODES
 from trainplan.tools.perf.collectives import group_layout
@@ -91,7 +91,7 @@ def stage_counts(model: ModelSpec, pp: int) -> np.ndarray:
 def dp_optimizer_p2p(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key: tuple, rows: dict[str, np.ndarray],
                      forward_s: np.ndarray, backward_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(exposed DP seconds, optimizer seconds, p2p seconds) for rows sharing (tp, cp, dp, ep, dp_shard, pp):
-    step.data_parallel_and_optimizer_s and step.p2p_s, step_time's own terms, over rows x stages."""
+    step.data_parallel_and_optimizer_s and pipeline_p2p.p2p_s, step_time's own terms, over rows x stages."""
     tp, cp, dp, ep, dp_shard, pp = key
     cfg = ParallelConfig(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, seq=job.seq, precision=job.precision,
                          **{**fixed_knobs(job, tp, Recompute.none), "dp_shard": dp_shard})
@@ -100,7 +100,7 @@ def dp_optimizer_p2p(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key
     exposed, optimizer = step.data_parallel_and_optimizer_s(
         model, cfg, cluster, groups, step.stage_layers(model, pp), forward_s, backward_s, column["zero"], column["m"],
         column["schedule"], column["vpp"])
-    p2p = step.p2p_s(model, rows["mbs"].astype(float), job.seq, cp, tp, cfg.sequence_parallel, groups, cluster, pp)
+    p2p = pipeline_p2p.p2p_s(model, rows["mbs"].astype(float), job.seq, cp, tp, cfg.sequence_parallel, groups, cluster, pp)
     return exposed, optimizer, np.asarray(p2p, dtype=float) * np.ones(rows["mbs"].size)
 
 
@@ -138,8 +138,8 @@ def vector_times(model: ModelSpec, job: SearchJob, rows: dict[str, np.ndarray]) 
                                        {k: rows[k][rows_sub] for k in ("zero", "m", "schedule", "vpp", "mbs")},
                                        forward_s[sub], backward_s[sub])
             exposed[sub], optimizer[sub], p2p[sub] = e, o, c
-        if job.blocking_p2p:   # step.blocking_p2p_s: the transfers occupy the ranks, none is left to wait for
-            blocked_f, blocked_b = step.blocking_p2p_s(p2p, pp)
+        if job.blocking_p2p:   # pipeline_p2p.blocking_p2p_s: the transfers occupy the ranks, none is left to wait for
+            blocked_f, blocked_b = pipeline_p2p.blocking_p2p_s(p2p, pp)
             forward_s, backward_s, p2p = forward_s + blocked_f, backward_s + blocked_b, np.zeros_like(p2p)
         # Megatron's combined 1F1B (moe_a2a_overlap): the steady state's combined steps (combined_1f1b.py).
         # A stage's piece replays its layers one at a time, so the overlap across a chunk's layers
