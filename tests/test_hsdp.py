@@ -12,7 +12,7 @@ import yaml
 
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.perf.collectives import collective_time_s, group_layout
-from trainplan.tools.perf.data_parallel import dp_exchange_s
+from trainplan.tools.perf.data_parallel import ComputeWindow, dp_exchange_s
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.engines import ExportError, export, parse_args_text
 from trainplan.tools.config.layout import resolve_config
@@ -82,8 +82,9 @@ def test_replica_all_reduce_adds_to_the_exchange():
     groups = group_layout(cfg, 8)
     cluster = _cluster(inter_node_bw=5.0)
     params = 8e9
-    exposed = dp_exchange_s(1, params, groups["dp_shard"], cluster, 0.0, 0.0, 1, 4, replicate=groups["dp_replicate"])
-    alone = dp_exchange_s(1, params, groups["dp_shard"], cluster, 0.0, 0.0, 1, 4)
+    window = ComputeWindow(0.0, 0.0, 1)
+    exposed = dp_exchange_s(1, params, groups["dp_shard"], cluster, window, 4, replicate=groups["dp_replicate"])
+    alone = dp_exchange_s(1, params, groups["dp_shard"], cluster, window, 4)
     all_reduce = collective_time_s("all_reduce", 4 * params / 8, groups["dp_replicate"], cluster)
     assert exposed >= all_reduce > alone > 0
 

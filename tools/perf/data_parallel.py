@@ -6,6 +6,8 @@ numpy-friendly throughout: the scalar step (step.step_time) and the layout searc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from trainplan.tools.config.codes import SCHEDULE_CODES
@@ -95,8 +97,23 @@ def zero3_exchange_s(params, group, cluster: ClusterSpec, forward_s, backward_s,
     return forward + backward
 
 
-def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward_s, num_microbatches,
-                  grad_bytes_per_param: int = 4, reduce_scatters=None, units=1, overlap: bool = True,
+@dataclass(frozen=True)
+class ComputeWindow:
+    """The compute a stage's data-parallel collectives hide behind, and how often they run (numpy-friendly).
+
+    forward_s/backward_s: one micro-batch's forward and backward on the stage; num_microbatches per step;
+    reduce_scatters: ZeRO-2's gradient reduce-scatters per step (zero2_reduce_scatters; None: one per
+    micro-batch); units: ZeRO-3's all-gather units per stage (fsdp_units); overlap: Layout.overlap_grad_reduce."""
+
+    forward_s: object
+    backward_s: object
+    num_microbatches: object
+    reduce_scatters: object = None
+    units: object = 1
+    overlap: bool = True
+
+
+def dp_exchange_s(zero, params, group, cluster: ClusterSpec, window: ComputeWindow, grad_bytes_per_param: int = 4,
                   replicate: Group = NO_REPLICAS):
     """Exposed data-parallel seconds per step for `params` parameters per rank reduced over `group`.
 
@@ -105,9 +122,8 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
     stream and link (replica_all_reduce_s, overlap.side_by_side_s). ZeRO-0 shards nothing, so it has no
     replicas (validity's R_DP_SHARD_ZERO).
 
-    numpy-friendly in zero, params, forward_s, backward_s, num_microbatches and units (the search
-    passes arrays). forward_s/backward_s are one micro-batch's forward and backward on the stage.
-    overlap false (Layout.overlap_grad_reduce): the collectives run after the step's compute, with no
+    numpy-friendly in zero, params and the window's times, micro-batches and units (the search
+    passes arrays). window.overlap false (Layout.overlap_grad_reduce): the collectives run after the step's compute, with no
     window to hide behind, as DeepSpeed's pipeline engine issues ReduceGrads after the last backward
     and Megatron-LM ran them in 2021-22 (Korthikanti et al. 2022 §6.3).
     - ZeRO-0 all-reduces the accumulated gradients once, behind the last backward.
@@ -119,9 +135,10 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
     - ZeRO-3 all-gathers weights for every forward and backward and reduce-scatters gradients every
       micro-batch, unit by unit (`units` per stage, fsdp_units): zero3_exchange_s.
     """
+    forward_s, backward_s, num_microbatches = window.forward_s, window.backward_s, window.num_microbatches
     if group.size == 1 and replicate.size == 1:
         return np.zeros_like(np.asarray(forward_s, dtype=float)) * 0.0
-    if not overlap:
+    if not window.overlap:
         forward_s, backward_s = np.zeros_like(forward_s), np.zeros_like(backward_s)
     grads = grad_bytes_per_param * params
     weights = 2 * params
@@ -132,23 +149,22 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, forward_s, backward
     zero0 = overlapped_s(all_reduce, backward_s)
     gather_once = overlapped_s(all_gather, forward_s)
     zero1 = side_by_side_s([reduce_scatter, replica_reduce], backward_s) + gather_once
-    runs = num_microbatches if reduce_scatters is None else reduce_scatters
+    runs = num_microbatches if window.reduce_scatters is None else window.reduce_scatters
     zero2 = runs * side_by_side_s([reduce_scatter, replica_reduce], backward_s) + gather_once
     zero3 = num_microbatches * zero3_exchange_s(params, group, cluster, forward_s, backward_s, grad_bytes_per_param,
-                                                np.asarray(units, dtype=float), replicate)
+                                                np.asarray(window.units, dtype=float), replicate)
     exposed = np.select([zero == 0, zero == 1, zero == 2], [zero0, zero1, zero2], zero3)
     return exposed * (np.asarray(params) > 0)
 
 
-def data_parallel_s(zero, dense_params, expert_params, groups: dict, cluster: ClusterSpec, forward_s, backward_s,
-                    num_microbatches, bf16_grads: bool = False, reduce_scatters=None, units=1, overlap: bool = True):
+def data_parallel_s(zero, dense_params, expert_params, groups: dict, cluster: ClusterSpec, window: ComputeWindow,
+                    bf16_grads: bool = False):
     """Exposed data-parallel seconds of one rank: its dense parameters over their ZeRO shard group
     (dp_shard*cp; dp*cp with full sharding), its expert parameters over theirs (the expert-data-parallel
     group, split the same way), each with its replicas (dp_exchange_s each; collectives.group_layout).
-    numpy-friendly in every argument but the groups, cluster, bf16_grads and overlap: the scalar step and
-    the search share it."""
+    numpy-friendly in every argument but the groups, cluster, bf16_grads and window.overlap: the scalar step
+    and the search share it."""
     grad_bytes = 2 if bf16_grads else 4
-    return sum(dp_exchange_s(zero, params, shard, cluster, forward_s, backward_s, num_microbatches, grad_bytes,
-                             reduce_scatters, units, overlap, replicate)
+    return sum(dp_exchange_s(zero, params, shard, cluster, window, grad_bytes, replicate)
                for params, shard, replicate in ((dense_params, groups["dp_shard"], groups["dp_replicate"]),
                                                 (expert_params, groups["edp_shard"], groups["edp_replicate"])))

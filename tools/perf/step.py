@@ -37,7 +37,8 @@ from trainplan.tools.perf import compute, finetune, host, layer_compute
 from trainplan.tools.config.codes import SCHEDULE_CODES
 from trainplan.tools.perf.collectives import collective_time_s, group_layout
 from trainplan.tools.hardware.counting import count_params
-from trainplan.tools.perf.data_parallel import data_parallel_s, dp_exchange_s, fsdp_units, zero2_reduce_scatters
+from trainplan.tools.perf.data_parallel import (ComputeWindow, data_parallel_s, dp_exchange_s, fsdp_units,
+                                                 zero2_reduce_scatters)
 from trainplan.tools.config.layout import model_layers_per_stage
 from trainplan.tools.perf.combined_1f1b import LayerNodes, chunk_layers, hidden_per_microbatch_s, layer_nodes
 from trainplan.tools.perf.moe import dispatch_comm_parts, dispatch_comm_s
@@ -342,29 +343,33 @@ def stage_params(model: ModelSpec, pp: int) -> tuple[np.ndarray, np.ndarray]:
     return dense, expert
 
 
+def compute_window(cfg: ParallelConfig, stages: list[list[int]], forward_s, backward_s, num_microbatches,
+                   schedule_code, vpp) -> ComputeWindow:
+    """What a stage's data-parallel exchange hides behind (data_parallel.ComputeWindow): its micro-batch times,
+    ZeRO-2's reduce-scatters under the schedule and ZeRO-3's units. numpy-friendly as
+    data_parallel_and_optimizer_s."""
+    return ComputeWindow(forward_s, backward_s, num_microbatches,
+                         zero2_reduce_scatters(schedule_code, num_microbatches, cfg.pp, vpp), fsdp_units(stages),
+                         cfg.overlap_grad_reduce)
+
+
 def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
-                                  stages: list[list[int]], forward_s, backward_s, zero, num_microbatches,
-                                  schedule_code, vpp):
+                                  stages: list[list[int]], zero, window: ComputeWindow):
     """(exposed data-parallel seconds, optimizer seconds) of a step, each on its slowest stage.
 
-    The sizes, the method and the precision knobs come from cfg; zero, num_microbatches, schedule_code
-    and vpp may be numpy columns (rows x 1) with forward_s/backward_s rows x stages, so the layout
-    search evaluates many layouts with the very terms step_time uses for one. Trainable parameters
+    The sizes, the method and the precision knobs come from cfg; zero and the window's micro-batches
+    may be numpy columns (rows x 1) with its forward_s/backward_s rows x stages (compute_window), so the
+    layout search evaluates many layouts with the very terms step_time uses for one. Trainable parameters
     are all of them, or only the adapters (LoRA/QLoRA; finetune.py), whose frozen base ZeRO-3 still
     all-gathers."""
     dense, expert = rank_params(model, cfg.pp, cfg.tp, cfg.ep)
     lora = is_lora(cfg.method)
     train_dense, train_expert = ((np.array(p) for p in zip(*finetune.trainable_stage_params(model, cfg, stages)))
                                  if lora else (dense, expert))
-    units = fsdp_units(stages)
-    exposed = data_parallel_s(zero, train_dense, train_expert, groups, cluster, forward_s, backward_s,
-                              num_microbatches, cfg.bf16_grads,
-                              zero2_reduce_scatters(schedule_code, num_microbatches, cfg.pp, vpp), units,
-                              cfg.overlap_grad_reduce)
+    exposed = data_parallel_s(zero, train_dense, train_expert, groups, cluster, window, cfg.bf16_grads)
     if lora:   # the frozen base, sharded under ZeRO-3: all-gathered (bf16, or NF4) with no gradient to reduce
         scale = finetune.frozen_bytes_per_param(cfg) / 2
-        frozen = sum(dp_exchange_s(3, params * scale, group, cluster, forward_s, backward_s, num_microbatches, 0,
-                                   units=units, overlap=cfg.overlap_grad_reduce)
+        frozen = sum(dp_exchange_s(3, params * scale, group, cluster, window, 0)
                      for params, group in ((dense, groups["dp_shard"]), (expert, groups["edp_shard"])))
         exposed = exposed + np.where(np.asarray(zero) >= 3, frozen, 0.0)
     zero_shards = np.where(np.asarray(zero) >= 1, groups["dp_shard"].size, 1)
@@ -372,7 +377,7 @@ def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster
                              cluster, cfg.optimizer_offload)
                  + finetune.paged_optimizer_s((train_dense + train_expert) / zero_shards, cfg.method,
                                               cluster.host_link_gb_s))
-    shape = np.broadcast_shapes(np.shape(forward_s), np.shape(exposed), np.shape(optimizer))
+    shape = np.broadcast_shapes(np.shape(window.forward_s), np.shape(exposed), np.shape(optimizer))
     return (np.max(np.broadcast_to(exposed, shape), axis=-1), np.max(np.broadcast_to(optimizer, shape), axis=-1))
 
 
@@ -410,9 +415,9 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     else:
         rank_stages = [(critical, m)]
     # The slowest stage's data-parallel exchange and optimizer step (each stage's rank does its own).
-    dp_exposed, optimizer = (float(x) for x in data_parallel_and_optimizer_s(
-        model, cfg, cluster, groups, stages, forward_s, backward_s, cfg.zero, m, SCHEDULE_CODES[cfg.schedule],
-        cfg.vpp))
+    window = compute_window(cfg, stages, forward_s, backward_s, m, SCHEDULE_CODES[cfg.schedule], cfg.vpp)
+    dp_exposed, optimizer = (float(x) for x in data_parallel_and_optimizer_s(model, cfg, cluster, groups, stages,
+                                                                             cfg.zero, window))
     step_s = makespan + dp_exposed + optimizer
 
     compute_s = sum(n * work[s].compute_s for s, n in rank_stages)
