@@ -109,11 +109,10 @@ def has_dropout(model: ModelSpec) -> bool:
     return model.attention_dropout > 0
 
 
-def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=False,
-                   fp8_activations=False, unfused=False) -> dict[str, np.ndarray]:
-    """Bytes one block saves for backward per micro-batch with no recompute, per tensor group.
+def _layer_tensors(model: ModelSpec, moe: bool, k: dict) -> dict[str, np.ndarray]:
+    """Bytes one block saves for backward per micro-batch with no recompute, per tensor group, for knob arrays k.
 
-    s: local tokens per sequence (seq / cp); seq: full length (keys of eager attention).
+    s: local tokens per sequence (seq / cp); seq: full length (keys of eager attention); b: mbs.
     Residual-stream tensors (h wide) are divided by r (= t with sequence parallelism); tensors
     inside the TP region (heads, MLP width) by t. GEMM inputs take 1 B per element with fp8
     (Transformer Engine caches the fp8 cast for wgrad), else 2.
@@ -154,6 +153,10 @@ def _layer_tensors(model: ModelSpec, moe: bool, s, seq, b, t, r, fp8, eager=Fals
     silu then mul keeps silu(gate) as well, 2 s b f / t more (routed and shared experts alike).
     Rotary multiplies by the cos/sin tables, which do not require grad: nothing per token.
     """
+    s, seq, b, t, r = k["seq"] / k["cp"], k["seq"], k["mbs"], k["tp"], seq_divisor(k)
+    fp8 = k["precision"] == PRECISION_CODES[Precision.fp8]
+    eager = k["attention"] == ATTENTION_CODES[Attention.eager]
+    fp8_activations, unfused = k["fp8_activations"] > 0, k["fused_kernels"] < 1
     h, a = model.hidden_size, model.num_attention_heads
     tok = s * b
     tile_scale = np.where(fp8_activations, FP8_SCALE_BYTES / FP8_TILE, 0.0)   # per cached FP8 element
@@ -272,11 +275,9 @@ def activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]:
     (xformers.ops.swiglu: _SwiGLUFusedFunc saves x, x1, x2 and silu_bw_fused returns x4 for the
     down-projection's weight gradient). It stays among the no-recompute tensors, so the recompute
     working set (memory.py) holds one layer's recomputed product during the backward."""
-    t, r = k["tp"], seq_divisor(k)
+    r = seq_divisor(k)
     s = k["seq"] / k["cp"]
-    full = _layer_tensors(model, moe, s, k["seq"], k["mbs"], t, r, k["precision"] == PRECISION_CODES[Precision.fp8],
-                          k["attention"] == ATTENTION_CODES[Attention.eager], k["fp8_activations"] > 0,
-                          k["fused_kernels"] < 1)
+    full = _layer_tensors(model, moe, k)
     if np.any(k.get("method", 0) > 0):   # LoRA/QLoRA: frozen linears save no input; the x A products
         full = finetune.saved_tensor_changes(model, moe, full, s * k["mbs"], k["method"], k["lora_rank"],
                                              k["lora_targets"])
