@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec
 from trainplan.tools.perf.collectives import collective_time_s
 
 
-def p2p_s(model: ModelSpec, mbs, seq: int, cp: int, tp: int, sequence_parallel: bool, groups: dict,
-          cluster: ClusterSpec, pp: int):
+def p2p_s(model: ModelSpec, cfg: ParallelConfig, groups: dict, cluster: ClusterSpec, mbs=None):
     """Seconds of one pipeline hop: a micro-batch's activation (or its gradient), 2 b s/cp h bytes,
-    split over tp with sequence parallelism; 0 without pipeline parallelism. numpy-friendly in mbs."""
-    if pp == 1:
+    split over tp with sequence parallelism; 0 without pipeline parallelism. b is cfg.mbs, or `mbs`
+    (numpy-friendly: the search passes a column)."""
+    mbs = cfg.mbs if mbs is None else mbs
+    if cfg.pp == 1:
         return np.zeros_like(np.asarray(mbs, dtype=float))
-    p2p_bytes = 2.0 * mbs * seq / cp * model.hidden_size / (tp if sequence_parallel else 1)
+    p2p_bytes = 2.0 * mbs * cfg.seq / cfg.cp * model.hidden_size / (cfg.tp if cfg.sequence_parallel else 1)
     return collective_time_s("p2p", p2p_bytes, groups["pp"], cluster)
 
 

@@ -390,7 +390,7 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     work = [stage_work(model, cfg, cluster, groups, s, ids) for s, ids in enumerate(stages)]
     m = cfg.num_microbatches
 
-    hop_s = float(p2p_s(model, cfg.mbs, cfg.seq, cfg.cp, cfg.tp, cfg.sequence_parallel, groups, cluster, cfg.pp))
+    hop_s = float(p2p_s(model, cfg, groups, cluster))
     forward_s = np.array([w.forward_s for w in work])
     backward_s = np.array([w.backward_s for w in work])
     blocked_f = blocked_b = np.zeros(cfg.pp)

@@ -100,7 +100,7 @@ def dp_optimizer_p2p(model: ModelSpec, cluster: ClusterSpec, job: SearchJob, key
     stages = step.stage_layers(model, pp)
     window = step.compute_window(cfg, stages, forward_s, backward_s, column["m"], column["schedule"], column["vpp"])
     exposed, optimizer = step.data_parallel_and_optimizer_s(model, cfg, cluster, groups, stages, column["zero"], window)
-    p2p = pipeline_p2p.p2p_s(model, rows["mbs"].astype(float), job.seq, cp, tp, cfg.sequence_parallel, groups, cluster, pp)
+    p2p = pipeline_p2p.p2p_s(model, cfg, groups, cluster, rows["mbs"].astype(float))
     return exposed, optimizer, np.asarray(p2p, dtype=float) * np.ones(rows["mbs"].size)
 
 
