@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from trainplan.tools.perf.cost import parse_tokens, ramp_cost, training_cost
+from trainplan.tools.perf.cost import BatchRamp, parse_tokens, ramp_cost, training_cost
 from trainplan.tools.core.errors import InputError
 
 
@@ -41,7 +41,7 @@ def test_ramp_costs_more_when_small_batches_are_slower_per_token():
         return 1.0 + gbs * 0.01
 
     flat = training_cost(1e9, 1024 * 2048, step_s(1024), 8, 2.0)
-    ramped = ramp_cost(1e9, 2048, 1024, 128, 2e8, step_s, 8, 2.0)
+    ramped = ramp_cost(1e9, 2048, BatchRamp(start_gbs=128, final_gbs=1024, tokens=2e8), step_s, 8, 2.0)
     assert ramped.gpu_hours > flat.gpu_hours
     assert ramped.steps > flat.steps
 

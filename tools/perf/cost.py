@@ -120,11 +120,32 @@ def _finite(cost: CostResult) -> CostResult:
     return cost
 
 
-def ramp_cost(tokens: float, seq: int, final_gbs: int, ramp_start_gbs: int, ramp_tokens: float,
-              step_s_for_gbs: Callable[[int], float], gpus: int, price: float,
-              goodput: float = DEFAULT_GOODPUT, points: int = 8) -> CostResult:
+@dataclass(frozen=True)
+class BatchRamp:
+    """A batch-size ramp: gbs grows linearly from start_gbs to final_gbs over the run's first `tokens`."""
+
+    start_gbs: int
+    final_gbs: int
+    tokens: float
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """What a training cost needs besides the step: the token budget, dollars per GPU-hour (None: the GPU's
+    catalog price), goodput (None: DEFAULT_GOODPUT) and an optional batch ramp (start gbs, ramp tokens)."""
+
+    tokens: float | None
+    price: float | None = None
+    goodput: float | None = None
+    ramp_start_gbs: int | None = None
+    ramp_tokens: float | None = None
+
+
+def ramp_cost(tokens: float, seq: int, ramp: BatchRamp, step_s_for_gbs: Callable[[int], float], gpus: int,
+              price: float, goodput: float = DEFAULT_GOODPUT, points: int = 8) -> CostResult:
     """Cost with a linear batch ramp: integrate step time per token over `points` ramp segments."""
     check_cost_inputs(price, goodput)
+    final_gbs, ramp_start_gbs, ramp_tokens = ramp.final_gbs, ramp.start_gbs, ramp.tokens
     if ramp_tokens > tokens:
         raise InputError(f"ramp_tokens={ramp_tokens:g} exceeds tokens={tokens:g}: the batch ramp is the start of "
                          "the run, so give fewer ramp tokens (Llama 3 405B ramped over 2.87T of 15.6T) or more tokens")

@@ -7,7 +7,7 @@ from typing import Any
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.config.contract import Config, Estimate, Job, Layout, MemoryGiB, Params, StepTime, Training, check_job_numbers
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
-from trainplan.tools.perf.cost import parse_tokens, ramp_cost, training_cost
+from trainplan.tools.perf.cost import BatchRamp, TrainingRun, parse_tokens, ramp_cost, training_cost
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.finetune import total_adapter_params
@@ -29,11 +29,10 @@ def config_of(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig) -> Co
                   inter_node_bw=cluster.inter_node_bw)
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, *, tokens: float | None = None,
-             price: float | None = None, goodput: float | None = None, headroom_gib: float = 0.0,
-             timeline: bool = False, ramp_start_gbs: int | None = None,
-             ramp_tokens: float | None = None) -> Estimate:
-    """The Estimate of an already-validated layout."""
+def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, run: TrainingRun | None = None, *,
+             headroom_gib: float = 0.0, timeline: bool = False) -> Estimate:
+    """The Estimate of an already-validated layout; its training cost when `run` gives tokens."""
+    tokens = run.tokens if run is not None else None
     counts = count_params(model)
     memory = memory_breakdown(model, cfg, cluster.gpu, headroom_gib=headroom_gib)
     result: dict = {
@@ -51,10 +50,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, *, tok
         if timeline:
             result["pipeline"] = step.pipeline
         if tokens is not None:
-            price = cluster.gpu.price if price is None else price
-            goodput = DEFAULT_GOODPUT if goodput is None else goodput
-            if ramp_start_gbs is not None and ramp_tokens is not None:
-                cost = ramp_cost(tokens, cfg.seq, cfg.gbs, ramp_start_gbs, ramp_tokens,
+            price = cluster.gpu.price if run.price is None else run.price
+            goodput = DEFAULT_GOODPUT if run.goodput is None else run.goodput
+            if run.ramp_start_gbs is not None and run.ramp_tokens is not None:
+                cost = ramp_cost(tokens, cfg.seq, BatchRamp(run.ramp_start_gbs, cfg.gbs, run.ramp_tokens),
                                  lambda gbs: _ramp_step_s(model, cluster, cfg, gbs), cfg.num_gpus, price, goodput)
             else:
                 cost = training_cost(tokens, cfg.gbs * cfg.seq, step.step_s, cfg.num_gpus, price, goodput)
@@ -114,9 +113,9 @@ def estimate(model: str, gpu: str, gpus: int, *, timeline: bool = False, **field
         raise InputError("a batch ramp needs both ramp_start_gbs and ramp_tokens (e.g. --ramp-start-gbs 512 --ramp-tokens 250B)")
     if ramp_start_gbs is not None and not 0 < ramp_start_gbs <= (cfg.gbs or 0):
         raise InputError(f"ramp_start_gbs={ramp_start_gbs} must be between 1 and gbs={cfg.gbs}")
-    result = evaluate(model_spec, cluster, cfg, tokens=parse_tokens(job.get("tokens")), price=job.get("price"),
-                      goodput=job.get("goodput"), headroom_gib=headroom_gib, timeline=timeline,
-                      ramp_start_gbs=ramp_start_gbs, ramp_tokens=parse_tokens(ramp_tokens))
+    run = TrainingRun(parse_tokens(job.get("tokens")), job.get("price"), job.get("goodput"), ramp_start_gbs,
+                      parse_tokens(ramp_tokens))
+    result = evaluate(model_spec, cluster, cfg, run, headroom_gib=headroom_gib, timeline=timeline)
     if gbs_note:
         result.notes = [gbs_note, *(result.notes or [])]
     return result

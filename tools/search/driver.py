@@ -32,7 +32,7 @@ import numpy as np
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.config.codes import PRECISION_CODES, RECOMPUTE_BY_CODE, RECOMPUTE_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
-from trainplan.tools.perf.cost import parse_tokens
+from trainplan.tools.perf.cost import TrainingRun, parse_tokens
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.contract import SEARCH_CHOSEN_KNOBS, check_job_numbers, default_gbs, default_seq
 from trainplan.tools.core.errors import InputError
@@ -463,8 +463,8 @@ def exact(job: SearchJob, layout: dict) -> dict:
                          seq=job.seq, recompute=recompute, schedule=SCHEDULE_BY_CODE[layout["schedule"]],
                          precision=job.precision, fp8_supported=job.gpu.fp8_tflops is not None,
                          **fixed_knobs(job, layout["tp"], recompute, layout.get("modules"), storage))
-    return evaluate(job.model, job.cluster(layout["gpus"]), cfg, tokens=job.tokens, price=job.price,
-                    goodput=job.goodput, headroom_gib=job.headroom_gib).model_dump(mode="json")
+    return evaluate(job.model, job.cluster(layout["gpus"]), cfg, TrainingRun(job.tokens, job.price, job.goodput),
+                    headroom_gib=job.headroom_gib).model_dump(mode="json")
 
 
 def _no_split(job: SearchJob, counts: list[int]) -> None:
