@@ -19,6 +19,7 @@ from trainplan.tools.config.layout import resolve_config
 from trainplan.tools.perf.pipeline import _validate, simulate
 from trainplan.tools.config.codes import RECOMPUTE_BY_CODE as _RECOMPUTE_BY_CODE, SCHEDULE_BY_CODE as _SCHEDULE_BY_CODE
 from trainplan.tools.config.codes import SCHEDULE_CODES as _S
+from trainplan.tools.perf.pipeline_closed_form import StageTimes
 from trainplan.tools.perf.pipeline_closed_form import makespan_closed_form as pipeline_makespan
 from trainplan.tools.search.driver import R_SCALAR_INVALID, prepare, scalar_policy_reason, search, search_scalar
 from trainplan.tools.search.score import dp_optimizer_p2p, stage_counts as _stage_counts, work_pieces as _work_pieces
@@ -243,7 +244,7 @@ def test_pipeline_closed_forms_follow_the_simulator(schedule, pp, m, vpp):
         sim = simulate(schedule, pp, m, vpp=vpp, forward_s=list(f), backward_s=list(b), weight_grad_s=list(w),
                        p2p_s=p2p, record_timeline=False).makespan_s
         est = pipeline_makespan(np.array([_S[Schedule(schedule)]]), pp, np.array([m]), np.array([vpp]),
-                                f[None], b[None], w[None], np.array([p2p]))[0]
+                                StageTimes(f[None], b[None], w[None]), np.array([p2p]))[0]
         assert est == pytest.approx(sim, rel=0.04), (head, p2p)
 
 

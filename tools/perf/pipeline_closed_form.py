@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import difflib
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from trainplan.tools.config.codes import SCHEDULE_CODES
@@ -110,16 +112,26 @@ def combined_makespan(pp, m, vpp, forward_s, backward_s, paired_s, p2p_s) -> np.
     return ideal + hops * p2p_s
 
 
-def makespan_closed_form(schedule, pp, m, vpp, forward_s, backward_s, weight_grad_s, p2p_s,
-                         paired_s=None) -> np.ndarray:
+@dataclass(frozen=True)
+class StageTimes:
+    """One micro-batch's times on each stage, for rows of layouts: forward_s, backward_s and weight_grad_s
+    (the W part of backward_s) of shape (n, pp); paired_s (n, pp): a combined 1F1B step (combined_makespan),
+    for the rows that run Megatron's combined 1F1B, else None."""
+
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    weight_grad_s: np.ndarray
+    paired_s: np.ndarray | None = None
+
+
+def makespan_closed_form(schedule, pp, m, vpp, stages: StageTimes, p2p_s) -> np.ndarray:
     """The simulator's makespan in closed form, for rows of layouts sharing one pp (module doc).
 
-    schedule, m, vpp, p2p_s: shape (n,); forward_s, backward_s, weight_grad_s: shape (n, pp).
-    paired_s (n, pp): Megatron's combined 1F1B (combined_makespan), for the rows that run it."""
-    if paired_s is not None:
-        return combined_makespan(pp, m, vpp, forward_s, backward_s, paired_s, p2p_s)
+    schedule, m, vpp, p2p_s: shape (n,); the stage times StageTimes."""
+    if stages.paired_s is not None:
+        return combined_makespan(pp, m, vpp, stages.forward_s, stages.backward_s, stages.paired_s, p2p_s)
     p = float(pp)
-    f, b, w = forward_s, backward_s, weight_grad_s
+    f, b, w = stages.forward_s, stages.backward_s, stages.weight_grad_s
     x = f + b
     x_max, x_sum = x.max(axis=1), x.sum(axis=1)
     m = m.astype(float)

@@ -30,7 +30,7 @@ from trainplan.tools.perf.collectives import group_layout
 from trainplan.tools.perf.cost import SECONDS_PER_DAY
 from trainplan.tools.config.layout import model_layers_per_stage
 from trainplan.tools.perf.memory import memory_totals_vectorised
-from trainplan.tools.perf.pipeline_closed_form import makespan_closed_form
+from trainplan.tools.perf.pipeline_closed_form import StageTimes, makespan_closed_form
 from trainplan.tools.perf.recompute import DEFAULT_MASK, mask_of, modules_of
 from trainplan.tools.search.space import (
     FIXED_KNOBS, R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, STORAGE_KNOBS, SearchJob, enumerate_space,
@@ -146,7 +146,7 @@ def vector_times(model: ModelSpec, job: SearchJob, rows: dict[str, np.ndarray]) 
         # (stage_work's) is not in it: the ranking's figure; the candidates are re-estimated.
         paired = stage[:, 7] + (blocked_f + blocked_b if job.blocking_p2p else 0.0) if job.moe_a2a_overlap else None
         makespan = makespan_closed_form(rows["schedule"][idx], pp, rows["m"][idx], rows["vpp"][idx],
-                                        forward_s, backward_s, weight_s, p2p, paired)
+                                        StageTimes(forward_s, backward_s, weight_s, paired), p2p)
         out["makespan_s"][idx] = makespan
         out["comm/dp"][idx] = exposed
         out["optimizer"][idx] = optimizer
