@@ -236,17 +236,15 @@ FP8_CAST_BYTES_PER_ELEMENT = 5
 
 
 def linear(times: OpTimes, key: str, tokens: float, k_in: float, n_out: float, gpu: GPUSpec,
-           precision: Precision, count: int = 1, batch: int = 1) -> None:
+           precision: Precision, count: int = 1) -> None:
     """A Linear layer: forward (T x k) @ (k x n); backward input grad and weight grad of the same size.
-    `count` and `batch` as in gemm_time_s: `count` separately launched copies (per-expert GEMMs), or
-    `batch` copies in one grouped kernel (a device-side grouped GEMM over the local experts)."""
-    forward = gemm_time_s(tokens, n_out, k_in, gpu, precision, count, batch)
-    backward_input = gemm_time_s(tokens, k_in, n_out, gpu, precision, count, batch)
-    backward_weight = gemm_time_s(k_in, n_out, tokens, gpu, precision, count, batch)
+    `count` as in gemm_time_s: separately launched copies (per-expert GEMMs)."""
+    forward = gemm_time_s(tokens, n_out, k_in, gpu, precision, count)
+    backward_input = gemm_time_s(tokens, k_in, n_out, gpu, precision, count)
+    backward_weight = gemm_time_s(k_in, n_out, tokens, gpu, precision, count)
     if precision is Precision.fp8:
-        copies = count * batch
-        forward += memory_bound_time_s(FP8_CAST_BYTES_PER_ELEMENT * copies * tokens * k_in, gpu)
-        backward_input += memory_bound_time_s(FP8_CAST_BYTES_PER_ELEMENT * copies * tokens * n_out, gpu)
+        forward += memory_bound_time_s(FP8_CAST_BYTES_PER_ELEMENT * count * tokens * k_in, gpu)
+        backward_input += memory_bound_time_s(FP8_CAST_BYTES_PER_ELEMENT * count * tokens * n_out, gpu)
     times.add(key, forward, backward_input, backward_weight)
 
 
