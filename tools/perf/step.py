@@ -171,20 +171,30 @@ def tp_comm_s(cfg: ParallelConfig, cluster: ClusterSpec, groups: dict, activatio
     return float(2 * per_pass)
 
 
+NOT_GEMM_KEYS = ("attention/core", "elementwise", "moe/permute", "moe/sort", "moe/host")
+"""OpTimes keys that are not GEMMs: what a layer's GEMM window (TE's userbuffers overlap) leaves out."""
+
+
 def _layer_comm_s(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, groups: dict,
-                  layer_index: int, attention_s: tuple[float, float], compute_per_layer_s: float,
-                  gemm_s: float = 0.0, column_backward: tuple[float, float] = (0.0, 0.0)) -> dict[str, float]:
-    """Exposed communication of one layer, forward + backward, for one micro-batch.
+                  layer_index: int, layer: compute.OpTimes) -> dict[str, float]:
+    """Exposed communication of one layer, forward + backward, for one micro-batch, behind the windows of
+    its compute `layer`:
 
     attention_s: (forward, backward) seconds of the attention core, the window that hides the
     context-parallel ring; compute_per_layer_s: the layer's whole compute, which DualPipe overlaps
     with the expert all-to-all; gemm_s: the layer's GEMMs (TE's userbuffers window);
     column_backward: column_parallel_backward_s, the window of Megatron's asynchronous backward.
     """
+    is_moe = layer_index in model.moe_layers
+    attention_s = (layer.forward_s.get("attention/core", 0.0), layer.backward_input_s.get("attention/core", 0.0))
+    compute_per_layer_s = layer.forward + layer.backward_input + layer.backward_weight
+    gemm_s = compute_per_layer_s - sum(part[k] for part in (layer.forward_s, layer.backward_input_s,
+                                                            layer.backward_weight_s)
+                                       for k in NOT_GEMM_KEYS if k in part)
+    column_backward = column_parallel_backward_s(layer, model, is_moe)
     tokens = cfg.mbs * cfg.seq / cfg.cp
     h = model.hidden_size
     activation_bytes = 2 * tokens * h
-    is_moe = layer_index in model.moe_layers
     comm = {"tp": 0.0, "cp": 0.0, "ep": 0.0}
     if cfg.tp > 1:
         # An MoE block's MLP-side collectives are the dispatcher's (moe.dispatch_comm_s).
@@ -244,12 +254,7 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
             layer = layer_compute.layer_times(model, cfg, gpu, index)
             if is_lora(cfg.method):   # frozen base, adapters, NF4 dequantisation: before the host floor
                 layer = finetune.adapt_layer_times(layer, model, cfg, gpu, key)
-            attention = (layer.forward_s.get("attention/core", 0.0), layer.backward_input_s.get("attention/core", 0.0))
-            total = layer.forward + layer.backward_input + layer.backward_weight
-            gemm = total - sum(part[k] for part in (layer.forward_s, layer.backward_input_s, layer.backward_weight_s)
-                               for k in ("attention/core", "elementwise", "moe/permute", "moe/sort", "moe/host") if k in part)
-            layer_comm = _layer_comm_s(model, cfg, cluster, groups, index, attention, total, gemm,
-                                       column_parallel_backward_s(layer, model, key))
+            layer_comm = _layer_comm_s(model, cfg, cluster, groups, index, layer)
             host.add_host_floor(layer, model, cfg, key, sum(layer_comm.values()))   # small work waits on the host
             cache[key] = (layer, layer_comm)
         return cache[key]
