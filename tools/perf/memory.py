@@ -213,7 +213,7 @@ def _core(m: ModelParts, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) 
     bucket_layers = np.where(k["vpp"] > 1, rank["chunk_layers"], 1.0)
     out["gradients/zero2_bucket"] = np.where(zero >= 2, grad_bytes * unit * bucket_layers, 0.0)
     if np.any(k.get("method", 0) > 0):
-        _finetune_states(out, m, rank, k, modules, sharded, gemm_ne, gemm_ex, unit)
+        _finetune_states(out, m, rank, k, RankWeights(modules, gemm_ne, gemm_ex, unit), sharded)
 
     # Activations: per-layer tensors x layers x in-flight micro-batches (+ extras, working set).
     in_flight = inflight(k["schedule"], k["pp"], k["num_microbatches"], k["vpp"], rank["stage"])
@@ -277,9 +277,21 @@ def _core(m: ModelParts, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) 
     return {key: np.broadcast_to(np.asarray(v, dtype=float), shape) for key, v in out.items()}
 
 
-def _finetune_states(out, m: ModelParts, rank, k, modules, sharded, gemm_ne, gemm_ex, unit) -> None:
+@dataclass(frozen=True)
+class RankWeights:
+    """A rank's parameters as the full-training states counted them (_core): per module (non-expert, expert),
+    the GEMM weights' (non-expert, expert) and the largest block's unsharded parameters (the ZeRO unit)."""
+
+    modules: dict
+    gemm_ne: np.ndarray
+    gemm_ex: np.ndarray
+    unit: np.ndarray
+
+
+def _finetune_states(out, m: ModelParts, rank, k, weights: RankWeights, sharded) -> None:
     """LoRA/QLoRA model states (tools/perf/finetune.py): the frozen base (bf16, or NF4 linears) has no
     gradients or optimizer states; the adapters carry fp32 weights, gradients and Adam states."""
+    modules, gemm_ne, gemm_ex, unit = weights.modules, weights.gemm_ne, weights.gemm_ex, weights.unit
     lora = k["method"] > 0
     qlora = k["method"] == finetune.METHOD_CODES[finetune.Method.qlora]
     t, ep = k["tp"], k["ep"]
