@@ -163,7 +163,7 @@ def layer_ms(case, **override) -> tuple[float, float]:
     micro-batch of the case's layout with `override` applied: what a per-layer profile measures."""
     kwargs = {**case.kwargs(), **override}
     model, gpu = catalog.load_model(kwargs["model"]), catalog.load_gpu(kwargs["gpu"])
-    cluster = ClusterSpec.build(gpu, kwargs["gpus"], None, None, kwargs.get("inter_node_bw"))
+    cluster = ClusterSpec.build(gpu, kwargs["gpus"], inter_node_bw=kwargs.get("inter_node_bw"))
     cfg, _ = resolve_with_batch(model, kwargs["gpus"], **{k: v for k, v in kwargs.items() if k in Layout.model_fields})
     groups = group_layout(cfg, cluster.gpus_per_node)
     layer = layer_compute.layer_times(model, cfg, gpu, 0)

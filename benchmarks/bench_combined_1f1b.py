@@ -40,7 +40,7 @@ def report(case) -> None:
     model, gpu = load_model(kwargs["model"]), load_gpu(kwargs["gpu"])
     knobs = {k: v for k, v in kwargs.items() if k not in ("model", "gpu", "gpus")}
     cfg, _ = resolve_with_batch(model, kwargs["gpus"], fp8_supported=gpu.fp8_tflops is not None, **knobs)
-    cluster = ClusterSpec.build(gpu, kwargs["gpus"], None, None, None)
+    cluster = ClusterSpec.build(gpu, kwargs["gpus"])
     groups = group_layout(cfg, cluster.gpus_per_node)
     index = model.moe_layers[0]
     layer = layer_compute.layer_times(model, cfg, gpu, index)

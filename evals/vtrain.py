@@ -127,8 +127,8 @@ def predict_s(row: Row, floors: bool = True, **knobs: Any) -> float:
             host.HOST_S_PER_OP = saved
     base = knobs.pop("collective_base_latency_us", None)
     gpu = load_gpu(GPU)
-    cluster = ClusterSpec.build(gpu, row.gpus, GPUS_PER_NODE, INTRA_NODE_BW, INTER_NODE_BW,
-                                collective_base_latency_us=base)
+    cluster = ClusterSpec.build(gpu, row.gpus, gpus_per_node=GPUS_PER_NODE, intra_node_bw=INTRA_NODE_BW,
+                                inter_node_bw=INTER_NODE_BW, collective_base_latency_us=base)
     cfg = resolve_config(_model(row.hidden, row.heads, row.layers, row.seq), row.gpus, fp8_supported=False,
                          tp=row.tp, pp=row.pp, mbs=row.mbs, gbs=row.gbs, seq=row.seq, **{**KNOBS, **knobs})
     return step_time(_model(row.hidden, row.heads, row.layers, row.seq), cfg, cluster).step_s

@@ -26,7 +26,7 @@ LAYOUT = dict(zero=3, mbs=1, gbs=64, seq=4096, recompute="full")
 
 
 def _cluster(gpus: int = 64, inter_node_bw: float | None = None) -> ClusterSpec:
-    return ClusterSpec.build(GPU, gpus, 8, None, inter_node_bw)
+    return ClusterSpec.build(GPU, gpus, gpus_per_node=8, inter_node_bw=inter_node_bw)
 
 
 def test_full_sharding_is_the_default_and_dp_shard_equal_to_dp_changes_nothing():

@@ -202,6 +202,12 @@ class GPUSpec(BaseModel):
         return self.bf16_tflops
 
 
+GPU_DEFAULTED = ("gpus_per_node", "intra_node_bw", "inter_node_bw", "intra_node_latency_us", "inter_node_latency_us",
+                 "intra_node_bw_efficiency", "inter_node_bw_efficiency")
+"""ClusterSpec fields whose value, when not given, is the GPU's (its catalog entry)."""
+_ZERO_MEANS_CATALOG = ("gpus_per_node", "intra_node_bw", "inter_node_bw")
+
+
 class ClusterSpec(BaseModel):
     """The GPU plus the cluster flags that override its node and network figures."""
 
@@ -234,31 +240,15 @@ class ClusterSpec(BaseModel):
         return min(self.gpu.host_size, self.gpus_per_node)
 
     @classmethod
-    def build(
-        cls,
-        gpu: GPUSpec,
-        gpus: int,
-        gpus_per_node: int | None = None,
-        intra_node_bw: float | None = None,
-        inter_node_bw: float | None = None,
-        intra_node_latency_us: float | None = None,
-        inter_node_latency_us: float | None = None,
-        intra_node_bw_efficiency: float | None = None,
-        inter_node_bw_efficiency: float | None = None,
-        collective_base_latency_us: float | None = None,
-    ) -> ClusterSpec:
-        def pick(value, default):
-            return default if value is None else value
-
-        return cls(
-            gpu=gpu,
-            num_gpus=gpus,
-            gpus_per_node=gpus_per_node or gpu.gpus_per_node,
-            intra_node_bw=intra_node_bw or gpu.intra_node_bw,
-            inter_node_bw=inter_node_bw or gpu.inter_node_bw,
-            intra_node_latency_us=pick(intra_node_latency_us, gpu.intra_node_latency_us),
-            inter_node_latency_us=pick(inter_node_latency_us, gpu.inter_node_latency_us),
-            intra_node_bw_efficiency=pick(intra_node_bw_efficiency, gpu.intra_node_bw_efficiency),
-            inter_node_bw_efficiency=pick(inter_node_bw_efficiency, gpu.inter_node_bw_efficiency),
-            **({} if collective_base_latency_us is None else {"collective_base_latency_us": collective_base_latency_us}),
-        )
+    def build(cls, gpu: GPUSpec, gpus: int, **given: float | int | None) -> ClusterSpec:
+        """The cluster of `gpus` GPUs: each ClusterSpec field given (not None) as given; the GPU's catalog value
+        for the node size and links (GPU_DEFAULTED; a node size or bandwidth of 0 also takes it), the
+        field's default for the rest."""
+        unknown = sorted(set(given) - set(cls.model_fields) - {"gpu", "num_gpus"})
+        if unknown:
+            raise TypeError(f"ClusterSpec has no field {', '.join(unknown)}")
+        values = {name: value for name, value in given.items()
+                  if value is not None and not (name in _ZERO_MEANS_CATALOG and not value)}
+        for name in GPU_DEFAULTED:
+            values.setdefault(name, getattr(gpu, name))
+        return cls(gpu=gpu, num_gpus=gpus, **values)

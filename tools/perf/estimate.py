@@ -105,8 +105,8 @@ def estimate(model: str, gpu: str, gpus: int, *, timeline: bool = False, **field
         raise InputError(f"gpus={gpus} must be a positive whole number")
     check_job_numbers({"gpus": gpus, **job, **knobs}, gpu_spec.memory_gib)
     headroom_gib = job.get("headroom_gib") or 0.0
-    cluster = ClusterSpec.build(gpu_spec, gpus, job.get("gpus_per_node"), job.get("intra_node_bw"),
-                                job.get("inter_node_bw"))
+    cluster = ClusterSpec.build(gpu_spec, gpus, **{name: job.get(name) for name in
+                                                   ("gpus_per_node", "intra_node_bw", "inter_node_bw")})
     cfg, gbs_note = resolve_with_batch(model_spec, gpus, fp8_supported=gpu_spec.fp8_tflops is not None, **knobs)
     ramp_start_gbs, ramp_tokens = job.get("ramp_start_gbs"), job.get("ramp_tokens")
     if (ramp_start_gbs is None) != (ramp_tokens is None):

@@ -129,7 +129,8 @@ class SearchJob:
         raise AttributeError(name)
 
     def cluster(self, gpus: int) -> ClusterSpec:
-        return ClusterSpec.build(self.gpu, gpus, self.gpus_per_node, self.intra_node_bw, self.inter_node_bw)
+        return ClusterSpec.build(self.gpu, gpus, gpus_per_node=self.gpus_per_node, intra_node_bw=self.intra_node_bw,
+                                 inter_node_bw=self.inter_node_bw)
 
     @property
     def node(self) -> int:
