@@ -184,7 +184,7 @@ def _scalar_valid(job, row) -> bool:
 def test_validity_masks_match_resolve_config(model, gpus, gbs, seq, pins):
     job, _, _ = prepare(model, "h100", gpus, gbs=gbs, seq=seq, **pins)
     space = enumerate_space(job.model, gpus, gbs, seq, job.node, False, job.pins)
-    reason, _, _ = validity(job.model, space, gbs, seq, job.node, False)
+    reason, _, _ = validity(job, space)
     assert space["tp"].size > 50
     disagree = [(dict(zip(KNOBS, (int(space[k][i]) for k in KNOBS))), REASONS[reason[i]] if reason[i] >= 0 else None)
                 for i in range(space["tp"].size)
@@ -204,7 +204,7 @@ def test_stage_pieces_and_dp_terms_match_step(model, gpu, gpus, gbs, seq, precis
     cluster = job.cluster(gpus)
     rng = np.random.default_rng(0)
     space = enumerate_space(job.model, gpus, gbs, seq, job.node, False, Pins())
-    reason, dp, m = validity(job.model, space, gbs, seq, job.node, False)
+    reason, dp, m = validity(job, space)
     valid = np.nonzero(reason < 0)[0]
     for i in rng.choice(valid, size=12, replace=False):
         row = {k: int(space[k][i]) for k in KNOBS}

@@ -74,8 +74,7 @@ def test_vectorised_and_scalar_paths_agree_on_random_layouts(case):
     model, gpu, gpus, gbs, seq, precision, fixed = JOBS[case]
     job, _, _ = prepare(model, gpu, gpus, gbs=gbs, seq=seq, precision=precision, **fixed)
     space = enumerate_space(job.model, gpus, gbs, seq, job.node, True, job.pins)   # tp across nodes too
-    reason, dp, m = validity(job.model, space, gbs, seq, job.node, job.allow_cross_node_tp, job.sequence_parallel,
-                             job.etp)
+    reason, dp, m = validity(job, space)
     rng = np.random.default_rng(case)
     picks = rng.choice(space["tp"].size, size=min(60, space["tp"].size), replace=False)
 
@@ -108,7 +107,7 @@ def test_the_scalar_refusal_names_the_rule_the_masks_apply():
     """resolve_config raises the message of the very rule the search counts the layout under."""
     job, _, _ = prepare("llama3-8b", "h100", 16, gbs=48, seq=4096, tp=[1, 2, 16], vpp=[1, 3])
     space = enumerate_space(job.model, 16, 48, 4096, job.node, False, job.pins)
-    reason, _, _ = validity(job.model, space, 48, 4096, job.node, False)
+    reason, _, _ = validity(job, space)
     seen = set()
     for i in np.nonzero(reason >= 0)[0]:
         layout = row(space, i)

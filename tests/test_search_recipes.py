@@ -77,7 +77,7 @@ def test_each_layout_keeps_the_cheapest_choice_that_fits():
     (step, storage) that fits, and every earlier choice does not fit."""
     job, _, _ = prepare("deepseek-v2-lite", "h800", 16, gbs=64, seq=4096, precision="fp8", headroom_gib=40.0)
     space = enumerate_space(job.model, 16, job.gbs, job.seq, job.node, False, job.pins, job.recompute_options)
-    reason, dp, m = validity(job.model, space, job.gbs, job.seq, job.node)
+    reason, dp, m = validity(job, space)
     live = np.nonzero(reason < 0)[0]
     rows = {k: v[live].copy() for k, v in space.items()}
     rows["dp"], rows["m"] = dp.reshape(-1)[live], m.reshape(-1)[live]

@@ -277,8 +277,7 @@ def evaluate_count(job: SearchJob, gpus: int, score_of, engine_ok=None) -> dict:
     model = job.model
     space = enumerate_space(model, gpus, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.pins,
                             job.recompute_options)
-    reason, dp, m = validity(model, space, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.sequence_parallel,
-                             job.etp, job.moe_a2a_overlap)
+    reason, dp, m = validity(job, space)
     reason = np.asarray(reason).reshape(-1)
     live = np.nonzero(reason < 0)[0]
     rows = {k: v[live] for k, v in space.items()}

@@ -278,16 +278,14 @@ def _with_dp_shard(block: dict[str, np.ndarray], gpus: int, gpus_per_node: int, 
             for k in full}
 
 
-def validity(model: ModelSpec, space: dict[str, np.ndarray], gbs: int, seq: int, gpus_per_node: int,
-             allow_cross_node_tp: bool = False, sequence_parallel: bool = True,
-             etp: int | None = None, moe_a2a_overlap: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(reason index into REASONS or -1 when valid, dp, micro-batches) for every layout: the rules
-    of validity.RULES (resolve_config's, the pipeline's and the search's policies), in their order."""
+def validity(job: SearchJob, space: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(reason index into REASONS or -1 when valid, dp, micro-batches) for every layout of the job's space: the
+    rules of validity.RULES (resolve_config's, the pipeline's and the search's policies), in their order."""
     knobs = Knobs(gpus=space["gpus"], tp=space["tp"], pp=space["pp"], cp=space["cp"], ep=space["ep"],
-                  vpp=space["vpp"], mbs=space["mbs"], seq=seq, gbs=gbs, schedule=space["schedule"],
-                  sequence_parallel=sequence_parallel, etp=etp, moe_a2a_overlap=moe_a2a_overlap,
+                  vpp=space["vpp"], mbs=space["mbs"], seq=job.seq, gbs=job.gbs, schedule=space["schedule"],
+                  sequence_parallel=job.sequence_parallel, etp=job.etp, moe_a2a_overlap=job.moe_a2a_overlap,
                   recompute=space["recompute"], dp_shard=space["dp_shard"], zero=space["zero"])
-    reason = first_broken(model, knobs, Policies(gpus_per_node, allow_cross_node_tp))
+    reason = first_broken(job.model, knobs, Policies(job.node, job.allow_cross_node_tp))
     return reason, knobs.dp, knobs.m
 
 
