@@ -20,7 +20,8 @@ Three kinds:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -68,29 +69,49 @@ _INTER, _DUAL = SCHEDULE_CODES[Schedule.interleaved], SCHEDULE_CODES[Schedule.du
 _FULL = RECOMPUTE_CODES[Recompute.full]
 
 
+@dataclass(kw_only=True)
 class Knobs:
     """The knobs the rules read, as ints (one layout) or numpy arrays (many), with dp and the
     micro-batches m derived. schedule is a SCHEDULE_CODES code, recompute a RECOMPUTE_CODES code (None:
     not known, its rules pass); gbs None skips the batch rules. dp_shard None is dp (full sharding);
-    zero None is not known (the rule that needs it passes)."""
+    zero None is not known (the rule that needs it passes); etp None is tp (Megatron's default)."""
 
-    def __init__(self, *, gpus, tp, pp, cp, ep, vpp, mbs, seq, schedule, gbs=None, sequence_parallel=True,
-                 etp=None, moe_a2a_overlap=False, recompute=None, dp_shard=None, zero=None):
+    gpus: Any
+    tp: Any
+    pp: Any
+    cp: Any
+    ep: Any
+    vpp: Any
+    mbs: Any
+    seq: Any
+    schedule: Any
+    gbs: int | None = None
+    sequence_parallel: Any = True
+    etp: Any = None
+    moe_a2a_overlap: bool = False
+    recompute: Any = None
+    dp_shard: Any = None
+    zero: Any = None
+    dp: Any = field(init=False)
+    replicas: Any = field(init=False)
+    """replicas of a ZeRO shard; 1 where dp_shard does not divide dp (R_DP_SHARD rejects those)"""
+    expert_dp: Any = field(init=False)
+    m: Any = field(init=False)
+
+    def __post_init__(self) -> None:
         self.gpus, self.tp, self.pp, self.cp, self.ep, self.vpp, self.mbs, self.seq = (
-            np.asarray(x) for x in (gpus, tp, pp, cp, ep, vpp, mbs, seq))
-        self.schedule = np.asarray(schedule)
-        self.sequence_parallel = np.asarray(sequence_parallel)
-        self.etp = self.tp if etp is None else np.asarray(etp)   # expert TP; Megatron's default is tp
-        self.moe_a2a_overlap = bool(moe_a2a_overlap)
-        self.recompute = np.asarray(-1 if recompute is None else recompute)
-        self.gbs = gbs
+            np.asarray(x) for x in (self.gpus, self.tp, self.pp, self.cp, self.ep, self.vpp, self.mbs, self.seq))
+        self.schedule = np.asarray(self.schedule)
+        self.sequence_parallel = np.asarray(self.sequence_parallel)
+        self.etp = self.tp if self.etp is None else np.asarray(self.etp)
+        self.moe_a2a_overlap = bool(self.moe_a2a_overlap)
+        self.recompute = np.asarray(-1 if self.recompute is None else self.recompute)
         self.dp = np.maximum(self.gpus // (self.tp * self.pp * self.cp), 1)
-        self.dp_shard = self.dp if dp_shard is None else np.asarray(dp_shard)
-        self.zero = np.asarray(-1 if zero is None else zero)
-        # replicas of a ZeRO shard; 1 where dp_shard does not divide dp (R_DP_SHARD rejects those)
+        self.dp_shard = self.dp if self.dp_shard is None else np.asarray(self.dp_shard)
+        self.zero = np.asarray(-1 if self.zero is None else self.zero)
         self.replicas = np.where(self.dp % self.dp_shard == 0, self.dp // np.maximum(self.dp_shard, 1), 1)
         self.expert_dp = np.maximum(self.tp * self.cp * self.dp // (self.etp * self.ep), 1)
-        self.m = None if gbs is None else np.maximum(gbs // (self.dp * self.mbs), 1)
+        self.m = None if self.gbs is None else np.maximum(self.gbs // (self.dp * self.mbs), 1)
 
 
 @dataclass(frozen=True)
