@@ -6,14 +6,15 @@ Running the prediction cases takes seconds; a plan needs their outcome at once, 
 and tests/test_evidence.py fails when the file no longer matches what the cases give (stale). The file
 holds, per prediction case: its layout as resolved (tools/search/evidence.py derives the evidence region from
 the layouts of the cases that pass), whether it passes, and its headline error (the first throughput
-figure it publishes, else GPU-hours). From them:
+figure it publishes, else GPU-hours), and every figure it publishes as predicted and published (`figures`, which
+README.md's accuracy table is rendered from: evals/readme_table.py). From them:
 
 - bands: the expected error of a plan by regime (REGIMES: dense at scale, dense small jobs, MoE), as
   the mean absolute error (MAPE) and the worst case of the held-out cases of that regime;
 - gaps: the cases that fail their tolerance or miss by more than GAP_ERROR, each with its model and
   error, so that a plan for that model says so.
 
-Published figures stay in evals/runs/*.yaml; this file holds only the model's errors against them.
+Published figures, with their sources, stay in evals/runs/*.yaml; this file copies only their values.
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ def build() -> dict:
             "layout": {"tp": cfg.tp, "pp": cfg.pp, "cp": cfg.cp, "ep": cfg.ep, "vpp": cfg.vpp, "zero": cfg.zero,
                        "schedule": cfg.schedule.value, "seq": cfg.seq},
             "passed": bool(result.status == "ok" and result.passed), "fits": bool(result.predicted.get("fits", True)), "held_out": not result.used_for_calibration,
-            "quantity": quantity, "error": None if quantity is None else round(float(result.error[quantity]), 4)})
+            "quantity": quantity, "error": None if quantity is None else round(float(result.error[quantity]), 4),
+            "run": case.run, "memory_gib": round(float(result.predicted["memory_gib_total"]), 1),
+            "figures": {name: {"predicted": float(f"{result.predicted[name]:.5g}"), "published": published,
+                               "error": round(float(result.error[name]), 4)} for name, published in result.published.items()}})
     gaps = [c for c in cases if c["error"] is not None and (not c["passed"] or abs(c["error"]) > GAP_ERROR)]
     return {"generated_by": "python -m trainplan.evals.summary", "cases": cases, "bands": bands(cases),
             "gaps": [c["id"] for c in gaps]}

@@ -33,6 +33,11 @@ def test_summary_is_not_stale():
         assert new["layout"] == old["layout"] and new["passed"] == old["passed"], (new["id"], "stale summary.json")
         if new["error"] is not None:
             assert new["error"] == pytest.approx(old["error"], abs=2e-3), (new["id"], "stale summary.json")
+        assert new["run"] == old["run"] and new["memory_gib"] == pytest.approx(old["memory_gib"], abs=0.15), new["id"]
+        assert new["figures"].keys() == old["figures"].keys(), (new["id"], "stale summary.json")
+        for name, figure in new["figures"].items():
+            assert figure["published"] == old["figures"][name]["published"], (new["id"], name, "stale summary.json")
+            assert figure["error"] == pytest.approx(old["figures"][name]["error"], abs=2e-3), (new["id"], name)
     assert fresh["gaps"] == stored["gaps"]
 
 

@@ -1,7 +1,14 @@
-"""Every documented example is also a test: the README's Python block runs as written."""
+"""Every documented example is also a test: the README's Python block runs as written, and its accuracy table
+is what evals/summary.json gives (evals/readme_table.py)."""
 
+import copy
 import re
 from pathlib import Path
+
+import pytest
+
+from trainplan.evals import readme_table
+from trainplan.tools.search.eval_summary import load_summary
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -28,3 +35,38 @@ def test_readme_links_stay_inside_the_repository():
             continue
         path = (root / target).resolve()
         assert path.is_relative_to(root) and path.exists(), target
+
+
+def test_accuracy_table_is_what_the_summary_gives():
+    """What CI runs: `python -m trainplan.evals.readme_table --check` fails when README.md's table is stale."""
+    assert readme_table.main(["--check"]) == 0
+    assert readme_table.splice(README.read_text(), readme_table.render()) == README.read_text()
+    assert "| Llama 3.1 405B, 15.6T tokens | GPU-hours |" in readme_table.render()
+
+
+def test_check_fails_on_a_stale_table_and_write_mends_it(tmp_path, capsys):
+    table = readme_table.render()
+    stale = tmp_path / "README.md"
+    stale.write_text(README.read_text().replace(table, table.replace("MAPE 15.5%", "MAPE 12.5%")))
+    assert readme_table.main(["--check", "--readme", str(stale)]) == 1
+    assert "out of step with evals/summary.json" in capsys.readouterr().err
+    assert readme_table.main(["--write", "--readme", str(stale)]) == 0
+    assert stale.read_text() == README.read_text()
+    assert readme_table.main(["--check", "--readme", str(stale)]) == 0
+
+
+def test_the_table_follows_the_summary_and_its_prose_checks_its_premises():
+    summary = copy.deepcopy(load_summary())
+    case = next(c for c in summary["cases"] if c["id"] == "bloom-176b")
+    case["figures"]["step_s"].update(predicted=99.0, error=-0.0544)
+    assert "| 99.0 s | 104.7 s | -5% |" in readme_table.render(summary)
+    next(c for c in summary["cases"] if c["id"] == "titan-llama2-13b-a100-noac")["fits"] = True
+    with pytest.raises(ValueError, match="13B row does not fit"):
+        readme_table.render(summary)
+
+
+def test_a_readme_without_the_markers_is_refused(tmp_path, capsys):
+    bare = tmp_path / "README.md"
+    bare.write_text("# no table\n")
+    assert readme_table.main(["--check", "--readme", str(bare)]) == 2
+    assert "accuracy-table:start" in capsys.readouterr().err
