@@ -9,9 +9,7 @@ Dataset -> Case -> Evaluator -> Report (after pydantic_evals):
 - report.py: the Markdown report with a text plot of predicted against published.
 
 `trainplan eval` is the command line; benchmarks/bench_accuracy.py prints the accuracy table.
+
+This package imports nothing: tools/search/eval_summary.py reads summary.json as its package data, and a lower
+layer must not load the evals (which call the planner) by doing so.
 """
-
-from .dataset import Dataset, load_dataset
-from .runner import run_eval
-
-__all__ = ["Dataset", "load_dataset", "run_eval"]

@@ -144,3 +144,23 @@ def test_no_import_circle():
         if node not in index:
             visit(node)
     assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_importing_the_calculators_loads_no_layer_above_them():
+    """At run time too: importing every tools/ module (what `import` statements and package data reads do)
+    loads no module of agent, prompts, evals or the CLI. An import the AST check cannot see, such as
+    importlib.resources reading a package that imports its own modules, shows here."""
+    import subprocess
+    import sys
+
+    modules = sorted(m for m in (_module_of(p) for p in _sources()) if m.startswith("trainplan.tools"))
+    code = ("import importlib, sys\n"
+            f"for name in {modules!r}:\n"
+            "    importlib.import_module(name)\n"
+            "print('\\n'.join(sorted(sys.modules)))\n")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            timeout=120).stdout.split()
+    above = [m for m in loaded if m.startswith(("trainplan.agent", "trainplan.prompts", "trainplan.evals.",
+                                                 "trainplan.cli"))]
+    assert len(modules) > 40
+    assert not above, f"tools/ loads modules of a higher layer: {above}"

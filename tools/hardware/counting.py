@@ -14,6 +14,8 @@ Megatron's 72 B s L h^2 (1 + s/(6h) + V/(12 h L)) per iteration (Korthikanti et 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from dataclasses import dataclass
 
 from trainplan.tools.hardware.specs import ModelSpec
@@ -170,6 +172,7 @@ def mtp_module_params(model: ModelSpec) -> int:
     return layer_params(model, model.num_layers).total + 2 * h * h + 3 * norm_params(model, h)
 
 
+@lru_cache(maxsize=128)
 def count_params(model: ModelSpec) -> ParamCounts:
     """Exact parameter counts: embedding V e (+ P h positions, + embedding norm), blocks, head e V unless tied."""
     h, e = model.hidden_size, _embedding_dim(model)
@@ -233,6 +236,7 @@ def layer_flops_per_token(model: ModelSpec, layer_index: int, seq: int, causal: 
     return flops
 
 
+@lru_cache(maxsize=1024)
 def flops_per_token(model: ModelSpec, seq: int, causal: bool = False, include_mtp: bool = False) -> FlopCounts:
     """Forward FLOPs per token of the whole model at sequence length ``seq``.
 

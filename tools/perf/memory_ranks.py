@@ -5,6 +5,7 @@ chunks and DualPipe's pairs included) and the model's parameters split by how TP
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -89,7 +90,9 @@ class ModelParts:
     final_norm: float
 
 
+@lru_cache(maxsize=128)
 def model_parts(model: ModelSpec) -> ModelParts:
+    """The model's parameter parts, computed once per model (ModelSpec is frozen; the parts are only read)."""
     counts = count_params(model)
     embed_vocab = model.vocab_size * (model.embedding_dim or model.hidden_size)
     return ModelParts(
