@@ -55,6 +55,7 @@ from trainplan.tools.hardware import catalog
 from trainplan.tools.config.contract import FINE_TUNING_KNOBS, Job, Layout, SearchOptions, optional_model
 from trainplan.tools.core.errors import InputError
 
+from . import request_amounts as amounts
 from . import request_rules as rules
 from . import request_steering as steering
 from .request_text import RequestText
@@ -124,12 +125,12 @@ def parse_partial(text: str) -> PlanRequest:
     steering.read_attention(t, found)
     rules.read_model_name(t, found)
     rules.read_gpu(t, found)
-    rules.read_sequence_in_tokens(t, found)   # before the training tokens: 'at 4096 tokens' is a sequence
-    rules.read_tokens(t, found)
-    rules.read_sequence_and_batch(t, found)
-    rules.read_money(t, found)
-    rules.read_goodput(t, found)
-    rules.read_deadline(t, found)
+    amounts.read_sequence_in_tokens(t, found)   # before the training tokens: 'at 4096 tokens' is a sequence
+    amounts.read_tokens(t, found)
+    amounts.read_sequence_and_batch(t, found)
+    amounts.read_money(t, found)
+    amounts.read_goodput(t, found)
+    amounts.read_deadline(t, found)
     rules.read_counts(t, found)
     steering.read_limit(t, found)   # before the objective: 'cheapest GPU that fits' asks a limit
     steering.read_objective(t, found)

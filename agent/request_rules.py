@@ -1,4 +1,5 @@
-"""The rules that read a plain-language request, one function per part of it.
+"""The rules that read the names (paths, models, GPUs) and the GPU counts in a plain-language request, one
+function per part of it; the amounts with units are agent/request_amounts.py's.
 
 Each rule reads what it understands from a RequestText, marks those characters as read and puts
 the values in `found` (the PlanRequest fields). Rules run in the order parse_partial (agent/request.py)
@@ -24,16 +25,12 @@ from trainplan.tools.core import safe_json
 from trainplan.tools.hardware.catalog.names import (
     family_mentions, gpu_mentions, key, model_by_family_and_size, split_gpu_name, split_model_name,
 )
-from trainplan.tools.perf.cost import MAX_TRAINING_TOKENS
 from trainplan.tools.core.errors import InputError
 
-from .request_text import DECIMAL, MULT, NUM, STOPWORDS, RequestText, number
+from .request_text import NUM, STOPWORDS, RequestText, number
 
 MAX_GPUS = 2**20
 """Most GPUs a request may name (1,048,576; the largest published runs use 16,384 to 100,000)."""
-CJK_MULT = {"万亿": 1e12, "亿": 1e8, "万": 1e4}
-"""Chinese multipliers: '15万亿' = 15e12, '200万' = 2e6."""
-_ANY_MULT = rf"(?:万亿|亿|万|{MULT})"
 _NODE = (r"(?:nodes?|servers?|machines?|hosts?|boxes|dgx(?:[\s-]*[abh]\d{3})?s?|hgx(?:[\s-]*[abh]\d{3})?s?"
          r"|台(?:机器|服务器)?|个?节点|ノード|노드)")
 _CLASSIFIER = r"(?:张|块|卡|枚|개|장)"
@@ -47,12 +44,7 @@ _AT_LEAST_AFTER = r"\s*(?:at\s+least|min(?:imum)?|or\s+more|以上)(?![a-z])"
 EXAMPLE = '"Llama 3 70B on 512 H100s for 15T tokens"'
 
 
-def _scale(suffix: str | None) -> float:
-    suffix = (suffix or "").lower()
-    return CJK_MULT.get(suffix) or DECIMAL.get(suffix, 1.0)
-
-
-def _written(t: RequestText, start: int, end: int) -> str:
+def written_at(t: RequestText, start: int, end: int) -> str:
     return t.text[start:end].strip()
 
 
@@ -242,16 +234,16 @@ def _unknown_gpu(t: RequestText) -> str | None:
 
 # --- counts -------------------------------------------------------------------------------------------
 
-_COUNT = rf"({NUM})\s*(k(?![a-z]))?"
+COUNT_PATTERN = rf"({NUM})\s*(k(?![a-z]))?"
 """A count, with an optional binary k: GPU counts are quoted in binary ('16k H100s' = 16,384)."""
 
 
-def _count(t: RequestText, match: re.Match, what: str, group: int = 1, phrase_end: int | None = None) -> int:
-    """The whole positive count of a _COUNT match at `group` (its k at group + 1); an error quotes
+def whole_count(t: RequestText, match: re.Match, what: str, group: int = 1, phrase_end: int | None = None) -> int:
+    """The whole positive count of a COUNT_PATTERN match at `group` (its k at group + 1); an error quotes
     the text up to phrase_end ('-512 H100s')."""
     start, end = match.span(group)
     k = match.group(group + 1)
-    written = _written(t, start, phrase_end or (match.end(group + 1) if k else end))
+    written = written_at(t, start, phrase_end or (match.end(group + 1) if k else end))
     if t.negative_at(start):
         raise InputError(f"'-{written}' is not a number of {what}: write a positive whole number, "
                          f"e.g. {EXAMPLE}")
@@ -293,7 +285,7 @@ def _bound(t: RequestText, start: int, end: int, words_before: str, words_after:
 def _set_gpus(t: RequestText, found: dict[str, Any], gpus: int, start: int, end: int,
               per_node: int | None = None) -> None:
     if gpus > MAX_GPUS:
-        raise InputError(f"'{_written(t, start, end)}' is {gpus:,} GPUs, more than {MAX_GPUS:,}: check the count")
+        raise InputError(f"'{written_at(t, start, end)}' is {gpus:,} GPUs, more than {MAX_GPUS:,}: check the count")
     at_least, start, end = _bound(t, start, end, _AT_LEAST_BEFORE, _AT_LEAST_AFTER)
     if at_least:
         found["gpus_at_least"] = True  # the search has no lower bound: the plan uses the count (planner says so)
@@ -310,9 +302,9 @@ def read_counts(t: RequestText, found: dict[str, Any]) -> None:
     _read_count(t, found)
     if "gpus_per_node" in found:
         return
-    per_node = t.take(rf"{_COUNT}\s*(?:{_GPU_WORD}\s*)?(?:per|/|a|each|in\s+each|on\s+each|every)\s*{_NODE}(?![a-z])", 1)
+    per_node = t.take(rf"{COUNT_PATTERN}\s*(?:{_GPU_WORD}\s*)?(?:per|/|a|each|in\s+each|on\s+each|every)\s*{_NODE}(?![a-z])", 1)
     if per_node:
-        found["gpus_per_node"] = _count(t, per_node, "GPUs per node", 1, per_node.end())
+        found["gpus_per_node"] = whole_count(t, per_node, "GPUs per node", 1, per_node.end())
 
 
 def _read_count(t: RequestText, found: dict[str, Any]) -> None:
@@ -321,52 +313,52 @@ def _read_count(t: RequestText, found: dict[str, Any]) -> None:
     'N GPUs', 'N nodes' (x the GPU's gpus_per_node), or 'one H100' / 'a single H100' (1). 'up to N' / 'at
     most N' make it max_gpus."""
     span = found.get("_spans", {}).get("gpu")
-    nodes_of = rf"{_COUNT}\s*(?:[x×*]\s*)?{_NODE}\s*(?:,\s*)?(?:each\s+|每(?:个|台)?(?:节点|机器)?\s*)?" \
-               rf"(?:of|with|having|containing|x|×|\*|each\s+with)?\s*(?:each\s+)?{_COUNT}"
+    nodes_of = rf"{COUNT_PATTERN}\s*(?:[x×*]\s*)?{_NODE}\s*(?:,\s*)?(?:each\s+|每(?:个|台)?(?:节点|机器)?\s*)?" \
+               rf"(?:of|with|having|containing|x|×|\*|each\s+with)?\s*(?:each\s+)?{COUNT_PATTERN}"
     for match in t.matches(nodes_of, 1):
         end = _gpu_phrase_end(t, match.end(), span)
         if end is not None:
-            per_node = _count(t, match, "GPUs per node", 3, end)
-            _set_gpus(t, found, _count(t, match, "nodes", 1, end) * per_node, match.start(), end, per_node)
+            per_node = whole_count(t, match, "GPUs per node", 3, end)
+            _set_gpus(t, found, whole_count(t, match, "nodes", 1, end) * per_node, match.start(), end, per_node)
             return
-    for match in t.matches(_COUNT, 1):
+    for match in t.matches(COUNT_PATTERN, 1):
         end = _gpu_phrase_end(t, match.end(), span)
         if end is None:
             continue
         per = re.match(rf"\s*(?:per|/|a|each|in\s+each|on\s+each|every)\s*{_NODE}", t.text[end:end + 32],
                        re.IGNORECASE)
         if per:  # '8 H100s per node' with 'N nodes' elsewhere
-            nodes = next(t.matches(rf"{_COUNT}\s*(?:[x×*]\s*)?{_NODE}(?![a-z])", 1), None)
+            nodes = next(t.matches(rf"{COUNT_PATTERN}\s*(?:[x×*]\s*)?{_NODE}(?![a-z])", 1), None)
             if nodes is None or nodes.start() == match.start():
                 continue
-            per_node = _count(t, match, "GPUs per node", 1, end)
+            per_node = whole_count(t, match, "GPUs per node", 1, end)
             t.mark(end, end + per.end())
             t.mark(*nodes.span())
-            _set_gpus(t, found, _count(t, nodes, "nodes") * per_node, match.start(1), end, per_node)
+            _set_gpus(t, found, whole_count(t, nodes, "nodes") * per_node, match.start(1), end, per_node)
             return
         window = t.before(match.start(1), 24)
-        product = re.search(rf"{_COUNT}\s*[x×*]\s*$", window, re.IGNORECASE)
+        product = re.search(rf"{COUNT_PATTERN}\s*[x×*]\s*$", window, re.IGNORECASE)
         if product:  # '64 x 8 H100': 64 nodes of 8
-            per_node = _count(t, match, "GPUs per node", 1, end)
-            nodes = _count(t, product, "nodes")
+            per_node = whole_count(t, match, "GPUs per node", 1, end)
+            nodes = whole_count(t, product, "nodes")
             _set_gpus(t, found, nodes * per_node, match.start(1) - len(window) + product.start(), end, per_node)
             return
-        _set_gpus(t, found, _count(t, match, "GPUs", 1, end), match.start(1), end)
+        _set_gpus(t, found, whole_count(t, match, "GPUs", 1, end), match.start(1), end)
         return
     if span:  # 'H100 x 512', 'H100: 512', 'H100を512枚'
-        after = re.compile(rf"\s*(?:gpus?|cards)?\s*(?:[x×*:]|を|が)\s*{_COUNT}\s*{_CLASSIFIER}?",
+        after = re.compile(rf"\s*(?:gpus?|cards)?\s*(?:[x×*:]|を|が)\s*{COUNT_PATTERN}\s*{_CLASSIFIER}?",
                            re.IGNORECASE).match(t.text, span[1], span[1] + 48)
         if after and not t.is_read(*after.span(1)):
-            _set_gpus(t, found, _count(t, after, "GPUs", 1, after.end()), after.start(), after.end())
+            _set_gpus(t, found, whole_count(t, after, "GPUs", 1, after.end()), after.start(), after.end())
             return
-    count = next(t.matches(rf"{_COUNT}\s*(?:[x×*]\s*)?{_GPU_WORD}", 1), None)
+    count = next(t.matches(rf"{COUNT_PATTERN}\s*(?:[x×*]\s*)?{_GPU_WORD}", 1), None)
     if count:
-        _set_gpus(t, found, _count(t, count, "GPUs", 1, count.end()), count.start(1), count.end())
+        _set_gpus(t, found, whole_count(t, count, "GPUs", 1, count.end()), count.start(1), count.end())
         return
-    nodes = next(t.matches(rf"{_COUNT}\s*(?:[x×*]\s*)?{_NODE}(?![a-z])", 1), None)
+    nodes = next(t.matches(rf"{COUNT_PATTERN}\s*(?:[x×*]\s*)?{_NODE}(?![a-z])", 1), None)
     if nodes:
         per_node = catalog.load_gpu(found["gpu"]).gpus_per_node if "gpu" in found else 8
-        _set_gpus(t, found, _count(t, nodes, "nodes", 1, nodes.end()) * per_node, nodes.start(1), nodes.end())
+        _set_gpus(t, found, whole_count(t, nodes, "nodes", 1, nodes.end()) * per_node, nodes.start(1), nodes.end())
         return
     if span:  # 'on one RTX 4090', 'two 4090s', 'a pair of A100s' ('one H100 node' is a node, read above or not at all)
         window = t.before(span[0], 24)
@@ -388,151 +380,3 @@ _COUNT_WORDS = {"one": 1, "a single": 1, "single": 1, "a pair of": 2, "two": 2, 
                 "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "sixteen": 16}
 """GPU counts written as words, right before the GPU ('two 4090s', 'eight H100s'); larger counts are
 written in digits."""
-
-
-# --- amounts with units ---------------------------------------------------------------------------------
-
-_PER_BATCH = r"\s*(?:per|/|a|each)\s*(?:global\s*)?(?:batch|step|iteration)"
-
-
-def _amount(t: RequestText, match: re.Match, what: str, group: int = 1) -> float:
-    """A positive amount with its multiplier (group + 1): '15T', '300 billion', '15万亿'."""
-    start = match.start(group)
-    written = _written(t, start, match.end())
-    if t.negative_at(start):
-        raise InputError(f"'-{written}' is negative: write a positive number of {what}, e.g. {EXAMPLE}")
-    value = number(match.group(group)) * _scale(match.group(group + 1))
-    if value <= 0:
-        raise InputError(f"'{written}' must be more than zero {what}: e.g. {EXAMPLE}")
-    return value
-
-
-def read_tokens(t: RequestText, found: dict[str, Any]) -> None:
-    """Tokens per batch ('4M tokens per batch': gbs = tokens / seq, K and M read as 2^10 and 2^20 as
-    batch sizes are quoted) and training tokens ('15T tokens', '300 billion tokens', '15T token')."""
-    batch = (t.take(rf"({NUM})\s*({_ANY_MULT})?\s*tokens?{_PER_BATCH}")
-             or t.take(rf"batch(?:\s*size)?\s*(?:of|:|=|is)?\s*({NUM})\s*({_ANY_MULT})?\s*tokens?(?![a-z])"))
-    if batch:
-        suffix = (batch.group(2) or "").lower()
-        binary = {"k": 2**10, "m": 2**20}.get(suffix)
-        found["batch_tokens"] = _amount(t, batch, "tokens per batch") * (binary / _scale(suffix) if binary else 1)
-    for match in t.matches(rf"({NUM})\s*({_ANY_MULT})?\s*(?:个\s*)?(?:training\s+)?(?:tokens?(?![a-z])|トークン|토큰)", 1):
-        if re.match(r"\s*(?:sequences?|context|seq)", t.text[match.end():match.end() + 12], re.IGNORECASE):
-            continue
-        tokens = _amount(t, match, "tokens")
-        if tokens > MAX_TRAINING_TOKENS:
-            raise InputError(f"'{_written(t, *match.span())}' is {tokens:.3g} tokens, more than "
-                             f"{MAX_TRAINING_TOKENS:.0e} "
-                             "(the largest published runs train on tens of T): check the number and its unit")
-        found["tokens"] = tokens
-        t.mark(*match.span())
-        return
-    labelled = t.first(rf"(?<![a-z])(?:training\s+)?tokens?\s*(?::|=|of|is)\s*-?({NUM})\s*({_ANY_MULT})?(?![a-z0-9])", 1)
-    if labelled:  # 'tokens: 15T'
-        found["tokens"] = _amount(t, labelled, "tokens")
-        t.mark(*labelled.span())
-        return
-    # 'train for 1T' / 'for 300B': a B or T amount after 'for' with no other unit is a token count
-    bare = t.first(rf"(?<![a-z])for\s+-?({NUM})\s*(b|t|billion|trillion)(?![a-z0-9])"
-                   r"(?!\s*(?:-?\s*param|model|llm|dense|moe))", 1)
-    if bare:
-        found["tokens"] = _amount(t, bare, "tokens")
-        t.mark(*bare.span())
-
-
-SEQ_LENGTH_UNIT = 256
-"""'at N tokens' is a sequence length only when N is a multiple of this (4096, 8k); '100000 tokens' is data."""
-
-
-def read_sequence_in_tokens(t: RequestText, found: dict[str, Any]) -> None:
-    """A sequence length written in tokens, read before the training tokens so that it is not taken for
-    them: 'at 4096 tokens', 'with 8k tokens' (no per-second, per-batch or per-GPU after it), '32k tokens
-    per sequence', '4,096 tokens each'."""
-    seq = t.take(rf"{_COUNT}[\s-]*tokens?\s*(?:per|/|a|each|in\s+each)\s*(?:sequence|sample|seq|example)s?(?![a-z])")
-    if seq is None:  # 'at 4096 tokens': a sequence only when it is a length one (a multiple of 256 tokens)
-        at = t.first(rf"(?<![a-z])(?:at|with)\s+{_COUNT}[\s-]*tokens?(?![a-z])"
-                     r"(?!\s*(?:per|/|a\s|each|of\s+(?:data|text|training))|\s*(?:in|for)\s+total)")
-        if at and number(at.group(1)) * (1024 if at.group(2) else 1) % SEQ_LENGTH_UNIT == 0:
-            seq = at
-            t.mark(*at.span())
-    if seq:
-        found["seq"] = _count(t, seq, "tokens of sequence")
-
-
-def read_sequence_and_batch(t: RequestText, found: dict[str, Any]) -> None:
-    """seq ('sequence length 8192', 'seq 4k', '8k context'; k = 1024), mbs ('micro-batch size 2', 'mbs=2')
-    and gbs ('global batch 1024', 'gbs=256', '512 sequences per batch')."""
-    seq = (t.take(rf"(?:sequence(?:\s*length)?|seq(?:uence)?[\s_-]*len(?:gth)?|seq|context(?:\s*length)?|ctx|"
-                  rf"序列长度|上下文)\s*(?:of|:|=|is)?\s*{_COUNT}")
-           or t.take(rf"{_COUNT}[\s-]*(?:tokens?[\s-]*)?(?:context|sequences?(?![\s-]*(?:per|/|a\s|each))|"
-                     r"seq(?:uence)?[\s-]*len(?:gth)?|seq)(?![a-z])"))
-    if seq:
-        found["seq"] = _count(t, seq, "tokens of sequence")
-    mbs = t.take(rf"(?<![a-z])(?:mbs|micro[\s_-]*batch(?:[\s_-]*size)?)\s*(?:of|:|=|is)?\s*{_COUNT}")
-    if mbs:  # before gbs: 'micro-batch size 4' holds 'batch size 4'
-        found["mbs"] = _count(t, mbs, "sequences per micro-batch")
-    gbs = (t.take(rf"(?:global[\s_-]*batch(?:[\s_-]*size)?|batch[\s_-]*size|gbs)\s*(?:of|:|=|is)?\s*{_COUNT}"
-                  r"(?!\s*(?:thousand|million|billion|trillion|[mbt])?\s*tokens)")
-           or t.take(rf"{_COUNT}\s*sequences?{_PER_BATCH}"))
-    if gbs:
-        found["gbs"] = _count(t, gbs, "sequences per batch")
-
-
-def read_money(t: RequestText, found: dict[str, Any]) -> None:
-    """price ('$2/GPU-hour', '$2.5 per GPU hour') and budget_usd ('budget $2M', '$500K budget',
-    'under $2M', 'no more than 2 million dollars', '预算200万美元')."""
-    price = (t.take(rf"(?:(?:at|under|below|for|of|price)\s*:?\s*)?\$\s*({NUM})\s*(?:/|per|an|a)\s*(?:gpu[\s/-]*)?(?:h|hr|hour)(?![a-z])")
-             or t.take(rf"({NUM})\s*(?:usd|dollars?|\$)\s*(?:/|per|an|a)\s*(?:gpu[\s-]*)?(?:h|hr|hour)(?![a-z])"))
-    if price:
-        found["price"] = _positive_price(t, price)
-    dollars = rf"(?:\$\s*({NUM})\s*({_ANY_MULT})?(?![0-9])|({NUM})\s*({_ANY_MULT})?\s*(?:usd|dollars|美元|ドル)(?![a-z]))"
-    budget = (t.take(rf"(?:budget|预算|予算)\s*(?:of|:|=|is)?\s*(?:under\s*|up\s*to\s*|at\s*most\s*)?{dollars}")
-              or t.take(rf"{dollars}\s*(?:budget|or\s*less|max(?:imum)?|total|cap|以内)(?![a-z])")
-              or t.take(rf"(?:under|below|at\s*most|no\s*more\s*than|max(?:imum)?|within|up\s*to|spend|for|costs?|with)\s*"
-                        rf"(?:of\s*)?{dollars}(?!\s*(?:/|per|an?\s)\s*(?:gpu|h))"))
-    if budget:
-        group = 1 if budget.group(1) else 3
-        found["budget_usd"] = _amount(t, budget, "dollars", group)
-
-
-def read_goodput(t: RequestText, found: dict[str, Any]) -> None:
-    """goodput: '80% goodput', 'goodput 0.95', 'goodput of 90%' (a share of wall-clock time, in (0, 1])."""
-    match = (t.take(rf"({NUM})\s*(%)\s*goodput(?![a-z])")
-             or t.take(rf"(?<![a-z])goodput\s*(?:of|:|=|is|at)?\s*-?({NUM})\s*(%)?"))
-    if match:
-        value = number(match.group(1)) / (100 if match.group(2) else 1)
-        if t.negative_at(match.start(1)) or not 0 < value <= 1:
-            raise InputError(f"'{_written(t, *match.span())}' is not a goodput: it is the share of wall-clock time "
-                             "that trains, e.g. 90% goodput")
-        found["goodput"] = value
-
-
-def _positive_price(t: RequestText, match: re.Match) -> float:
-    if t.negative_at(match.start(1)) or number(match.group(1)) <= 0:
-        raise InputError(f"'{_written(t, *match.span())}' is not a price: write e.g. $2/GPU-hour")
-    return number(match.group(1))
-
-
-_DAY_UNITS = {"d": 1.0, "day": 1.0, "days": 1.0, "天": 1.0, "日": 1.0, "일": 1.0, "week": 7.0, "weeks": 7.0,
-              "wk": 7.0, "wks": 7.0, "周": 7.0, "週": 7.0, "週間": 7.0, "주": 7.0, "month": 30.0, "months": 30.0,
-              "个月": 30.0, "ヶ月": 30.0, "か月": 30.0, "개월": 30.0}
-
-
-def read_deadline(t: RequestText, found: dict[str, Any]) -> None:
-    """deadline_days: 'within 30 days', 'in 4 weeks', 'deadline 30 days', '30 days or less',
-    'in a month', '30天内'. A month is 30 days."""
-    units = r"(days?|d|weeks?|wks?|months?)(?![a-z])"
-    cue = r"(?:within|in|under|deadline(?:\s*(?:of|is))?|by|less\s*than|at\s*most|no\s*more\s*than|max(?:imum)?|up\s*to|" \
-          r"finish(?:ed)?\s*in|done\s*in|take\s*(?:at\s*most|no\s*more\s*than)?)"
-    match = (t.take(rf"{cue}\s*:?\s*-?({NUM})\s*{units}")
-             or t.take(rf"({NUM})[\s-]*{units}\s*(?:deadline|or\s*less|max(?:imum)?|at\s*most)(?![a-z])")
-             or t.take(rf"({NUM})\s*(天|日|일|週間|周|週|주|个月|ヶ月|か月|개월)(?:内|以内|之内|이내)?"))
-    if match:
-        days = number(match.group(1))
-        if t.negative_at(match.start(1)) or days <= 0:
-            raise InputError(f"'{_written(t, *match.span())}' is not a deadline: write e.g. within 30 days")
-        found["deadline_days"] = days * _DAY_UNITS[match.group(2).lower()]
-        return
-    word = t.take(rf"{cue}\s*(?:a|one)\s*(day|week|month)(?![a-z])")
-    if word:
-        found["deadline_days"] = _DAY_UNITS[word.group(1).lower()]
