@@ -38,6 +38,7 @@ from trainplan.tools.perf.estimate import estimate
 from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, is_lora
 from trainplan.tools.core.enums import LoraTargets, Method
 from trainplan.tools.config.contract import FINE_TUNING_KNOBS, default_seq
+from trainplan.tools.config import engines as engine_registry
 from trainplan.tools.config.plan_defaults import DEADLINE_MARGIN, DEFAULT_HEADROOM, FINETUNE_SOURCE, default_gbs, default_gbs_reason
 from trainplan.tools.core.file_access import user_named_files
 from trainplan.agent.registry import dispatch, estimate_kwargs
@@ -57,18 +58,18 @@ OBJECTIVE = "throughput"
 PLAN_HEADROOM = DEFAULT_HEADROOM
 """Share of GPU memory the offline planner keeps free when some layout allows it: the one default
 of search and plan (tools.plan_defaults), also the report's headroom risk threshold."""
-DEFAULT_ENGINE = "megatron"
+DEFAULT_ENGINE = engine_registry.DEFAULT_ENGINE
 """Whose launch settings a plan carries when the request names no engine (the search is then not
 restricted to one engine) and Megatron-LM runs the recommended layout."""
-LAUNCH_FALLBACK = ("torchtitan", "deepspeed", "accelerate")
+LAUNCH_FALLBACK = engine_registry.LAUNCH_FALLBACK
 """When DEFAULT_ENGINE cannot run the recommended layout (e.g. ZeRO-2 with pipeline parallelism), the
-first of these that can (tools/engines/support.py) carries the launch settings instead."""
-PLAN_ENGINES = (DEFAULT_ENGINE, LAUNCH_FALLBACK[0])
+first of these that can (tools/config/engines.py launch_order) carries the launch settings instead."""
+PLAN_ENGINES = engine_registry.PLAN_ENGINES
 """A request that names no engine is planned once for each of these, each scored with its own kernels
 and limits (Megatron-LM: Transformer Engine attention, bf16 parameters; torchtitan: SDPA's
-FlashAttention-2, FSDP2's fp32 parameters; export/support.py), and the engine whose best layout wins
+FlashAttention-2, FSDP2's fp32 parameters; tools/config/engines.py plan_candidate), and the engine whose best layout wins
 by the objective carries the plan: one engine per plan, end to end."""
-ADAPTER_ENGINE = "axolotl"
+ADAPTER_ENGINE = engine_registry.ADAPTER_ENGINE
 """The engine of a LoRA/QLoRA request that names none: the offline search keeps the layouts it runs
 (data parallel with ZeRO/FSDP, as practitioners fine-tune with PEFT) when one fits, and the plan carries
 its launch settings (Megatron's arguments have no adapters)."""

@@ -37,6 +37,7 @@ from trainplan.tools.perf.finetune import model_states_sentence
 from trainplan.tools.perf.memory_hints import largest_component, memory_fixes, phrase
 from trainplan.tools.perf.pipeline_events import PipelineEvent, PipelineResult
 from trainplan.tools.perf.pipeline_render import render_ascii, render_mermaid
+from trainplan.tools.config.engines import ENGINE_LIST, NON_HF_TRAINER_ENGINES
 from trainplan.tools.config.plan_defaults import DEFAULT_HEADROOM
 
 from .prose import neutralise_line
@@ -110,7 +111,7 @@ class Grounding(BaseModel):
 class Launch(BaseModel):
     """Launch settings for the recommended layout in one engine (tools/engines)."""
 
-    engine: str = Field(description="megatron, deepspeed, torchtitan, accelerate, axolotl, llamafactory or trl")
+    engine: str = Field(description=ENGINE_LIST)
     filename: str | None = Field(default=None, description="suggested file name")
     format: str | None = Field(default=None, description="args, json, toml or yaml")
     content: str | None = Field(default=None, description="the file or command-line arguments")
@@ -178,7 +179,8 @@ class PlanReport(BaseModel):
         config = recommended.get("config")
         text = render("report.md.j2", report=self, r=self.recommended, config=config, comm_s=comm_s,
                       request_quote=neutralise_line(self.request_text, max_chars=4000),
-                      states_sentence=model_states_sentence(config) if config else "")
+                      states_sentence=model_states_sentence(config) if config else "",
+                      non_hf_trainer_engines=", ".join(NON_HF_TRAINER_ENGINES))
         return re.sub(r"\n{3,}", "\n\n", text)
 
     def to_summary(self) -> str:

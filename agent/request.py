@@ -31,8 +31,8 @@ What it reads (case and word order do not matter; full-width and CJK text is rea
 
 - gpus as a lower bound: "at least 256 H100s", "256 GPUs or more" (gpus_at_least: the search has no
   lower bound, so the plan uses 256 and says so);
-- engine: "using DeepSpeed", "with torchtitan", "in Megatron-LM", "Axolotl", "LLaMA-Factory", "TRL",
-  "HF Accelerate" (tools/engines/support.py); an engine the text refuses ("not DeepSpeed") sets nothing
+- engine: "using DeepSpeed", "with torchtitan", "in Megatron-LM", or any engine of tools/config/engines.py
+  written as its profile's pattern matches ("LLaMA-Factory", "HF Accelerate"); an engine the text refuses ("not DeepSpeed") sets nothing
   and stays in `unparsed`. Two engines named at once raise InputError.
 
 Impossible counts ("-512 H100s", "512.5 H100s", "for -15T tokens"), any other negative number ("TP -8",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from trainplan.tools.config.engines import ENGINE_PROFILES
 from trainplan.tools.core.errors import InputError
 
 from .request_text import RequestText
@@ -166,17 +167,8 @@ def read_method(t: RequestText, found: dict[str, Any]) -> None:
         found["fine_tuning"] = True
 
 
-ENGINES = {
-    "megatron": r"megatron(?:[\s-]*(?:lm|core))?(?![\s-]*turing)",
-    "deepspeed": r"deep[\s-]*speed",
-    "torchtitan": r"torch[\s-]*titan",
-    "accelerate": r"(?:hf|hugging[\s-]*face)[\s-]*accelerate|accelerate(?=\s+(?:launch|library|fsdp|config))",
-    "axolotl": r"axolotl",
-    "llamafactory": r"llama[\s-]*factory",
-    "trl": r"trl",
-}
-"""How the engines of tools/engines/support.py are written: 'Megatron-LM', 'DeepSpeed', 'torchtitan',
-'HF Accelerate', 'Axolotl', 'LLaMA-Factory', 'TRL'."""
+ENGINES = {profile.name: profile.pattern for profile in ENGINE_PROFILES}
+"""How the engines of tools/config/engines.py are written (each profile's pattern, for its `spelled` name)."""
 
 
 def read_engine(t: RequestText, found: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""`trainplan export`: launch settings for Megatron-LM, DeepSpeed, torchtitan or Accelerate from one layout."""
+"""`trainplan export`: launch settings for one engine of tools/config/engines.py from one layout."""
 
 from __future__ import annotations
 

@@ -53,6 +53,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_fie
 
 from trainplan.tools.core.bounds import MAX_PRICE_PER_GPU_HOUR, MIN_GOODPUT
 from trainplan.tools.core.errors import InputError
+from trainplan.tools.config.engines import ENGINE_LIST
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT, DEFAULT_GBS_RULE, DEFAULT_HEADROOM, EVIDENCE_MARGIN, FINETUNE_SEQ, default_gbs
 from trainplan.tools.config.resolve import DEFAULT_LORA_RANK
 from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, LoraTargets, LossKernel, Method, Objective, OffloadModule, Precision, Recompute, RecomputeModule, Schedule
@@ -470,8 +471,7 @@ class SearchOptions(BaseModel):
                                    "layout outside the evals' evidence (tools/search/evidence.py: CP at short sequence, "
                                    "DualPipe on dense, uneven PP, ...) must be than the best inside it to lead")
     pareto: bool = Field(default=False, description="also report the days/cost front across GPU counts (needs tokens)")
-    engine: str | None = Field(default=None, description="keep only layouts this engine runs: megatron, deepspeed, "
-                               "torchtitan, accelerate, axolotl, llamafactory or trl (tools/engines/support.py); null: any layout")
+    engine: str | None = Field(default=None, description=f"keep only layouts this engine runs: {ENGINE_LIST} (tools/config/engines.py); null: any layout")
 
 
 # --- the result ----------------------------------------------------------------------------------

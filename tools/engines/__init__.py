@@ -9,48 +9,32 @@ cannot express. Every file closes the batch identity global = micro x data-paral
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
+from importlib import import_module
 
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
-from trainplan.tools.engines.accelerate import export_accelerate
-from trainplan.tools.engines.axolotl import export_axolotl
+from trainplan.tools.config.engines import ENGINE_PROFILES, PROFILES
 from trainplan.tools.engines.common import Batch, ExportError, ExportResult, batch_of
-from trainplan.tools.engines.deepspeed import export_deepspeed
-from trainplan.tools.engines.llamafactory import export_llamafactory
-from trainplan.tools.engines.megatron import export_megatron, parse_args_text
-from trainplan.tools.engines.torchtitan import export_torchtitan
-from trainplan.tools.engines.trl import export_trl
+from trainplan.tools.engines.megatron import parse_args_text
 
 
-class Engine(str, Enum):
-    """Training engine to write launch settings for."""
-
-    megatron = "megatron"
-    """Megatron-LM / Megatron-Core pretrain_gpt.py arguments (a bash array)."""
-    deepspeed = "deepspeed"
-    """DeepSpeed ds_config JSON."""
-    torchtitan = "torchtitan"
-    """torchtitan 0.2.x job TOML."""
-    accelerate = "accelerate"
-    """Hugging Face Accelerate FSDP2/DDP config YAML (pure data-parallel layouts only)."""
-    axolotl = "axolotl"
-    """Axolotl fine-tuning YAML: full, LoRA or QLoRA (data-parallel layouts only)."""
-    llamafactory = "llamafactory"
-    """LLaMA-Factory fine-tuning YAML: full, LoRA or QLoRA (data-parallel layouts only)."""
-    trl = "trl"
-    """Hugging Face TRL SFTConfig + PEFT LoraConfig (+ BitsAndBytesConfig) keyword arguments, YAML."""
+Engine = Enum("Engine", [(profile.name, profile.name) for profile in ENGINE_PROFILES], type=str, module=__name__,
+              qualname="Engine")
+Engine.__doc__ = ("Training engine to write launch settings for: the names of tools/config/engines.py ENGINE_PROFILES, "
+                  "each profile's description saying what its launch settings are.")
 
 
-EXPORTERS = {
-    Engine.megatron: export_megatron,
-    Engine.deepspeed: export_deepspeed,
-    Engine.torchtitan: export_torchtitan,
-    Engine.axolotl: export_axolotl,
-    Engine.llamafactory: export_llamafactory,
-    Engine.trl: export_trl,
-}
-"""Engine -> exporter taking (model, cfg, model_ref=); accelerate, which also takes gpus_per_node, is called apart."""
+def _imported(exporter: str) -> Callable[..., ExportResult]:
+    """The function a registry "module:function" string names."""
+    module, function = exporter.split(":")
+    return getattr(import_module(module), function)
+
+
+EXPORTERS = {Engine(profile.name): _imported(profile.exporter) for profile in ENGINE_PROFILES}
+"""Engine -> exporter taking (model, cfg, model_ref=), and gpus_per_node= where its profile's
+export_needs_node_size (tools/config/engines.py)."""
 
 
 def export(engine: Engine | str, model: ModelSpec, cfg: ParallelConfig, *, model_ref: str,
@@ -61,8 +45,8 @@ def export(engine: Engine | str, model: ModelSpec, cfg: ParallelConfig, *, model
     except ValueError:
         known = ", ".join(e.value for e in Engine)
         raise ExportError(f"engine='{engine}' is not one of: {known}") from None
-    if engine is Engine.accelerate:   # the only exporter that needs the node size (machines per job)
-        return export_accelerate(model, cfg, model_ref=model_ref, gpus_per_node=gpus_per_node)
+    if PROFILES[engine.value].export_needs_node_size:
+        return EXPORTERS[engine](model, cfg, model_ref=model_ref, gpus_per_node=gpus_per_node)
     return EXPORTERS[engine](model, cfg, model_ref=model_ref)
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
+from trainplan.tools.config.engines import ENGINE_LIST
 from trainplan.tools.core.enums import Attention
 from trainplan.tools.core.enums import Launch
 from trainplan.tools.perf.finetune import DEFAULT_LORA_ALPHA_PER_RANK, targeted_linears
@@ -31,7 +32,7 @@ class ExportError(InputError):
 class ExportResult(BaseModel):
     """One engine's launch settings for one layout."""
 
-    engine: str = Field(description="megatron, deepspeed, torchtitan, accelerate, axolotl, llamafactory or trl")
+    engine: str = Field(description=ENGINE_LIST)
     filename_suggestion: str = Field(description="a file name that fits the engine's convention")
     content: str = Field(description="the file's text, ready to save")
     format: Literal["args", "json", "toml", "yaml"] = Field(description="how content is written")

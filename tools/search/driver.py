@@ -37,7 +37,7 @@ from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.contract import SEARCH_CHOSEN_KNOBS, check_job_numbers, default_gbs, default_seq
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import evaluate
-from trainplan.tools.engines.support import ENGINES, engine_knobs, runs
+from trainplan.tools.config.engines import ENGINES, engine_knobs, runs
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.config.contract import Layout
 from trainplan.tools.config.layout import check_moe_a2a_overlap_job, resolve_config
@@ -298,7 +298,7 @@ def search(model: str, gpu: str, gpus: int, **kwargs) -> dict:
     result = _search_once(model, gpu, gpus, **kwargs)
     if result["candidates"] or kwargs.get("optimizer_offload") is not None or R_MEMORY not in result["rejected"]:
         return result
-    # Every engine runs ZeRO-Offload inside a ZeRO stage (export/support.py REFUSALS): stage 1 or more.
+    # Every engine runs ZeRO-Offload inside a ZeRO stage (tools/config/engines.py ENGINE_REFUSALS): stage 1 or more.
     zero = kwargs.get("zero") if kwargs.get("zero") is not None else [1, 2, 3]
     offloaded = _search_once(model, gpu, gpus, **{**kwargs, "zero": zero}, optimizer_offload=True)
     if not offloaded["candidates"]:
@@ -432,7 +432,7 @@ def _first_fitting(job: SearchJob, layout: dict) -> tuple[dict, str | None]:
 
 
 def _engine_filter(job: SearchJob):
-    """The rows the job's engine runs (export.support.runs), or None when any engine will do."""
+    """The rows the job's engine runs (tools/config/engines.py runs), or None when any engine will do."""
     if job.engine is None:
         return None
 

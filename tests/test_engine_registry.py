@@ -1,0 +1,90 @@
+"""The EngineProfile registry (tools/config/engines.py) is the one list of engines: every other list derives
+from it, and no other source file spells the engines out by hand."""
+
+from __future__ import annotations
+
+import re
+from importlib import import_module
+from pathlib import Path
+
+import pytest
+
+from trainplan.tools.config.engines import (ADAPTER_ENGINE, DEFAULT_ENGINE, ENGINE_LIST, ENGINE_PROFILES,
+                                            ENGINE_REFUSALS, ENGINES, LAUNCH_FALLBACK, PLAN_ENGINES, spoken)
+
+ROOT = Path(__file__).resolve().parents[1]
+REGISTRY_FILES = {ROOT / "tools/config/engines.py", ROOT / "tools/config/engine_refusals.py"}
+SOURCE_DIRS = ("tools", "agent", "prompts", "trainplan", "evals")
+
+
+@pytest.mark.parametrize("profile", ENGINE_PROFILES, ids=lambda p: p.name)
+def test_every_engine_has_an_exporter_that_imports_and_is_called_by_export(profile):
+    from trainplan.tools.engines import EXPORTERS, Engine
+
+    module, function = profile.exporter.split(":")
+    exporter = getattr(import_module(module), function)
+    assert callable(exporter) and EXPORTERS[Engine(profile.name)] is exporter
+    assert module == f"trainplan.tools.engines.{profile.name}"
+
+
+def test_the_engine_enum_names_the_registry_engines_in_order():
+    from trainplan.tools.engines import Engine
+
+    assert [e.value for e in Engine] == list(ENGINES) == [p.name for p in ENGINE_PROFILES]
+    assert len(set(ENGINES)) == len(ENGINES)
+
+
+def test_the_planner_engines_are_the_registry_flags():
+    from trainplan.agent import planner
+
+    assert (planner.DEFAULT_ENGINE, planner.ADAPTER_ENGINE) == (DEFAULT_ENGINE, ADAPTER_ENGINE) == ("megatron", "axolotl")
+    assert planner.LAUNCH_FALLBACK == LAUNCH_FALLBACK == ("torchtitan", "deepspeed", "accelerate")
+    assert planner.PLAN_ENGINES == PLAN_ENGINES == ("megatron", "torchtitan")
+    assert DEFAULT_ENGINE not in LAUNCH_FALLBACK
+
+
+def test_each_engine_refusal_is_its_own():
+    assert set(ENGINE_REFUSALS) == set(ENGINES)
+    for engine, refusals in ENGINE_REFUSALS.items():
+        assert refusals and all(r.engine == engine for r in refusals)
+
+
+def test_the_request_reads_each_engine_as_its_makers_spell_it():
+    from trainplan.agent.request_steering import ENGINES as PATTERNS
+
+    assert list(PATTERNS) == list(ENGINES)
+    for profile in ENGINE_PROFILES:
+        assert re.fullmatch(PATTERNS[profile.name], profile.spelled.lower()), profile.spelled
+
+
+def test_descriptions_list_the_registry_engines():
+    from trainplan.agent.report import Launch
+    from trainplan.tools.config.contract import SearchOptions
+    from trainplan.tools.engines.common import ExportResult
+
+    assert spoken(["a", "b", "c"]) == "a, b or c" and spoken(["a"]) == "a"
+    assert ENGINE_LIST == "megatron, deepspeed, torchtitan, accelerate, axolotl, llamafactory or trl"
+    assert ExportResult.model_fields["engine"].description == Launch.model_fields["engine"].description == ENGINE_LIST
+    assert ENGINE_LIST in SearchOptions.model_fields["engine"].description
+
+
+def _lines_naming_engines(text: str, least: int):
+    words = [re.compile(rf"(?<![a-z0-9_]){re.escape(name)}(?![a-z0-9_])", re.IGNORECASE) for name in ENGINES]
+    for number, line in enumerate(text.splitlines(), 1):
+        if sum(bool(word.search(line)) for word in words) >= least:
+            yield number, line
+
+
+def test_the_check_finds_a_hand_written_list():
+    assert [n for n, _ in _lines_naming_engines('x = ("megatron", "DeepSpeed", "torchtitan", "trl")\ny = 1', 4)] == [1]
+    assert not list(_lines_naming_engines("megatron, deepspeed or torchtitan", 4))
+
+
+def test_no_source_file_lists_the_engines_by_hand():
+    """A line naming four or more engines outside the registry is a hand-written list: derive it instead."""
+    assert all((ROOT / folder).is_dir() for folder in SOURCE_DIRS)
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for folder in SOURCE_DIRS for path in sorted((ROOT / folder).rglob("*"))
+             if path.suffix in (".py", ".j2") and path not in REGISTRY_FILES
+             for number, line in _lines_naming_engines(path.read_text(), 4)]
+    assert not found, "hand-written engine lists:\n" + "\n".join(found)

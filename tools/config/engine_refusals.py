@@ -1,0 +1,161 @@
+"""What an engine cannot run, as rules: the Refusal type, the rule factories that several engines share, and
+each engine's own rules (read by the EngineProfile registry, tools/config/engines.py).
+
+A refusal's predicate is written with numpy operators, so it takes one layout (a ParallelConfig, through
+tools/engines/support.py `knobs_of`) or a table of many (the search's numpy columns). Sources are in each
+exporter's module docstring (tools/engines/).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+
+from trainplan.tools.config.codes import PRECISION_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
+from trainplan.tools.core.enums import Precision, Schedule
+from trainplan.tools.hardware.specs import ModelSpec
+
+_1F1B, _INTER = SCHEDULE_CODES[Schedule.one_f_one_b], SCHEDULE_CODES[Schedule.interleaved]
+_FP8 = PRECISION_CODES[Precision.fp8]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    engine: str
+    refuses: Callable[[ModelSpec, SimpleNamespace], np.ndarray]
+    message: Callable[[ModelSpec, SimpleNamespace], str]
+
+
+def _schedule(k) -> str:
+    return SCHEDULE_BY_CODE[int(k.schedule)].value
+
+
+def _model_parallel(m, k) -> np.ndarray:
+    """Layouts that split the model (tp, pp, cp or ep > 1), which pure data-parallel engines cannot run."""
+    return (k.tp > 1) | (k.pp > 1) | (k.cp > 1) | (k.ep > 1)
+
+
+def _hybrid(m, k) -> np.ndarray:
+    """Layouts with hybrid sharding (dp_shard < dp: ZeRO shard groups replicated dp/dp_shard times)."""
+    return k.dp_shard < k.dp
+
+
+def no_hybrid_refusal(engine: str, how: str) -> Refusal:
+    """Engines whose ZeRO shards over every data-parallel rank: DeepSpeed ZeRO (and the fine-tuning tools'
+    DeepSpeed files). ZeRO++'s hpZ (zero_hpz_partition_size) is not hybrid sharding: it keeps a secondary
+    copy of the weights inside a node for the backward gathers, while gradients, optimizer states and the
+    primary weights stay sharded over all ranks; MiCS, DeepSpeed's hybrid sharding, was removed
+    (DeepSpeed 0.19 refuses zero_optimization.mics_shard_size)."""
+    return Refusal(engine, _hybrid,
+                   lambda m, k: (f"dp_shard={k.dp_shard} (hybrid sharding over dp={k.dp}): {how} shards ZeRO over "
+                                 "every data-parallel rank (ZeRO++ hpZ only keeps a second copy of the weights per node, "
+                                 "and MiCS was removed): use --engine torchtitan, accelerate or megatron, or drop "
+                                 "--dp-shard"))
+
+
+def hf_trainer_refusals(engine: str) -> tuple[Refusal, ...]:
+    """What the Hugging Face Trainer based fine-tuning tools cannot run: one rule set for all of them."""
+    return (
+        Refusal(engine, _model_parallel,
+                lambda m, k: (f"{engine} runs data-parallel layouts only (DDP, FSDP or DeepSpeed ZeRO; tp=pp=cp=ep=1), "
+                              f"got tp={k.tp} pp={k.pp} cp={k.cp} ep={k.ep}: use --tp 1 --pp 1 --cp 1 --ep 1, or "
+                              "--engine megatron or torchtitan")),
+        Refusal(engine, lambda m, k: k.precision == _FP8,
+                lambda m, k: f"precision=fp8: the {engine} export writes bf16 training only: use --precision bf16"),
+        Refusal(engine, lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
+                lambda m, k: f"optimizer offload in {engine} is DeepSpeed ZeRO offload: use --zero 1 or more"),
+        no_hybrid_refusal(engine, f"{engine}'s export writes DeepSpeed ZeRO, which"),
+    )
+
+
+def adapter_refusal(engine: str, instead: str) -> Refusal:
+    """Engines whose launch settings have no LoRA/QLoRA adapters: their export would train the full model."""
+    return Refusal(engine, lambda m, k: k.adapter != 0,
+                   lambda m, k: (f"method lora/qlora: {engine}'s launch settings have no adapters, so they would train "
+                                 f"every weight: use --engine {instead}, or --method full"))
+
+
+def param_storage_refusal(engine: str, instead: str) -> Refusal:
+    """Full training planned with fp32 parameters as the master (16 B/param of ZeRO-3 states) on an engine that
+    keeps bf16 parameters beside an fp32 master (18): the plan would hold less memory than the run."""
+    return Refusal(engine, lambda m, k: (k.fp32_params != 0) & (k.adapter == 0),
+                   lambda m, k: (f"fp32_params: {engine} keeps bf16 parameters beside an fp32 master copy in its "
+                                 "optimizer, 2 B/param more than the layout was planned with: use --bf16-params, or "
+                                 f"--engine {instead}"))
+
+
+def query_groups(model: ModelSpec) -> int:
+    """The key/value heads tensor parallelism splits (Megatron's num_query_groups): the query heads for MLA,
+    whose latent key/value has no groups."""
+    return model.num_attention_heads if model.attention_type == "mla" else model.num_kv_heads
+
+
+def _tp_that_fits(model: ModelSpec, tp) -> int:
+    """The largest tp <= `tp` that divides the attention heads and the query groups (the fix to name)."""
+    common = math.gcd(model.num_attention_heads, query_groups(model))
+    return max(d for d in range(1, min(int(tp), common) + 1) if common % d == 0)
+
+
+def _splits_heads(m, k) -> np.ndarray:
+    return (m.num_attention_heads % k.tp != 0) | (query_groups(m) % k.tp != 0)
+
+
+def head_split_refusal(engine: str, why: str) -> Refusal:
+    """tp must divide the attention heads and the key/value heads (query groups): `why` says how `engine` fails."""
+    def message(m, k) -> str:
+        factors = [f"the {n} {what}" for n, what in ((m.num_attention_heads, "attention heads"),
+                                                      (query_groups(m), "query groups (key/value heads)"))
+                   if n % k.tp != 0]
+        return (f"tp={k.tp} does not divide {' nor '.join(factors)} of {m.name}: {why}: use --tp "
+                f"{_tp_that_fits(m, k.tp)} (or another divisor of the heads and the query groups)")
+    return Refusal(engine, _splits_heads, message)
+
+
+MEGATRON_REFUSALS = (
+    Refusal("megatron", lambda m, k: (k.pp > 1) & (k.schedule != _1F1B) & (k.schedule != _INTER),
+            lambda m, k: (f"schedule={_schedule(k)} is not a Megatron-LM schedule (it has 1f1b and interleaved):"
+                          " use --schedule 1f1b, or --schedule interleaved with --vpp 2 or more")),
+    Refusal("megatron", lambda m, k: (k.zero >= 2) & (k.pp > 1),
+            lambda m, k: (f"zero={k.zero} with pp={k.pp}: Megatron-LM shards gradients/weights only through "
+                          "Megatron-FSDP, which its guide documents without pipeline parallelism: use --zero 1 or --pp 1")),
+    Refusal("megatron", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
+            lambda m, k: "optimizer offload in Megatron-LM runs with the distributed optimizer: use --zero 1 or more"),
+)
+
+DEEPSPEED_REFUSALS = (
+    Refusal("deepspeed", lambda m, k: k.cp > 1,
+            lambda m, k: (f"cp={k.cp}: DeepSpeed has no ring context parallelism (its Ulysses sequence parallelism "
+                          "is a different algorithm): use --engine megatron or torchtitan, or --cp 1")),
+    Refusal("deepspeed", lambda m, k: k.precision == _FP8,
+            lambda m, k: ("precision=fp8: ds_config has no FP8 training setting: use --precision bf16,"
+                          " or --engine megatron / torchtitan for FP8")),
+    Refusal("deepspeed", lambda m, k: (k.pp > 1) & (k.schedule != _1F1B),
+            lambda m, k: (f"schedule={_schedule(k)}: DeepSpeed's pipeline engine runs only its 1F1B-like "
+                          "TrainSchedule: use --schedule 1f1b --vpp 1")),
+    Refusal("deepspeed", lambda m, k: (k.pp > 1) & (k.zero >= 2),
+            lambda m, k: (f"zero={k.zero} with pp={k.pp}: DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 "
+                          "only: use --zero 1 or --pp 1")),
+    Refusal("deepspeed", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
+            lambda m, k: "optimizer offload in DeepSpeed is part of ZeRO: use --zero 1 or more"),
+    no_hybrid_refusal("deepspeed", "DeepSpeed"),
+)
+
+TORCHTITAN_REFUSALS = (
+    Refusal("torchtitan", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
+            lambda m, k: "optimizer offload in torchtitan is FSDP CPU offload: use --zero 1 or more"),
+    Refusal("torchtitan", lambda m, k: (k.ep > 1) & (k.zero == 0) & (k.cp % k.ep != 0),
+            lambda m, k: (f"ep={k.ep}: torchtitan takes expert-parallel ranks from the FSDP group (dp_shard*cp), "
+                          f"which is cp={k.cp} with zero=0: use --zero 1 or more")),
+)
+
+ACCELERATE_REFUSALS = (
+    Refusal("accelerate", _model_parallel,
+            lambda m, k: (f"accelerate export covers pure FSDP/DDP layouts (tp=pp=cp=ep=1), got tp={k.tp} pp={k.pp} "
+                          f"cp={k.cp} ep={k.ep}: use --engine megatron, torchtitan or deepspeed")),
+    Refusal("accelerate", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
+            lambda m, k: "optimizer offload needs sharding in accelerate (FSDP): use --zero 1 or more"),
+)

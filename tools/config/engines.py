@@ -1,0 +1,188 @@
+"""The engines trainplan writes launch settings for: one EngineProfile each, in ENGINE_PROFILES. Every list of
+engines elsewhere (the search's `engine=`, the exporters, the request's engine words, the planner's default and
+fallbacks, the descriptions) derives from this registry.
+
+Parameter storage (fp32_params, Layout.fp32_params, tools/perf/memory.py): torchtitan shards an fp32 model with
+FSDP2 (MixedPrecisionPolicy param_dtype bf16, reduce_dtype fp32: "The optimizer step uses the sharded parameter in
+the original dtype"), Accelerate runs FSDP2 or DDP with bf16 mixed precision over fp32 parameters. The others keep
+bf16 parameters beside an fp32 master in the optimizer: Megatron's distributed optimizer, DeepSpeed ZeRO, and the
+Hugging Face Trainer tools as exported here (their ZeRO is a DeepSpeed file).
+
+Attention (Layout.attention): Megatron runs Transformer Engine's fused attention (cuDNN, the GPU's own
+instructions: flash); the others run FlashAttention-2 itself (flash2), written for Ampere's instructions:
+torchtitan through PyTorch's F.scaled_dot_product_attention, whose flash backend is FlashAttention-2, and the
+Hugging Face models that DeepSpeed, Accelerate and the Trainer tools load with attn_implementation
+"flash_attention_2" (tools/engines/common.py HF_ATTN_IMPLEMENTATION).
+
+Loss kernel (Layout.loss_kernel, tools/perf/loss.py): Megatron's vocab-parallel cross-entropy (fused);
+torchtitan's cross_entropy_loss upcasts the whole logits (`pred.flatten(0, 1).float()`), and the Hugging Face
+models that the other engines load compute `logits.float()` in their loss_function (materialised). Axolotl's and
+LLaMA-Factory's Liger or Cut Cross-Entropy plugins, and Unsloth, run fused_linear when enabled: set loss_kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainplan.tools.core.errors import InputError
+
+from trainplan.tools.config.engine_refusals import (ACCELERATE_REFUSALS, DEEPSPEED_REFUSALS, MEGATRON_REFUSALS,
+                                                    TORCHTITAN_REFUSALS, Refusal, adapter_refusal,
+                                                    head_split_refusal, hf_trainer_refusals, param_storage_refusal)
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """What trainplan knows of one engine."""
+
+    name: str
+    """The engine's name: the CLI's --engine choice, the search's engine=."""
+    description: str
+    """What its launch settings are (the CLI help of tools/engines/__init__.py Engine)."""
+    pattern: str
+    """How a request's text names it (a regular expression over lower-case text, agent/request_steering.py)."""
+    spelled: str
+    """How its makers write the name."""
+    exporter: str
+    """The function writing its launch settings, as "module:function" (tools/engines/ imports it)."""
+    attention: str
+    """Layout.attention as it runs attention (see the module docstring)."""
+    loss_kernel: str
+    """Layout.loss_kernel as it computes the loss (see the module docstring)."""
+    fp32_params: bool = False
+    """Whether its parameters stay fp32 as the optimizer's master copy (see the module docstring)."""
+    hf_trainer: bool = False
+    """A fine-tuning tool built on the Hugging Face Trainer: data-parallel only (DDP, FSDP or DeepSpeed ZeRO)."""
+    refuses_adapters: bool = False
+    """Its launch settings have no LoRA/QLoRA adapters, so it refuses those layouts (they would train every weight)."""
+    head_split_why: str | None = None
+    """How it fails when tp does not divide the attention and key/value heads (None: no such refusal)."""
+    refusals: tuple[Refusal, ...] = ()
+    """Its own refusals, beyond those its flags imply (refusals_of)."""
+    default: bool = False
+    """Whose launch settings a plan naming no engine carries when it runs the layout (agent/planner.py)."""
+    launch_order: int | None = None
+    """Its place among the fallbacks when the default engine cannot run the recommended layout (None: not one)."""
+    plan_candidate: bool = False
+    """A request naming no engine is planned once for each candidate, and the best layout's engine wins."""
+    adapter_default: bool = False
+    """The engine of a LoRA/QLoRA request that names none."""
+    export_needs_node_size: bool = False
+    """Its exporter also takes gpus_per_node (the machines per job)."""
+
+
+_HF_MODEL = dict(attention="flash2", loss_kernel="materialised")
+_HF_TRAINER = dict(_HF_MODEL, hf_trainer=True)
+
+ENGINE_PROFILES: tuple[EngineProfile, ...] = (
+    EngineProfile(
+        "megatron", "Megatron-LM / Megatron-Core pretrain_gpt.py arguments (a bash array).",
+        r"megatron(?:[\s-]*(?:lm|core))?(?![\s-]*turing)", "Megatron-LM",
+        "trainplan.tools.engines.megatron:export_megatron", attention="flash", loss_kernel="fused",
+        refuses_adapters=True, refusals=MEGATRON_REFUSALS, default=True, plan_candidate=True,
+        head_split_why="Megatron-Core's TransformerConfig raises unless num_query_groups % "
+                       "tensor_model_parallel_size == 0, and each rank holds whole heads"),
+    EngineProfile(
+        "deepspeed", "DeepSpeed ds_config JSON.", r"deep[\s-]*speed", "DeepSpeed",
+        "trainplan.tools.engines.deepspeed:export_deepspeed", **_HF_MODEL, refusals=DEEPSPEED_REFUSALS,
+        launch_order=2,
+        head_split_why="DeepSpeed AutoTP gives TP rank r kv//tp + (r < kv%tp) key/value heads (DeepSpeed "
+                       "deepspeed/module_inject/tp_shard.py get_shard_size), none to the ranks past the kv-th"),
+    EngineProfile(
+        "torchtitan", "torchtitan 0.2.x job TOML.", r"torch[\s-]*titan", "torchtitan",
+        "trainplan.tools.engines.torchtitan:export_torchtitan", **_HF_MODEL, fp32_params=True,
+        refuses_adapters=True, refusals=TORCHTITAN_REFUSALS, launch_order=1, plan_candidate=True,
+        head_split_why="torchtitan shards wq/wk/wv column-wise over the TP ranks and reads each rank's heads from "
+                       "its shard (view(bs, seqlen, -1, head_dim)), so each must hold whole key/value heads"),
+    EngineProfile(
+        "accelerate", "Hugging Face Accelerate FSDP2/DDP config YAML (pure data-parallel layouts only).",
+        r"(?:hf|hugging[\s-]*face)[\s-]*accelerate|accelerate(?=\s+(?:launch|library|fsdp|config))",
+        "HF Accelerate", "trainplan.tools.engines.accelerate:export_accelerate", **_HF_MODEL, fp32_params=True,
+        refusals=ACCELERATE_REFUSALS, launch_order=3, export_needs_node_size=True),
+    EngineProfile(
+        "axolotl", "Axolotl fine-tuning YAML: full, LoRA or QLoRA (data-parallel layouts only).", r"axolotl",
+        "Axolotl", "trainplan.tools.engines.axolotl:export_axolotl", **_HF_TRAINER, adapter_default=True),
+    EngineProfile(
+        "llamafactory", "LLaMA-Factory fine-tuning YAML: full, LoRA or QLoRA (data-parallel layouts only).",
+        r"llama[\s-]*factory", "LLaMA-Factory", "trainplan.tools.engines.llamafactory:export_llamafactory",
+        **_HF_TRAINER),
+    EngineProfile(
+        "trl", "Hugging Face TRL SFTConfig + PEFT LoraConfig (+ BitsAndBytesConfig) keyword arguments, YAML.",
+        r"trl", "TRL", "trainplan.tools.engines.trl:export_trl", **_HF_TRAINER),
+)
+
+PROFILES = {profile.name: profile for profile in ENGINE_PROFILES}
+ENGINES = tuple(PROFILES)
+"""The engine names, in the registry's order."""
+HF_TRAINER_ENGINES = tuple(p.name for p in ENGINE_PROFILES if p.hf_trainer)
+FP32_PARAM_ENGINES = tuple(p.name for p in ENGINE_PROFILES if p.fp32_params)
+ENGINE_ATTENTION = {p.name: p.attention for p in ENGINE_PROFILES}
+ENGINE_LOSS_KERNEL = {p.name: p.loss_kernel for p in ENGINE_PROFILES}
+(DEFAULT_ENGINE,) = (p.name for p in ENGINE_PROFILES if p.default)
+(ADAPTER_ENGINE,) = (p.name for p in ENGINE_PROFILES if p.adapter_default)
+LAUNCH_FALLBACK = tuple(p.name for p in sorted((p for p in ENGINE_PROFILES if p.launch_order is not None),
+                                               key=lambda p: p.launch_order))
+PLAN_ENGINES = tuple(p.name for p in ENGINE_PROFILES if p.plan_candidate)
+NON_HF_TRAINER_ENGINES = tuple(p.name for p in ENGINE_PROFILES if not p.hf_trainer)
+"""The engines that are not Hugging Face Trainer tools (the report's choice when an engine refuses a layout)."""
+
+
+def spoken(names) -> str:
+    """Names as a sentence lists them: 'a, b or c'."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+ENGINE_LIST = spoken(ENGINES)
+"""The engine names as a description lists them."""
+
+
+def refusals_of(profile: EngineProfile) -> tuple[Refusal, ...]:
+    """Everything `profile`'s engine refuses, in the order its exporter checks them: the parameter storage (bf16
+    parameters engines), the head split, the adapters, the Hugging Face Trainer rules, then its own."""
+    engine = profile.name
+    return (
+        *(() if profile.fp32_params else (param_storage_refusal(engine, " or ".join(FP32_PARAM_ENGINES)),)),
+        *((head_split_refusal(engine, profile.head_split_why),) if profile.head_split_why else ()),
+        *((adapter_refusal(engine, spoken(HF_TRAINER_ENGINES)),) if profile.refuses_adapters else ()),
+        *(hf_trainer_refusals(engine) if profile.hf_trainer else ()),
+        *profile.refusals,
+    )
+
+
+ENGINE_REFUSALS = {p.name: refusals_of(p) for p in ENGINE_PROFILES}
+"""Engine name -> its refusals, in the order its exporter checks them."""
+
+
+def stores_fp32_params(engine: str) -> bool:
+    """Layout.fp32_params as `engine` stores the parameters."""
+    return engine in FP32_PARAM_ENGINES
+
+
+def engine_knobs(engine: str) -> dict:
+    """The Layout knobs an engine decides by how it runs: its parameter storage, its attention kernel and its
+    loss kernel. A search given the engine takes these where the request sets none."""
+    return {"fp32_params": stores_fp32_params(engine), "attention": ENGINE_ATTENTION[engine],
+            "loss_kernel": ENGINE_LOSS_KERNEL[engine]}
+
+
+ENGINE_DECIDED_KNOBS = tuple(engine_knobs(ENGINES[0]))
+"""The names of the knobs engine_knobs sets (every engine sets the same ones)."""
+
+
+def check_engine(engine: str, error: type[InputError] = InputError) -> None:
+    """Raise `error` unless `engine` is a registry engine."""
+    if engine not in PROFILES:
+        raise error(f"engine='{engine}' is not one of: {', '.join(ENGINES)}")
+
+
+def runs(engine: str, model, knobs) -> np.ndarray:
+    """True where `engine` runs the layouts: knobs holds numpy columns tp, pp, cp, ep, zero, dp, dp_shard,
+    schedule, precision, optimizer_offload, adapter (1 for lora/qlora) and fp32_params (codes as in codes.py)."""
+    check_engine(engine)
+    ok = np.ones(np.broadcast(knobs.tp, knobs.pp, knobs.zero, knobs.schedule).shape, dtype=bool)
+    for refusal in ENGINE_REFUSALS[engine]:
+        ok &= ~np.asarray(refusal.refuses(model, knobs), dtype=bool)
+    return ok
