@@ -259,9 +259,9 @@ def adapters_that_fit(job: dict) -> str | None:
         lean = {"zero": 3 if job["gpus"] > 1 else 0, "recompute": "full", "mbs": 1}
         result = estimate(model=job["model"], gpu=job["gpu"], gpus=job["gpus"], method=method, seq=job["seq"],
                           gbs=job["gbs"], precision=job["precision"], **lean)
-        if result["fits"]:
-            memory = result["memory_gib"]
-            return (f"with {what} it fits: {memory['total']:.2f} of {memory['capacity']:.2f} GiB per GPU at ZeRO-"
+        if result.fits:
+            memory = result.memory_gib
+            return (f"with {what} it fits: {memory.total:.2f} of {memory.capacity:.2f} GiB per GPU at ZeRO-"
                     f"{lean['zero']}, full recompute, micro-batch 1 (trainplan estimate --model {job['model']} --gpu "
                     f"{job['gpu']} --gpus {job['gpus']} --method {method} --zero {lean['zero']} --recompute full)")
     return None

@@ -251,7 +251,7 @@ def test_launch_section_says_why_an_engine_cannot_run_the_layout():
     from trainplan.agent.report import launch_settings
 
     config = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=64, pp=4, schedule="dualpipe", gbs=256,
-                                seq=4096)["config"]
+                                seq=4096).model_dump(mode="json")["config"]
     launch = launch_settings("llama3-8b", config, "megatron")
     assert launch.content is None and "dualpipe" in launch.error.lower()
     assert "\n" not in launch.error

@@ -294,7 +294,7 @@ def test_llama3_405b_meta_layout_is_within_10_percent_on_time():
     job = dict(model="llama3-405b", gpu="h100", gpus=16384, gbs=2048, seq=8192)
     best = search(**job, top_k=3)["candidates"][0]
     meta = trainplan.estimate(**job, tp=8, pp=16, cp=1, vpp=8, zero=1, recompute="none")
-    ratio = meta["time"]["tokens_per_s"] / best["time"]["tokens_per_s"]
+    ratio = meta.time.tokens_per_s / best["time"]["tokens_per_s"]
     assert ratio >= 0.9, ratio
     assert best["fits"]
 

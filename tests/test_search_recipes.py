@@ -129,7 +129,7 @@ def test_deepseek_v3_fp8_search_comes_near_the_published_layout_without_being_to
     from trainplan.evals.dataset import load_dataset
 
     published = next(c for c in load_dataset().cases if c.id == "deepseek-v3-pretrain").kwargs()
-    theirs = trainplan.estimate(**published)["time"]["tokens_per_s"]
+    theirs = trainplan.estimate(**published).time.tokens_per_s
     result = search(**DSV3, dispatcher="deepep", top_k=5)   # the default headroom, plan_defaults.DEFAULT_HEADROOM
     fastest = max(c["time"]["tokens_per_s"] for c in result["candidates"])
     assert all(c["fits"] and c["config"]["precision"] == "fp8" for c in result["candidates"])
