@@ -254,7 +254,7 @@ def expert_vs_best(reference: dict) -> dict:
     result = trainplan.search(**job, headroom_gib=0.0, top_k=EXPERT_TOP_K)
     theirs = trainplan.estimate(**reference).model_dump(mode="json")
     speed = theirs["time"]["tokens_per_s"]
-    candidates = result["candidates"]
+    candidates = result.candidates
     if not candidates:
         return {"ratio": float("inf"), "rank": 1, "best": None, "fits": theirs["fits"],
                 "vs_recommended": float("inf"), "recommended": None}

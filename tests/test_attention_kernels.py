@@ -130,10 +130,10 @@ def test_a_search_for_an_engine_runs_its_attention_kernel_unless_told(engine, ke
     job = dict(model="llama3-8b", gpu="h100", gpus=8, engine=engine, top_k=1, tp=1, pp=1, zero=3, mbs=1, seq=4096,
                gbs=32)
     result = trainplan.search(**job)
-    assert result["job"]["fixed"]["attention"] == kernel
-    best = result["candidates"][0]
+    assert result.job.fixed["attention"] == kernel
+    best = result.candidates[0]
     assert best["config"]["attention"] == kernel
     layout = {k: best["config"][k] for k in ("tp", "pp", "cp", "zero", "mbs", "recompute", "fp32_params")}
     told = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=8, gbs=32, seq=4096, attention=kernel, **layout)
     assert best["time"]["step_s"] == pytest.approx(told.time.step_s, rel=1e-6)
-    assert trainplan.search(**{**job, "attention": "eager"})["job"]["fixed"]["attention"] == "eager"
+    assert trainplan.search(**{**job, "attention": "eager"}).job.fixed["attention"] == "eager"

@@ -57,7 +57,7 @@ def test_the_search_times_these_knobs_as_the_estimate_does(knobs):
     job = {k: v for k, v in JOB.items() if k not in layout}
     best = trainplan.search(**job, **layout, **knobs, vpp=1, cp=1, schedule="1f1b", recompute="selective",
                             recompute_modules="core_attn", top_k=1,
-                            headroom_gib=0.0)["candidates"][0]
+                            headroom_gib=0.0).candidates[0]
     assert best["time"]["step_s"] == pytest.approx(timed(**knobs).step_s, rel=1e-6)
 
 

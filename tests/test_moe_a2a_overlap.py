@@ -81,9 +81,9 @@ def test_a_search_with_the_overlap_pinned_keeps_only_layouts_megatron_runs():
     layouts Megatron-Core refuses and returns the rest, each as estimate computes it."""
     job = dict(model="qwen3-30b-a3b", gpu="h100-sxm-80gb", gpus=16, seq=4096, gbs=256, force_balance=True)
     result = trainplan.search(**job, moe_a2a_overlap=True)
-    assert any("moe_a2a_overlap" in reason for reason in result["rejected"])
-    assert result["candidates"]
-    for candidate in result["candidates"]:
+    assert any("moe_a2a_overlap" in reason for reason in result.rejected)
+    assert result.candidates
+    for candidate in result.candidates:
         config = candidate["config"]
         assert config["moe_a2a_overlap"] is True and config["ep"] > 1 and config["recompute"] != "full"
         assert config["pp"] == 1 or config["schedule"] == "interleaved"

@@ -105,9 +105,14 @@ def test_missing_hardware_is_an_input_error():
 
 
 def test_no_layout_fits_is_a_report(monkeypatch):
+    from trainplan.tools.search import driver
+
+    search = driver.search
+
     def nothing_fits(model, gpu, gpus, **kwargs):
-        return {"objective": "throughput", "candidates": [], "evaluated": 40, "feasible": 0,
-                "rejected": {"does not fit in memory": 40}, "wall_s": 0.0}
+        found = search(model, gpu, gpus, **kwargs)
+        return found.model_copy(update={"candidates": [], "alternatives": [], "chosen": None, "evaluated": 40,
+                                        "feasible": 0, "rejected": {"does not fit in memory": 40}, "wall_s": 0.0})
 
     monkeypatch.setattr("trainplan.tools.search.driver.search", nothing_fits)
     report = plan("llama3-405b on 8 A100 40GB for 1T tokens", backend="offline")

@@ -26,7 +26,7 @@ def test_tensor_parallelism_slows_a_small_model(small_model):
     steps = [trainplan.estimate(small_model, "h100", 8, tp=tp, gbs=64, seq=4096).time.step_s
              for tp in (1, 2, 4, 8)]
     assert steps == sorted(steps) and steps[-1] > 2 * steps[0]
-    best = trainplan.search(small_model, "h100", 8, gbs=64, seq=4096, top_k=1)["candidates"][0]["config"]
+    best = trainplan.search(small_model, "h100", 8, gbs=64, seq=4096, top_k=1).candidates[0]["config"]
     assert best["tp"] == 1
 
 
