@@ -41,6 +41,7 @@ from trainplan.tools.config.contract import FINE_TUNING_KNOBS, default_seq
 from trainplan.tools.config import engines as engine_registry
 from trainplan.tools.config.plan_defaults import DEADLINE_MARGIN, DEFAULT_HEADROOM, FINETUNE_SOURCE, default_gbs, default_gbs_reason
 from trainplan.tools.core.file_access import user_named_files
+from trainplan.tools.search.results import SearchResult
 from trainplan.agent.registry import dispatch, estimate_kwargs
 
 from . import sizing, tradeoffs
@@ -256,7 +257,7 @@ def _evaluate(config: dict, job: dict, timeline: bool = False) -> dict:
 
 
 def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float = 0.0,
-            max_gpus: int | None = None, engine: str | None = None) -> dict:
+            max_gpus: int | None = None, engine: str | None = None) -> SearchResult:
     from trainplan.tools.search.driver import search
 
     kwargs: dict[str, Any] = {pin: job[pin] for pin in PINS if job[pin] is not None}
@@ -269,11 +270,11 @@ def _search(job: dict, top_k: int, with_limits: bool = True, headroom_gib: float
                   max_gpus=max_gpus, engine=engine, **kwargs)
 
 
-def _search_summary(result: dict) -> dict:
-    return {"objective": result.get("objective", OBJECTIVE), "evaluated": result.get("evaluated", 0),
-            "feasible": result.get("feasible", 0), "rejected": dict(result.get("rejected", {})),
-            "wall_s": result.get("wall_s"), "evidence_margin": result.get("evidence_margin"),
-            "evidence": result.get("evidence")}
+def _search_summary(result: SearchResult) -> dict:
+    """The report's `search` section (agent/report.py PlanReport.search)."""
+    return {"objective": result.objective, "evaluated": result.evaluated, "feasible": result.feasible,
+            "rejected": dict(result.rejected), "wall_s": result.wall_s, "evidence_margin": result.evidence_margin,
+            "evidence": result.evidence}
 
 
 def _rationale(recommended: dict, search: dict | None, alternatives: list[dict], choice_notes: list[str] = ()) -> str:
@@ -283,19 +284,19 @@ def _rationale(recommended: dict, search: dict | None, alternatives: list[dict],
                   choice_notes=list(choice_notes)).strip()
 
 
-def _alternatives(result: dict, job: dict, recommended: dict) -> tuple[list[dict], list[str]]:
+def _alternatives(result: SearchResult, job: dict, recommended: dict) -> tuple[list[dict], list[str]]:
     """The best layout of each structurally different family (search_choice), re-evaluated and
     labelled with its family, then runners-up up to ALTERNATIVES; and the notes on families with no
     feasible layout and on a simpler layout preferred."""
-    out, notes = [], [n for n in result.get("notes", []) if n.startswith("preferred the simpler")]
-    if result.get("evidence"):
-        notes.insert(0, result["evidence"])
-    for alt in result.get("alternatives", []):
-        if alt["candidate"] is None:
-            notes.append(alt["why"])
+    out, notes = [], [n for n in result.notes if n.startswith("preferred the simpler")]
+    if result.evidence:
+        notes.insert(0, result.evidence)
+    for alt in result.alternatives:
+        if alt.candidate is None:
+            notes.append(alt.why)
         elif len(out) < ALTERNATIVES:
-            out.append({**_evaluate(alt["candidate"]["config"], job), "family": alt["family"]})
-    runners = [_evaluate(c["config"], job) for c in result.get("candidates", [])[1:]]
+            out.append({**_evaluate(alt.candidate["config"], job), "family": alt.family})
+    runners = [_evaluate(c["config"], job) for c in result.candidates[1:]]
     out = _distinct(out + runners, recommended)[:max(ALTERNATIVES, len(out))]
     return out, notes
 
@@ -324,7 +325,7 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     headroom = PLAN_HEADROOM * capacity
     risks = []
 
-    def search_fn(j: dict, top_k: int, with_limits: bool, headroom_gib: float, max_gpus: int | None) -> dict:
+    def search_fn(j: dict, top_k: int, with_limits: bool, headroom_gib: float, max_gpus: int | None) -> SearchResult:
         return _search(j, top_k, with_limits=with_limits, headroom_gib=headroom_gib, max_gpus=max_gpus, engine=engine)
 
     counted = job["gpus"] is not None
@@ -340,36 +341,36 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     limited = bool(job["deadline_days"] or job["budget_usd"])
     if engine is not None:
         assumptions.append(f"only layouts {engine} can run were searched")
-    result = {}
+    result = None
     if not counted and job["deadline_days"]:
         # The count was sized to finish DEADLINE_MARGIN early: the layout keeps that margin where one does
         # (the search's own ranking may otherwise pick a slower layout that only meets the deadline).
         result = _search({**job, "deadline_days": job["deadline_days"] * (1 - DEADLINE_MARGIN)}, SEARCH_TOP_K,
                          headroom_gib=headroom, engine=engine)
-    if not result.get("candidates"):
+    if result is None or not result.candidates:
         result = _search(job, SEARCH_TOP_K, headroom_gib=headroom, engine=engine)
-    if not result.get("candidates") and limited:
+    if not result.candidates and limited:
         # a count chosen for a budget was the cheapest already: choose_count said so
         would = sizing.what_would_meet(search_fn, job, headroom) if counted or job["deadline_days"] else None
         risks.append(f"no layout on {job['gpus']:,} GPUs meets {sizing.limits_text(job)}: the plan below is the best "
                      f"without it" + (f"; {would}" if would else ""))
         limited = False
         result = _search(job, SEARCH_TOP_K, with_limits=False, headroom_gib=headroom, engine=engine)
-    if result.get("candidates"):
+    if result.candidates:
         assumptions.append(f"layouts keep at least {PLAN_HEADROOM:.0%} of GPU memory free ({headroom:.2f} of "
                            f"{capacity:.2f} GiB) for fragmentation and spikes")
     else:  # keep what headroom the GPUs allow: half of it, else none (a layout at 98% of memory is the last resort)
         for fraction in (PLAN_HEADROOM / 2, 0.0):
             result = _search(job, SEARCH_TOP_K, with_limits=limited, headroom_gib=fraction * capacity, engine=engine)
-            if result.get("candidates"):
+            if result.candidates:
                 assumptions.append(f"no layout leaves {PLAN_HEADROOM:.0%} of GPU memory free: the plan uses the best "
                                    + (f"that leaves {fraction:.0%} ({fraction * capacity:.2f} GiB)" if fraction
                                       else "that fits at all"))
                 break
-    if result.get("chosen"):
-        assumptions.append(f"chosen by the search where the request left it open: {result['chosen']}")
+    if result.chosen:
+        assumptions.append(f"chosen by the search where the request left it open: {result.chosen}")
     search = _search_summary(result)
-    candidates = result.get("candidates", [])
+    candidates = result.candidates
     shown = _shown(job)
     if not candidates:
         rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"

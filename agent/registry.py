@@ -376,13 +376,14 @@ def _search_configs(args: SearchArgs) -> dict:
     kwargs = _given(args)
     model, gpu, gpus = kwargs.pop("model"), kwargs.pop("gpu"), kwargs.pop("gpus")
     result = search(model, gpu, gpus, **kwargs)
-    for candidate in result.get("candidates", []):
-        candidate.pop("pipeline", None)
     if args.gbs is None:
         spec = catalog.load_model(model)
-        reason = default_gbs_reason(result["job"]["seq"], gpus, count_params(spec).total, names_lora(args.method))
-        result["notes"] = [*result.get("notes", []), f"gbs not given: {reason}"]
-    return result
+        reason = default_gbs_reason(result.job.seq, gpus, count_params(spec).total, names_lora(args.method))
+        result.notes = [*result.notes, f"gbs not given: {reason}"]
+    out = result.model_dump()
+    for candidate in out["candidates"]:
+        candidate.pop("pipeline", None)
+    return out
 
 
 TOOLS: tuple[Tool, ...] = (

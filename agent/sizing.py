@@ -33,6 +33,7 @@ from trainplan.tools.perf.finetune import frozen_bytes_per_param
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.config.plan_defaults import DEADLINE_MARGIN, default_finetune_gbs, default_gbs
 from trainplan.tools.search.driver import gpu_counts, min_gpus
+from trainplan.tools.search.results import SearchResult
 from trainplan.tools.search.space import R_BUDGET
 
 from . import tradeoffs
@@ -43,7 +44,7 @@ published dense run (Llama 3 405B on 16,384 H100s, Llama 3 paper §3.3)."""
 BEYOND = 4
 """What would meet a deadline is looked for up to BEYOND x max(DEFAULT_MAX_GPUS, the request's count)."""
 
-Search = Callable[[dict, int, bool, float, int | None], dict]
+Search = Callable[[dict, int, bool, float, int | None], SearchResult]
 """planner._search: (job, top_k, with_limits, headroom_gib, max_gpus) -> search result; with max_gpus
 the search tries the ladder of counts below it itself (tools.search.gpu_counts)."""
 
@@ -70,8 +71,7 @@ def ladder(job: dict, top: int) -> list[int]:
 
 
 def _best(search: Search, job: dict, gpus: int, headroom_gib: float, with_limits: bool = True) -> dict | None:
-    result = search(at_count(job, gpus), 1, with_limits, headroom_gib, None)
-    candidates = result.get("candidates") or []
+    candidates = search(at_count(job, gpus), 1, with_limits, headroom_gib, None).candidates
     return candidates[0] if candidates else None
 
 
@@ -113,9 +113,9 @@ def _most(search: Search, job: dict, counts: list[int], headroom_gib: float) -> 
     while lo <= hi:
         mid = (lo + hi) // 2
         result = search(at_count(job, counts[mid]), 1, True, headroom_gib, None)
-        if result.get("candidates"):
-            lo, found = mid + 1, (counts[mid], result["candidates"][0])
-        elif result.get("rejected", {}).get(R_BUDGET):
+        if result.candidates:
+            lo, found = mid + 1, (counts[mid], result.candidates[0])
+        elif result.rejected.get(R_BUDGET):
             hi = mid - 1
         else:
             lo = mid + 1
@@ -126,8 +126,7 @@ def _by_objective(search: Search, job: dict, top: int, headroom_gib: float) -> t
     """The count up to `top` whose best layout is best by the job's objective, from one search over
     the ladder (cost: fewest dollars; throughput and time: most tokens per second), with the global
     batch of the top count."""
-    result = search(at_count(job, top), 1, True, headroom_gib, top)
-    candidates = result.get("candidates") or []
+    candidates = search(at_count(job, top), 1, True, headroom_gib, top).candidates
     return (candidates[0]["config"]["gpus"], candidates[0]) if candidates else None
 
 
@@ -259,9 +258,9 @@ def adapters_that_fit(job: dict) -> str | None:
         lean = {"zero": 3 if job["gpus"] > 1 else 0, "recompute": "full", "mbs": 1}
         result = estimate(model=job["model"], gpu=job["gpu"], gpus=job["gpus"], method=method, seq=job["seq"],
                           gbs=job["gbs"], precision=job["precision"], **lean)
-        if result["fits"]:
-            memory = result["memory_gib"]
-            return (f"with {what} it fits: {memory['total']:.2f} of {memory['capacity']:.2f} GiB per GPU at ZeRO-"
+        if result.fits:
+            memory = result.memory_gib
+            return (f"with {what} it fits: {memory.total:.2f} of {memory.capacity:.2f} GiB per GPU at ZeRO-"
                     f"{lean['zero']}, full recompute, micro-batch 1 (trainplan estimate --model {job['model']} --gpu "
                     f"{job['gpu']} --gpus {job['gpus']} --method {method} --zero {lean['zero']} --recompute full)")
     return None
@@ -278,7 +277,7 @@ def shorter_seq_that_fits(search: Search, job: dict, headroom_gib: float) -> str
     seq = job["seq"] // 2
     while seq >= SHORTEST_SEQ_TRIED:
         result = search({**job, "seq": seq}, 1, False, headroom_gib, None)
-        if result.get("candidates"):
-            return f"at seq {seq} it fits on the same {job['gpus']:,} GPUs ({_outcome(result['candidates'][0])})"
+        if result.candidates:
+            return f"at seq {seq} it fits on the same {job['gpus']:,} GPUs ({_outcome(result.candidates[0])})"
         seq //= 2
     return None

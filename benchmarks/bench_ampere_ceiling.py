@@ -128,10 +128,10 @@ def family_tables(dataset, prefix: str) -> None:
             quantity, _ = figure(case)
             error = evaluate_prediction(case, dataset).error[quantity]
             result = trainplan.estimate(**case.kwargs())
-            hfu_published = result["time"]["hfu"] / speed(case, dataset)
-            config = result["config"]
+            hfu_published = result.time.hfu / speed(case, dataset)
+            config = result.config
             shares = block_shares(case)
-            others = ", ".join(f"{k} {v:.0%}" for k, v in result["time"]["shares"].items()
+            others = ", ".join(f"{k} {v:.0%}" for k, v in result.time.shares.items()
                                if k != "compute" and v >= 0.005)
             ceiling = compute.efficiency_ceiling(catalog.load_gpu(case.kwargs()["gpu"]))
             if hfu_published > ceiling:
@@ -140,10 +140,10 @@ def family_tables(dataset, prefix: str) -> None:
             if eta is not None:
                 implied.append(eta)
             hidden = catalog.load_model(case.kwargs()["model"]).hidden_size
-            recompute = str(getattr(config["recompute"], "value", config["recompute"]))
+            recompute = str(getattr(config.recompute, "value", config.recompute))
             print(f"{case.id:<31} {error:>+9.1%} {'n/a' if eta is None else f'{eta:.3f}':>5} {hfu_published:>6.1%} "
-                  f"{recompute[:4]:<4} {config['mbs'] * config['seq'] // config['cp']:>6} "
-                  f"{hidden // config['tp']:>5} {'cal' if case.used_for_calibration else 'held':<4} "
+                  f"{recompute[:4]:<4} {config.mbs * config.seq // config.cp:>6} "
+                  f"{hidden // config.tp:>5} {'cal' if case.used_for_calibration else 'held':<4} "
                   f"{shares.get('gemm', 0):.0%}/{shares.get('attn', 0):.0%}/{shares.get('elem', 0):.0%}   {others}")
         if implied:
             summary.append((label, statistics.median(implied), min(implied), max(implied), len(implied)))
@@ -220,8 +220,8 @@ def recompute_pairs(dataset) -> None:
         published = (full.published["step_s"].value, selective.published["step_s"].value)
 
         def steps() -> tuple[float, float]:
-            return (trainplan.estimate(**full.kwargs())["time"]["step_s"],
-                    trainplan.estimate(**selective.kwargs())["time"]["step_s"])
+            return (trainplan.estimate(**full.kwargs()).time.step_s,
+                    trainplan.estimate(**selective.kwargs()).time.step_s)
 
         set_eta(table)
         at_table = steps()

@@ -69,10 +69,10 @@ def report(case) -> None:
     pairs = combined_steps(schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, 0)
     print(f"  rank 0: {pairs} of {total} chunks as combined steps, {total - pairs} forwards and as many "
           "backwards alone")
-    with_overlap = trainplan.estimate(**kwargs)["time"]["step_s"]
-    without = trainplan.estimate(**{**kwargs, "moe_a2a_overlap": False})["time"]["step_s"]
+    with_overlap = trainplan.estimate(**kwargs).time.step_s
+    without = trainplan.estimate(**{**kwargs, "moe_a2a_overlap": False}).time.step_s
     published = case.published["step_s"].value if "step_s" in case.published else None
-    free = with_overlap - trainplan.estimate(**kwargs)["time"]["breakdown"]["comm/ep"]
+    free = with_overlap - trainplan.estimate(**kwargs).time.breakdown["comm/ep"]
     line = f"  step: overlap {with_overlap:.1f} s, none {without:.1f} s, all-to-all free about {free:.1f} s"
     if published:
         line += f"; published {published:.1f} s ({with_overlap / published - 1:+.1%} with the overlap)"

@@ -18,14 +18,14 @@ def main() -> None:
     start = time.perf_counter()
     worst, over, n = None, 0, 0
     for layout, result, ceiling in sweep(args.count, args.seed):
-        t, n = result["time"], n + 1
-        over += t["hfu"] > ceiling
-        if worst is None or t["hfu"] > worst[1]["hfu"]:
+        t, n = result.time, n + 1
+        over += t.hfu > ceiling
+        if worst is None or t.hfu > worst[1].hfu:
             worst = (layout, t, ceiling)
     layout, t, ceiling = worst
     print(f"{n} layouts in {time.perf_counter() - start:.1f} s; above the ceiling: {over}")
-    print(f"max HFU {t['hfu']:.1%} (ceiling {ceiling:.0%} on {layout['gpu']}); mfu {t['mfu']:.1%}, "
-          f"mfu_full_attention {t['mfu_full_attention']:.1%}")
+    print(f"max HFU {t.hfu:.1%} (ceiling {ceiling:.0%} on {layout['gpu']}); mfu {t.mfu:.1%}, "
+          f"mfu_full_attention {t.mfu_full_attention:.1%}")
     print(f"  layout: {layout}")
 
 

@@ -45,19 +45,19 @@ def quality() -> None:
     print("\nQuality checks (exact re-scored figures)")
     job = dict(model="llama3-405b", gpu="h100", gpus=16384, gbs=2048, seq=8192)
     top = search(**job, top_k=100)
-    best = top["candidates"][0]["time"]["tokens_per_s"]
-    meta = search(**job, tp=8, pp=16, cp=1, top_k=1)["candidates"][0]
-    rank = 1 + sum(c["time"]["tokens_per_s"] > meta["time"]["tokens_per_s"] for c in top["candidates"])
-    print(f"  405B best: {label(top['candidates'][0]['config'])}  {best:,.0f} tokens/s")
+    best = top.candidates[0]["time"]["tokens_per_s"]
+    meta = search(**job, tp=8, pp=16, cp=1, top_k=1).candidates[0]
+    rank = 1 + sum(c["time"]["tokens_per_s"] > meta["time"]["tokens_per_s"] for c in top.candidates)
+    print(f"  405B best: {label(top.candidates[0]['config'])}  {best:,.0f} tokens/s")
     print(f"  Meta TP8 PP16 CP1, best variant: {label(meta['config'])}  {meta['time']['tokens_per_s']:,.0f} "
           f"tokens/s = {meta['time']['tokens_per_s'] / best:.3f} of the best, rank {rank}"
-          + ("+" if rank > len(top["candidates"]) else "") + " (ZeRO twins collapsed)")
+          + ("+" if rank > len(top.candidates) else "") + " (ZeRO twins collapsed)")
     job = dict(model="deepseek-v3", gpu="h800", gpus=2048, gbs=15360, seq=4096, precision="fp8")
-    top = search(**job, top_k=1)["candidates"][0]
+    top = search(**job, top_k=1).candidates[0]
     print(f"  DeepSeek-V3 best: {label(top['config'])}  {top['time']['tokens_per_s']:,.0f} tokens/s")
     for name, pins in (("DeepSeek's TP1 PP16 EP64", dict(tp=1, pp=16, ep=64)), ("best TP2", dict(tp=2)),
                        ("best TP4", dict(tp=4)), ("best TP8", dict(tp=8))):
-        c = search(**job, **pins, top_k=1)["candidates"][0]
+        c = search(**job, **pins, top_k=1).candidates[0]
         print(f"  {name:<25} {label(c['config']):<48} {c['time']['tokens_per_s'] / top['time']['tokens_per_s']:.3f} "
               f"of the best, MFU {c['time']['mfu']:.1%}, {c['memory_gib']['total']:.1f} GiB")
 
@@ -71,15 +71,15 @@ def main() -> None:
           f"{'scalar/s':>10}{'x scalar':>9}")
     for name, kwargs in CASES:
         runs = [search(**kwargs) for _ in range(args.repeats)]
-        wall = statistics.median(r["wall_s"] for r in runs)
+        wall = statistics.median(r.wall_s for r in runs)
         result = runs[0]
-        rate = result["evaluated"] / wall
+        rate = result.evaluated / wall
         scalar = scalar_rate(kwargs)
-        print(f"{name:<52}{result['evaluated']:>9,}{result['feasible']:>9,}{wall:>8.2f}{rate:>11,.0f}"
+        print(f"{name:<52}{result.evaluated:>9,}{result.feasible:>9,}{wall:>8.2f}{rate:>11,.0f}"
               f"{rate / CALCULON_LAYOUTS_PER_S:>11,.0f}{scalar:>10,.0f}{rate / scalar:>9,.0f}")
-        print(f"{'':<4}winner: {label(result['candidates'][0]['config'])}"
-              + (f" on {result['candidates'][0]['config']['gpus']} GPUs" if kwargs.get("max_gpus") else "")
-              + f", MFU {result['candidates'][0]['time']['mfu']:.1%}")
+        print(f"{'':<4}winner: {label(result.candidates[0]['config'])}"
+              + (f" on {result.candidates[0]['config']['gpus']} GPUs" if kwargs.get("max_gpus") else "")
+              + f", MFU {result.candidates[0]['time']['mfu']:.1%}")
     if not args.no_quality:
         quality()
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import trainplan
 from trainplan.tools.engines.support import ENGINE_DECIDED_KNOBS
-from trainplan.tools.config.contract import Layout
+from trainplan.tools.config.contract import Estimate, Layout
 
 from .dataset import Case, Dataset
 
@@ -146,19 +146,20 @@ def evaluate_prediction(case: Case, dataset: Dataset | None = None) -> CaseResul
     out = _new(case)
     kwargs = case.kwargs()
     result = trainplan.estimate(**kwargs)
-    out.predicted["fits"] = result["fits"]
-    out.checks["fits"] = bool(result["fits"])
-    if not result["fits"]:
-        out.notes.append(f"the published layout does not fit in the model: {result.get('reason')}")
+    out.predicted["fits"] = result.fits
+    out.checks["fits"] = bool(result.fits)
+    if not result.fits:
+        out.notes.append(f"the published layout does not fit in the model: {result.reason}")
+    dumped = result.model_dump(mode="json")
     for name in case.published:
         extract, _ = QUANTITIES[name]
-        value = extract(result, kwargs)
+        value = extract(dumped, kwargs)
         out.predicted[name] = value
         _compare(out, name, value, case.published[name].value, _tolerance(case, name))
-    out.predicted["config"] = result["config"]
-    out.predicted["memory_gib_total"] = result["memory_gib"]["total"]
-    if "time" in result:
-        out.predicted["bubble_fraction"] = result["time"]["bubble_fraction"]
+    out.predicted["config"] = result.config
+    out.predicted["memory_gib_total"] = result.memory_gib.total
+    if result.time is not None:
+        out.predicted["bubble_fraction"] = result.time.bubble_fraction
     return out
 
 
@@ -227,7 +228,7 @@ LAYOUT_KEYS = ("gpus", "gpus_per_node", "intra_node_bw", "inter_node_bw", *Layou
 """What a plan's config carries back to trainplan.estimate: the cluster and every Layout knob."""
 
 
-def estimate_config(config: dict, request: dict) -> dict:
+def estimate_config(config: dict, request: dict) -> Estimate:
     """Re-run a plan's layout through trainplan.estimate with the request's model, gpu, tokens and price."""
     kwargs = {k: config[k] for k in LAYOUT_KEYS if config.get(k) is not None}
     kwargs.update({k: request[k] for k in ("model", "gpu", "tokens", "price") if k in request})
@@ -253,7 +254,7 @@ def expert_vs_best(reference: dict) -> dict:
     result = trainplan.search(**job, headroom_gib=0.0, top_k=EXPERT_TOP_K)
     theirs = trainplan.estimate(**reference).model_dump(mode="json")
     speed = theirs["time"]["tokens_per_s"]
-    candidates = result["candidates"]
+    candidates = result.candidates
     if not candidates:
         return {"ratio": float("inf"), "rank": 1, "best": None, "fits": theirs["fits"],
                 "vs_recommended": float("inf"), "recommended": None}
@@ -289,10 +290,12 @@ def evaluate_planning(case: Case, dataset: Dataset, planner: Callable[..., Any] 
     extra = {"backend": backend} if "backend" in accepts or any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in accepts.values()) else {}
     plan, share = normalise_plan(planner(**request, **extra))
-    if "training" not in plan and "tokens" in request:
-        plan = estimate_config(plan["config"], request)
+    out.predicted["config"] = plan["config"]
+    if "training" not in plan and "tokens" in request:   # re-estimated with the request's tokens and price
+        estimated = estimate_config(plan["config"], request)
+        plan = estimated.model_dump(mode="json")
+        out.predicted["config"] = estimated.config
     config = plan["config"]
-    out.predicted["config"] = config
     out.predicted["fits"] = plan["fits"]
     out.checks["fits"] = bool(plan["fits"])
     tokens_per_s = plan["time"]["tokens_per_s"]
@@ -303,8 +306,8 @@ def evaluate_planning(case: Case, dataset: Dataset, planner: Callable[..., Any] 
         # export.support.ENGINE_DECIDED_KNOBS): the ratio compares the layouts, not two engines' kernels.
         same_kernels = {k: config[k] for k in ENGINE_DECIDED_KNOBS if k in config}
         ref = trainplan.estimate(**{**reference.kwargs(), **same_kernels})
-        ratio = tokens_per_s / ref["time"]["tokens_per_s"]
-        out.predicted["reference_tokens_per_s"] = ref["time"]["tokens_per_s"]
+        ratio = tokens_per_s / ref.time.tokens_per_s
+        out.predicted["reference_tokens_per_s"] = ref.time.tokens_per_s
         out.predicted["throughput_ratio"] = ratio
         out.tolerance["throughput_ratio"] = DEFAULT_TOLERANCE["throughput_ratio"]
         out.checks["throughput_ratio"] = ratio >= 1 - DEFAULT_TOLERANCE["throughput_ratio"]
@@ -348,10 +351,10 @@ def tool_bytes_per_param(model: str = "llama3-405b") -> dict[str, float]:
     """
     base = trainplan.estimate(model=model, gpu="h100-sxm-80gb", gpus=1, zero=0)
     bf16 = trainplan.estimate(model=model, gpu="h100-sxm-80gb", gpus=1, zero=0, bf16_grads=True)
-    params = base["params"]["total"]
+    params = base.params.total
 
-    def per_param(result: dict, key: str) -> float:
-        return round(result["memory_gib"][key] * GiB / params, 2)
+    def per_param(result: Estimate, key: str) -> float:
+        return round(getattr(result.memory_gib, key) * GiB / params, 2)
 
     return {
         "weights": per_param(base, "weights"),
@@ -440,17 +443,17 @@ def claim_fsdp_per_gpu(model: str, gpu: str, gpus: int, params: float, seq: int,
     conv = _lesson_conventions(b)
     lesson = params * conv["lesson_mixed"] / gpus / GB
     full = trainplan.estimate(model=model, gpu=gpu, gpus=gpus, zero=3, seq=seq, mbs=mbs, recompute=recompute)
-    mem = full["memory_gib"]
-    states = (mem["weights"] + mem["gradients"] + mem["optimizer"]) * GiB / GB
+    mem = full.memory_gib
+    states = (mem.weights + mem.gradients + mem.optimizer) * GiB / GB
     predicted = {
         "per_gpu_gb": lesson,
         "tool_model_states_gb": states,
-        "tool_activations_gb": mem["activations"] * GiB / GB,
-        "tool_other_gb": mem["other"] * GiB / GB,
-        "tool_total_gb": mem["total"] * GiB / GB,
-        "tool_fits": full["fits"],
+        "tool_activations_gb": mem.activations * GiB / GB,
+        "tool_other_gb": mem.other * GiB / GB,
+        "tool_total_gb": mem.total * GiB / GB,
+        "tool_fits": full.fits,
     }
-    exact = full["params"]["total"]
+    exact = full.params.total
     explain = [
         f"the lesson's simplified calculator: {params / 1e9:g}B params x {conv['lesson_mixed']:g} B/param / {gpus} GPUs "
         f"= {lesson:.2f} GB per GPU (model states only)",

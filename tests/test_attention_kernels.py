@@ -62,13 +62,13 @@ def test_same_flops_and_memory_as_flash_longer_step():
     for seq in (2048, 16384):
         flash = trainplan.estimate(**job, seq=seq, gbs=8)
         old = trainplan.estimate(**job, seq=seq, gbs=8, attention="flash1")
-        assert old["memory_gib"]["activations"] == flash["memory_gib"]["activations"]
-        t_flash, t_old = flash["time"], old["time"]
-        assert t_old["hardware_tflops_per_gpu"] * t_old["step_s"] == pytest.approx(
-            t_flash["hardware_tflops_per_gpu"] * t_flash["step_s"])
-        assert t_old["step_s"] > t_flash["step_s"]
-        assert t_old["hfu"] < t_flash["hfu"]
-        gaps.append(t_old["step_s"] / t_flash["step_s"])
+        assert old.memory_gib.activations == flash.memory_gib.activations
+        t_flash, t_old = flash.time, old.time
+        assert t_old.hardware_tflops_per_gpu * t_old.step_s == pytest.approx(
+            t_flash.hardware_tflops_per_gpu * t_flash.step_s)
+        assert t_old.step_s > t_flash.step_s
+        assert t_old.hfu < t_flash.hfu
+        gaps.append(t_old.step_s / t_flash.step_s)
     assert gaps[1] > gaps[0]
 
 
@@ -100,11 +100,11 @@ def test_flash_attention_2_is_flash_on_ampere_and_ampere_bound_on_hopper():
 def test_flash2_step_on_h100_is_slower_than_flash_with_the_same_flops_and_memory():
     job = dict(model="llama3-8b", gpu="h100-sxm-80gb", gpus=8, zero=3, recompute="none", mbs=1, seq=8192, gbs=8)
     flash, fa2 = trainplan.estimate(**job), trainplan.estimate(**job, attention="flash2")
-    assert fa2["memory_gib"]["total"] == flash["memory_gib"]["total"]
-    assert fa2["time"]["step_s"] > flash["time"]["step_s"]
-    assert fa2["time"]["mfu"] * fa2["time"]["step_s"] == pytest.approx(flash["time"]["mfu"] * flash["time"]["step_s"])
+    assert fa2.memory_gib.total == flash.memory_gib.total
+    assert fa2.time.step_s > flash.time.step_s
+    assert fa2.time.mfu * fa2.time.step_s == pytest.approx(flash.time.mfu * flash.time.step_s)
     a100 = dict(job, gpu="a100-sxm-80gb")
-    assert trainplan.estimate(**a100, attention="flash2")["time"]["step_s"] == trainplan.estimate(**a100)["time"]["step_s"]
+    assert trainplan.estimate(**a100, attention="flash2").time.step_s == trainplan.estimate(**a100).time.step_s
 
 
 def test_flash2_exports_load_flash_attention_2_and_megatron_says_it_runs_faster():
@@ -130,10 +130,10 @@ def test_a_search_for_an_engine_runs_its_attention_kernel_unless_told(engine, ke
     job = dict(model="llama3-8b", gpu="h100", gpus=8, engine=engine, top_k=1, tp=1, pp=1, zero=3, mbs=1, seq=4096,
                gbs=32)
     result = trainplan.search(**job)
-    assert result["job"]["fixed"]["attention"] == kernel
-    best = result["candidates"][0]
+    assert result.job.fixed["attention"] == kernel
+    best = result.candidates[0]
     assert best["config"]["attention"] == kernel
     layout = {k: best["config"][k] for k in ("tp", "pp", "cp", "zero", "mbs", "recompute", "fp32_params")}
     told = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=8, gbs=32, seq=4096, attention=kernel, **layout)
-    assert best["time"]["step_s"] == pytest.approx(told["time"]["step_s"], rel=1e-6)
-    assert trainplan.search(**{**job, "attention": "eager"})["job"]["fixed"]["attention"] == "eager"
+    assert best["time"]["step_s"] == pytest.approx(told.time.step_s, rel=1e-6)
+    assert trainplan.search(**{**job, "attention": "eager"}).job.fixed["attention"] == "eager"

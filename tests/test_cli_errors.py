@@ -237,8 +237,8 @@ def test_plausible_extremes_still_estimate():
     import trainplan
 
     training = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=16, gbs=64, tokens="100T", goodput=0.01,
-                                  inter_node_bw=0.125)["training"]
-    assert training["days"] > 0 and training["cost_usd"] > 0
+                                  inter_node_bw=0.125).training
+    assert training.days > 0 and training.cost_usd > 0
 
 
 def test_a_stage_time_past_any_run_is_refused_not_an_infinite_makespan():

@@ -163,16 +163,16 @@ INSIDE_NODE = dict(model="qwen3-30b-a3b", gpu="h100-sxm-80gb", gpus=8, mbs=1, se
 
 
 def breakdown(job, **knobs):
-    return trainplan.estimate(**job, **knobs)["time"]
+    return trainplan.estimate(**job, **knobs).time
 
 
 @pytest.mark.parametrize("job", [ACROSS_NODES, {**INSIDE_NODE, "gbs": 64}])
 def test_the_overlap_never_slows_a_step_nor_hides_more_than_the_all_to_all(job):
     plain, overlapped = breakdown(job), breakdown(job, moe_a2a_overlap=True)
-    assert overlapped["step_s"] < plain["step_s"]
-    assert overlapped["breakdown"]["comm/ep"] >= C * plain["breakdown"]["comm/ep"]
-    assert plain["step_s"] - overlapped["step_s"] <= (1 - C) * plain["breakdown"]["comm/ep"] + 1e-9
-    assert sum(overlapped["breakdown"].values()) == pytest.approx(overlapped["step_s"], rel=1e-9)
+    assert overlapped.step_s < plain.step_s
+    assert overlapped.breakdown["comm/ep"] >= C * plain.breakdown["comm/ep"]
+    assert plain.step_s - overlapped.step_s <= (1 - C) * plain.breakdown["comm/ep"] + 1e-9
+    assert sum(overlapped.breakdown.values()) == pytest.approx(overlapped.step_s, rel=1e-9)
 
 
 def test_a_micro_batch_without_a_partner_shows_its_forward_all_to_all():
@@ -180,8 +180,8 @@ def test_a_micro_batch_without_a_partner_shows_its_forward_all_to_all():
     the backward hides only under its own delayed weight gradients."""
     job = {**INSIDE_NODE, "gbs": 8}
     plain, overlapped = breakdown(job), breakdown(job, moe_a2a_overlap=True)
-    assert overlapped["breakdown"]["comm/ep"] >= plain["breakdown"]["comm/ep"] / 2
-    assert overlapped["breakdown"]["comm/ep"] < plain["breakdown"]["comm/ep"]
+    assert overlapped.breakdown["comm/ep"] >= plain.breakdown["comm/ep"] / 2
+    assert overlapped.breakdown["comm/ep"] < plain.breakdown["comm/ep"]
 
 
 def test_more_micro_batches_pair_more_of_the_all_to_all():
@@ -189,14 +189,14 @@ def test_more_micro_batches_pair_more_of_the_all_to_all():
     for gbs in (16, 64, 256):
         job = {**INSIDE_NODE, "gbs": gbs}
         plain, overlapped = breakdown(job), breakdown(job, moe_a2a_overlap=True)
-        shares.append(overlapped["breakdown"]["comm/ep"] / plain["breakdown"]["comm/ep"])
+        shares.append(overlapped.breakdown["comm/ep"] / plain.breakdown["comm/ep"])
     assert shares[0] > shares[1] > shares[2] > C
 
 
 def test_a_frozen_base_has_no_weight_gradients_to_hide_the_all_to_all_under():
     """LoRA: the cool-down backwards and the combined steps lose the delayed-wgrad windows."""
     job = {**INSIDE_NODE, "gbs": 64}
-    full = breakdown(job, moe_a2a_overlap=True)["breakdown"]["comm/ep"]
-    lora = breakdown(job, method="lora", moe_a2a_overlap=True)["breakdown"]["comm/ep"]
+    full = breakdown(job, moe_a2a_overlap=True).breakdown["comm/ep"]
+    lora = breakdown(job, method="lora", moe_a2a_overlap=True).breakdown["comm/ep"]
     assert lora > full
-    assert lora < breakdown(job, method="lora")["breakdown"]["comm/ep"]
+    assert lora < breakdown(job, method="lora").breakdown["comm/ep"]

@@ -50,10 +50,10 @@ def test_estimate_with_a_batch_ramp_costs_more_than_the_flat_batch():
     import trainplan
 
     job = dict(model="llama3-8b", gpu="h100", gpus=64, tp=2, pp=4, gbs=512, seq=4096, tokens="100B")
-    flat = trainplan.estimate(**job)["training"]
-    ramped = trainplan.estimate(**job, ramp_start_gbs=64, ramp_tokens="50B")["training"]
-    assert ramped["steps"] > flat["steps"]
-    assert ramped["gpu_hours"] > flat["gpu_hours"]
+    flat = trainplan.estimate(**job).training
+    ramped = trainplan.estimate(**job, ramp_start_gbs=64, ramp_tokens="50B").training
+    assert ramped.steps > flat.steps
+    assert ramped.gpu_hours > flat.gpu_hours
     with pytest.raises(InputError, match="ramp"):
         trainplan.estimate(**job, ramp_start_gbs=64)
     with pytest.raises(InputError, match="ramp_start_gbs"):

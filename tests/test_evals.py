@@ -251,7 +251,7 @@ def test_planning_plan_without_cost_is_re_estimated(dataset: Dataset) -> None:
     case = run_eval(dataset, case_id="llama3-405b-plan", planner=plan)["cases"][0]
     assert case["status"] == "ok", case["message"]
     reference = trainplan.estimate(**dataset.case("llama3-405b-gpu-hours").kwargs())
-    assert case["predicted"]["gpu_hours"] == pytest.approx(reference["training"]["gpu_hours"])
+    assert case["predicted"]["gpu_hours"] == pytest.approx(reference.training.gpu_hours)
     assert math.isfinite(case["error"]["gpu_hours"])
 
 

@@ -72,18 +72,18 @@ def test_a_layout_outside_the_evidence_must_clear_the_margin(job_70b_by_margin):
     """With no margin the search may lead with a layout outside the evidence; with the default one it
     leads with the best inside unless the other wins by 5%; the note states the margin and the reason."""
     default = job_70b_by_margin[EVIDENCE_MARGIN]
-    first = default["candidates"][0]
-    assert default["evidence_margin"] == EVIDENCE_MARGIN
+    first = default.candidates[0]
+    assert default.evidence_margin == EVIDENCE_MARGIN
     outside = departures_of(first["config"], DENSE_80)
     if outside:   # kept only by beating every exactly scored layout inside the evidence by the margin
-        inside = [c for c in default["candidates"] if not departures_of(c["config"], DENSE_80)]
+        inside = [c for c in default.candidates if not departures_of(c["config"], DENSE_80)]
         assert all(c["time"]["step_s"] >= (1 + EVIDENCE_MARGIN) * first["time"]["step_s"] for c in inside)
-    strict = job_70b_by_margin[10.0]["candidates"][0]
+    strict = job_70b_by_margin[10.0].candidates[0]
     assert departures_of(strict["config"], DENSE_80) == []
-    loose = job_70b_by_margin[0.0]["candidates"][0]
+    loose = job_70b_by_margin[0.0].candidates[0]
     assert loose["time"]["step_s"] <= strict["time"]["step_s"]
     if departures_of(loose["config"], DENSE_80):
-        assert "must win by at least 1000%" in job_70b_by_margin[10.0]["evidence"]
+        assert "must win by at least 1000%" in job_70b_by_margin[10.0].evidence
 
 
 def test_evidence_margin_is_checked():

@@ -14,8 +14,8 @@ def test_activation_checkpointing_trade_off():
     """Full recompute cuts activation memory several-fold for about a third more compute."""
     none = trainplan.estimate(**JOB, recompute="none")
     full = trainplan.estimate(**JOB, recompute="full")
-    assert none["memory_gib"]["activations"] / full["memory_gib"]["activations"] > 5
-    slowdown = full["time"]["step_s"] / none["time"]["step_s"]
+    assert none.memory_gib.activations / full.memory_gib.activations > 5
+    slowdown = full.time.step_s / none.time.step_s
     assert 1.15 < slowdown < 1.40
 
 
@@ -42,14 +42,14 @@ def test_zero_offload_trains_70b_on_fewer_gpus_with_a_slower_optimizer_step():
     job = dict(model="llama3-70b", gpu="h100-sxm-80gb", gpus=16, tp=8, gbs=16, seq=4096, recompute="full")
     on_gpu = trainplan.estimate(**job, zero=1)
     offloaded = trainplan.estimate(**job, zero=1, optimizer_offload=True)
-    assert not on_gpu["fits"]
-    assert offloaded["fits"]
-    assert offloaded["memory_gib"]["optimizer"] == 0
-    assert offloaded["time"]["breakdown"]["optimizer"] > 10 * on_gpu["time"]["breakdown"]["optimizer"]
+    assert not on_gpu.fits
+    assert offloaded.fits
+    assert offloaded.memory_gib.optimizer == 0
+    assert offloaded.time.breakdown["optimizer"] > 10 * on_gpu.time.breakdown["optimizer"]
 
 
 def test_cost_scales_with_price_and_tokens():
-    base = trainplan.estimate(**JOB, tokens="1T", price=2.0)["training"]
-    double = trainplan.estimate(**JOB, tokens="2T", price=4.0)["training"]
-    assert double["cost_usd"] == pytest.approx(4 * base["cost_usd"], rel=1e-3)
-    assert np.isclose(double["gpu_hours"], 2 * base["gpu_hours"], rtol=1e-3)
+    base = trainplan.estimate(**JOB, tokens="1T", price=2.0).training
+    double = trainplan.estimate(**JOB, tokens="2T", price=4.0).training
+    assert double.cost_usd == pytest.approx(4 * base.cost_usd, rel=1e-3)
+    assert np.isclose(double.gpu_hours, 2 * base.gpu_hours, rtol=1e-3)

@@ -94,11 +94,11 @@ def test_search_for_the_tool_keeps_only_data_parallel_layouts(engine):
     from trainplan.tools.search.driver import search
 
     result = search(model="llama3-8b", gpu="h100", gpus=8, gbs=32, seq=4096, method="lora", top_k=5, engine=engine)
-    assert result["candidates"], result["notes"]
-    for candidate in result["candidates"]:
+    assert result.candidates, result.notes
+    for candidate in result.candidates:
         config = candidate["config"]
         assert (config["tp"], config["pp"], config["cp"], config["ep"]) == (1, 1, 1, 1)
-    assert result["rejected"]["the engine cannot run it"] > 0
+    assert result.rejected["the engine cannot run it"] > 0
 
 
 def test_llamafactory_keys_follow_the_layout():
@@ -165,7 +165,7 @@ def test_engines_without_adapters_refuse_lora_instead_of_training_every_weight(e
                              "llama3-8b", "--gpu", "h100", "--gpus", "8", "--method", "lora", "--seq", "2048")
     assert result.returncode == 2 and result.stderr.startswith("error: method lora/qlora"), result.stderr
     found = search(model="llama3-8b", gpu="h100", gpus=8, method="lora", seq=2048, engine=engine)
-    assert not found["candidates"] and found["rejected"].get("the engine cannot run it", 0) > 0
+    assert not found.candidates and found.rejected.get("the engine cannot run it", 0) > 0
 
 
 @pytest.mark.parametrize("engine", HF_TRAINER_ENGINES)

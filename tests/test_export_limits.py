@@ -97,10 +97,10 @@ def test_search_never_recommends_replicated_key_value_heads():
     """On a GB200 NVL72 rack (72 GPUs in the NVLink domain) tp=16 is inside a node, so only the key/value rule
     keeps it out; estimate still prices it (a valid layout that no exported engine runs)."""
     result = trainplan.search(model="llama3-70b", gpu="gb200", gpus=64)
-    assert result["rejected"].get(R_KV_REPLICA, 0) > 0
-    assert result["candidates"] and all(8 % c["config"]["tp"] == 0 for c in result["candidates"])
+    assert result.rejected.get(R_KV_REPLICA, 0) > 0
+    assert result.candidates and all(8 % c["config"]["tp"] == 0 for c in result.candidates)
     pinned = trainplan.search(model="llama3-70b", gpu="gb200", gpus=64, tp=16)
-    assert not pinned["candidates"] and R_KV_REPLICA in pinned["rejected"]
+    assert not pinned.candidates and R_KV_REPLICA in pinned.rejected
     assert trainplan.estimate(model="llama3-70b", gpu="gb200", gpus=64, tp=16).config.tp == 16
 
 

@@ -30,26 +30,26 @@ def test_qlora_fine_tunes_65b_on_one_48gb_gpu():
     # paged AdamW, gradient checkpointing, on one 48 GB GPU (the L40S is the catalog's 48 GB card).
     result = estimate(LLAMA_65B, "l40s", 1, method="qlora", lora_rank=64, lora_targets="all-linear",
                       recompute="full", seq=512)
-    assert result["fits"], result.get("reason")
+    assert result.fits, result.get("reason")
 
 
 def test_bf16_lora_of_70b_does_not_fit_48gb():
     result = estimate("llama3-70b", "l40s", 1, method="lora", recompute="full", seq=512)
-    assert not result["fits"]
-    assert result["memory_gib"]["weights"] > 120     # 70.6B frozen bf16 weights alone are 131 GiB
+    assert not result.fits
+    assert result.memory_gib.weights > 120     # 70.6B frozen bf16 weights alone are 131 GiB
 
 
 def test_lora_of_8b_fits_a_24gb_card_with_checkpointing_only():
     kwargs = dict(method="lora", seq=2048)
-    assert estimate("llama3-8b", "rtx-4090", 1, recompute="full", **kwargs)["fits"]
-    assert not estimate("llama3-8b", "rtx-4090", 1, recompute="none", **kwargs)["fits"]
+    assert estimate("llama3-8b", "rtx-4090", 1, recompute="full", **kwargs).fits
+    assert not estimate("llama3-8b", "rtx-4090", 1, recompute="none", **kwargs).fits
 
 
 def test_full_fine_tuning_of_8b_with_adam_needs_offload_on_one_80gb_gpu():
     kwargs = dict(method="full", recompute="full", seq=2048)
     without = estimate("llama3-8b", "h100-sxm-80gb", 1, **kwargs)
-    assert not without["fits"] and without["memory_gib"]["optimizer"] > 80   # 12 B/param of 8B
-    assert estimate("llama3-8b", "h100-sxm-80gb", 1, optimizer_offload=True, **kwargs)["fits"]
+    assert not without.fits and without.memory_gib.optimizer > 80   # 12 B/param of 8B
+    assert estimate("llama3-8b", "h100-sxm-80gb", 1, optimizer_offload=True, **kwargs).fits
 
 
 # --- mechanisms -----------------------------------------------------------------------------------
@@ -66,7 +66,7 @@ def test_adapter_parameter_count_is_r_times_fan_in_plus_fan_out():
     assert finetune.total_adapter_params(spec, 8, "attention") == 8 * attention * layers
     assert finetune.total_adapter_params(spec, 8, "all-linear") == 8 * (attention + 3 * (h + f)) * layers
     result = estimate("llama3-8b", "h100", 1, method="lora", lora_rank=8, lora_targets="attention")
-    assert result["params"]["trainable"] == 8 * attention * layers
+    assert result.params.trainable == 8 * attention * layers
 
 
 def test_frozen_base_has_no_gradients_and_no_base_optimizer_states():

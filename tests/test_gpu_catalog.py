@@ -81,7 +81,7 @@ def test_nvl72_domain_is_72_gpus_and_its_host_4():
 
 def _tp_comm(gpu: str) -> float:
     result = estimate("llama3-70b", gpu, 16, tp=16, gbs=16, zero=3, recompute="full")
-    return result["time"]["breakdown"]["comm/tp"]
+    return result.time.breakdown["comm/tp"]
 
 
 def test_tp16_rides_nvlink_on_gb200_but_the_network_on_b200():
@@ -92,14 +92,14 @@ def test_tp16_rides_nvlink_on_gb200_but_the_network_on_b200():
 
 def test_pcie_tensor_parallelism_costs_more_than_nvlink():
     def comm(gpu):
-        return estimate("llama3-8b", gpu, 8, tp=8, gbs=8)["time"]["breakdown"]["comm/tp"]
+        return estimate("llama3-8b", gpu, 8, tp=8, gbs=8).time.breakdown["comm/tp"]
     assert comm("h100-pcie-80gb") > 4 * comm("h100-sxm-80gb")
 
 
 def test_assumed_efficiencies_are_named_in_the_estimate():
-    notes = estimate("llama3-8b", "mi300x", 8, gbs=64)["notes"]
+    notes = estimate("llama3-8b", "mi300x", 8, gbs=64).notes
     assert any("assumed" in note and "mi300x" in note for note in notes)
-    assert not any("assumed" in note for note in estimate("llama3-8b", "h100", 8, gbs=64).get("notes", []))
+    assert not any("assumed" in note for note in (estimate("llama3-8b", "h100", 8, gbs=64).notes or []))
 
 
 def test_accelerate_export_counts_hosts_not_nvlink_domains():

@@ -167,15 +167,15 @@ def test_search_weighs_one_node_shard_groups_where_the_network_is_slow():
     vectorised figures agree with the exact path for it (it was re-scored)."""
     out = search("llama3-8b", "h100", 64, gbs=64, seq=4096, zero=3, tp=1, pp=1, cp=1, recompute="full",
                  inter_node_bw=1.0, top_k=3)
-    best = out["candidates"][0]["config"]
+    best = out.candidates[0]["config"]
     assert best["dp_shard"] == 8
     fast = search("llama3-8b", "h100", 64, gbs=64, seq=4096, zero=3, tp=1, pp=1, cp=1, recompute="full", top_k=3)
-    assert {c["config"]["dp_shard"] for c in fast["candidates"]} <= {None, 8}
+    assert {c["config"]["dp_shard"] for c in fast.candidates} <= {None, 8}
 
 
 def test_search_pin_that_no_layout_admits_is_counted():
     out = search("llama3-8b", "h100", 16, gbs=32, seq=4096, zero=3, dp_shard=3, top_k=1)
-    assert out["candidates"] == [] and out["rejected"]["invalid split: dp_shard does not divide dp"] > 0
+    assert out.candidates == [] and out.rejected["invalid split: dp_shard does not divide dp"] > 0
 
 
 def test_estimate_json_echoes_the_knob():

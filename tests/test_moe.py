@@ -208,10 +208,10 @@ def test_megatron_export_writes_alltoall_where_the_flex_dispatcher_refuses_the_l
 def test_estimate_reports_the_moe_knobs():
     r = trainplan.estimate(model="qwen3-30b-a3b", gpu="h100-sxm-80gb", gpus=16, tp=2, ep=8, etp=1, seq=4096,
                            gbs=64, force_balance=True, dispatcher="alltoall")
-    config = r["config"]
-    assert (config["etp"], config["dispatcher"], config["force_balance"], config["capacity_factor"]) == \
+    config = r.config
+    assert (config.etp, config.dispatcher, config.force_balance, config.capacity_factor) == \
         (1, "alltoall", True, None)
-    assert r["time"]["breakdown"]["comm/ep"] > 0
+    assert r.time.breakdown["comm/ep"] > 0
 
 
 def test_bad_dispatcher_is_one_input_error():
@@ -240,4 +240,4 @@ def test_expert_weights_shard_over_ep_times_expert_tp():
     base = dict(tp=2, pp=8, vpp=4, seq=4096, gbs=2048, zero=0)
     folded = trainplan.estimate(model="qwen3-235b-a22b", gpu="h100", gpus=256, ep=32, etp=1, **base)
     classic = trainplan.estimate(model="qwen3-235b-a22b", gpu="h100", gpus=256, ep=16, **base)
-    assert folded["memory_gib"]["weights"] == pytest.approx(classic["memory_gib"]["weights"], rel=1e-9)
+    assert folded.memory_gib.weights == pytest.approx(classic.memory_gib.weights, rel=1e-9)

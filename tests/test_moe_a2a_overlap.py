@@ -18,18 +18,18 @@ INSIDE_NODE = dict(model="qwen3-30b-a3b", gpu="h100-sxm-80gb", gpus=8, gbs=64, m
 
 
 def times(job, **knobs):
-    return trainplan.estimate(**job, **knobs)["time"]
+    return trainplan.estimate(**job, **knobs).time
 
 
 def test_overlap_hides_expert_all_to_all_and_changes_no_compute():
     exposed, overlapped = times(ACROSS_NODES), times(ACROSS_NODES, moe_a2a_overlap=True)
-    assert overlapped["breakdown"]["compute"] == pytest.approx(exposed["breakdown"]["compute"])
-    assert overlapped["breakdown"]["comm/ep"] < exposed["breakdown"]["comm/ep"]
-    assert overlapped["step_s"] < exposed["step_s"]
+    assert overlapped.breakdown["compute"] == pytest.approx(exposed.breakdown["compute"])
+    assert overlapped.breakdown["comm/ep"] < exposed.breakdown["comm/ep"]
+    assert overlapped.step_s < exposed.step_s
     # What is hidden is at most the compute it hides under: the all-to-all here outlasts it.
-    hidden = exposed["breakdown"]["comm/ep"] - overlapped["breakdown"]["comm/ep"]
-    assert hidden < exposed["breakdown"]["compute"]
-    assert sum(overlapped["breakdown"].values()) == pytest.approx(overlapped["step_s"], rel=1e-9)
+    hidden = exposed.breakdown["comm/ep"] - overlapped.breakdown["comm/ep"]
+    assert hidden < exposed.breakdown["compute"]
+    assert sum(overlapped.breakdown.values()) == pytest.approx(overlapped.step_s, rel=1e-9)
 
 
 def test_short_all_to_all_hides_in_the_steady_state_but_not_in_the_first_forward():
@@ -37,17 +37,17 @@ def test_short_all_to_all_hides_in_the_steady_state_but_not_in_the_first_forward
     all-to-all (half of a micro-batch's) shows whole; the other 7 of 8 micro-batches pair up and a
     short all-to-all costs them only its contention; the last backward runs alone."""
     exposed, overlapped = times(INSIDE_NODE), times(INSIDE_NODE, moe_a2a_overlap=True)
-    assert 0 < exposed["breakdown"]["comm/ep"] < exposed["breakdown"]["compute"]
+    assert 0 < exposed.breakdown["comm/ep"] < exposed.breakdown["compute"]
     m = INSIDE_NODE["gbs"] // INSIDE_NODE["ep"]   # dp = 8, mbs 1
-    per_microbatch = exposed["breakdown"]["comm/ep"] / m
+    per_microbatch = exposed.breakdown["comm/ep"] / m
     floor = COMM_COMPUTE_CONTENTION * m * per_microbatch + (1 - COMM_COMPUTE_CONTENTION) * per_microbatch / 2
     ceiling = COMM_COMPUTE_CONTENTION * (m - 1) * per_microbatch + per_microbatch
-    assert floor * (1 - 1e-9) <= overlapped["breakdown"]["comm/ep"] <= ceiling
+    assert floor * (1 - 1e-9) <= overlapped.breakdown["comm/ep"] <= ceiling
 
 
 def test_knob_reaches_the_resolved_config():
-    assert trainplan.estimate(**ACROSS_NODES, moe_a2a_overlap=True)["config"]["moe_a2a_overlap"] is True
-    assert trainplan.estimate(**ACROSS_NODES)["config"]["moe_a2a_overlap"] is False
+    assert trainplan.estimate(**ACROSS_NODES, moe_a2a_overlap=True).config.moe_a2a_overlap is True
+    assert trainplan.estimate(**ACROSS_NODES).config.moe_a2a_overlap is False
 
 
 @pytest.mark.parametrize("job, knobs, fragment", [
@@ -81,15 +81,15 @@ def test_a_search_with_the_overlap_pinned_keeps_only_layouts_megatron_runs():
     layouts Megatron-Core refuses and returns the rest, each as estimate computes it."""
     job = dict(model="qwen3-30b-a3b", gpu="h100-sxm-80gb", gpus=16, seq=4096, gbs=256, force_balance=True)
     result = trainplan.search(**job, moe_a2a_overlap=True)
-    assert any("moe_a2a_overlap" in reason for reason in result["rejected"])
-    assert result["candidates"]
-    for candidate in result["candidates"]:
+    assert any("moe_a2a_overlap" in reason for reason in result.rejected)
+    assert result.candidates
+    for candidate in result.candidates:
         config = candidate["config"]
         assert config["moe_a2a_overlap"] is True and config["ep"] > 1 and config["recompute"] != "full"
         assert config["pp"] == 1 or config["schedule"] == "interleaved"
         layout = {k: config[k] for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule",
                                          "recompute_modules", "bf16_moments", "fp8_activations")}
-        again = trainplan.estimate(**job, **layout, moe_a2a_overlap=True)["time"]["step_s"]
+        again = trainplan.estimate(**job, **layout, moe_a2a_overlap=True).time.step_s
         assert candidate["time"]["step_s"] == pytest.approx(again, rel=1e-6)
 
 

@@ -75,13 +75,13 @@ def test_the_search_offloads_the_optimizer_when_nothing_else_fits_and_the_plan_s
     from trainplan.tools.search.driver import OFFLOAD_NOTE, search
 
     job = dict(seq=2048, gbs=16, tokens="1B")
-    assert not search("llama3-70b", "h100", 8, optimizer_offload=False, **job)["candidates"]
+    assert not search("llama3-70b", "h100", 8, optimizer_offload=False, **job).candidates
     found = search("llama3-70b", "h100", 8, **job)
-    assert found["candidates"] and OFFLOAD_NOTE in found["notes"]
-    assert all(c["config"]["optimizer_offload"] for c in found["candidates"])
-    assert found["candidates"][0]["time"]["breakdown"]["optimizer"] > 0
+    assert found.candidates and OFFLOAD_NOTE in found.notes
+    assert all(c["config"]["optimizer_offload"] for c in found.candidates)
+    assert found.candidates[0]["time"]["breakdown"]["optimizer"] > 0
     fits = search("llama3-8b", "h100", 8, **job)
-    assert OFFLOAD_NOTE not in fits.get("notes", []) and not fits["candidates"][0]["config"]["optimizer_offload"]
+    assert OFFLOAD_NOTE not in fits.notes and not fits.candidates[0]["config"]["optimizer_offload"]
     report = plan("Full fine-tune Llama 3 70B on 8 H100s for 1B tokens with DeepSpeed", backend="offline")
     assert report.recommended["config"]["optimizer_offload"] and report.layout.endswith("optimizer on the CPU")
     assert any(risk.startswith("the optimizer states and step run on the CPU") for risk in report.risks)

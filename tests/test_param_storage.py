@@ -107,13 +107,13 @@ def test_a_search_for_an_engine_takes_its_parameter_storage():
 
 def test_megatron_search_with_fp32_parameters_finds_nothing_it_runs():
     result = search("llama3-8b", "h100", 8, gbs=64, seq=4096, zero=3, engine="megatron", fp32_params=True)
-    assert not result["candidates"] and result["rejected"].get("the engine cannot run it", 0) > 0
+    assert not result.candidates and result.rejected.get("the engine cannot run it", 0) > 0
 
 
 def test_a_torchtitan_search_charges_fsdp_storage():
     """The layout a torchtitan search returns is charged 16 B/param of sharded states, as estimate
     charges it with fp32_params (tests/test_search_agreement.py checks the vectorised path on random layouts)."""
-    best = search("llama3-8b", "h100", 8, gbs=64, seq=4096, zero=3, pp=1, engine="torchtitan")["candidates"][0]
+    best = search("llama3-8b", "h100", 8, gbs=64, seq=4096, zero=3, pp=1, engine="torchtitan").candidates[0]
     config = best["config"]
     assert config["fp32_params"]
     assert config["loss_kernel"] == "materialised"   # torchtitan's cross_entropy_loss upcasts the logits

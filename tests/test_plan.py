@@ -105,9 +105,14 @@ def test_missing_hardware_is_an_input_error():
 
 
 def test_no_layout_fits_is_a_report(monkeypatch):
+    from trainplan.tools.search import driver
+
+    search = driver.search
+
     def nothing_fits(model, gpu, gpus, **kwargs):
-        return {"objective": "throughput", "candidates": [], "evaluated": 40, "feasible": 0,
-                "rejected": {"does not fit in memory": 40}, "wall_s": 0.0}
+        found = search(model, gpu, gpus, **kwargs)
+        return found.model_copy(update={"candidates": [], "alternatives": [], "chosen": None, "evaluated": 40,
+                                        "feasible": 0, "rejected": {"does not fit in memory": 40}, "wall_s": 0.0})
 
     monkeypatch.setattr("trainplan.tools.search.driver.search", nothing_fits)
     report = plan("llama3-405b on 8 A100 40GB for 1T tokens", backend="offline")
@@ -251,7 +256,7 @@ def test_launch_section_says_why_an_engine_cannot_run_the_layout():
     from trainplan.agent.report import launch_settings
 
     config = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=64, pp=4, schedule="dualpipe", gbs=256,
-                                seq=4096)["config"]
+                                seq=4096).model_dump(mode="json")["config"]
     launch = launch_settings("llama3-8b", config, "megatron")
     assert launch.content is None and "dualpipe" in launch.error.lower()
     assert "\n" not in launch.error

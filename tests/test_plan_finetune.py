@@ -159,7 +159,7 @@ def test_every_entry_point_gives_a_fine_tune_the_planners_defaults(method):
     found = search(model="llama3-8b", gpu="h100", gpus=8, method=method, top_k=1)
     tool = dispatch("search_configs", {"model": "llama3-8b", "gpu": "h100", "gpus": 8, "method": method, "top_k": 1})
     for seq, gbs in ((planned["seq"], planned["gbs"]), (estimated["config"]["seq"], estimated["config"]["gbs"]),
-                     (found["job"]["seq"], found["job"]["gbs"])):
+                     (found.job.seq, found.job.gbs)):
         assert (seq, gbs) == (FINETUNE_SEQ, FINETUNE_GBS)
     for notes in (estimated["notes"], tool["notes"]):
         assert any(note.startswith("gbs not given") and "a fine-tuning default" in note for note in notes)
@@ -173,7 +173,7 @@ def test_without_ten_percent_headroom_the_plan_keeps_what_it_can(qlora_70b):
     tools/perf/finetune.py fp32_norm_changes, tools/perf/loss.py) none leaves 5% either: the plan says so."""
     capacity = qlora_70b.recommended["memory_gib"]["capacity"]
     job = dict(model="llama3-70b", gpu="rtx-4090", gpus=2, method="qlora", seq=512, gbs=16, engine="axolotl")
-    half = search(**job, headroom_gib=0.05 * capacity)["candidates"]
+    half = search(**job, headroom_gib=0.05 * capacity).candidates
     if half:
         assert qlora_70b.recommended["memory_gib"]["total"] <= 0.95 * capacity
         assert any("the plan uses the best that leaves 5%" in a for a in qlora_70b.assumptions)
@@ -181,4 +181,4 @@ def test_without_ten_percent_headroom_the_plan_keeps_what_it_can(qlora_70b):
         assert any("the plan uses the best that fits at all" in a for a in qlora_70b.assumptions)
     at_all = search(**job, headroom_gib=0.0)
     assert qlora_70b.recommended["memory_gib"]["total"] <= capacity
-    assert at_all["candidates"][0]["memory_gib"]["total"] > 0.95 * capacity  # the fastest that fits is tighter
+    assert at_all.candidates[0]["memory_gib"]["total"] > 0.95 * capacity  # the fastest that fits is tighter

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from trainplan.tools.perf import step
 from trainplan.tools.perf.collectives import group_layout
 from trainplan.tools.core.errors import InputError
+from trainplan.tools.search.results import SearchResult
 from trainplan.tools.config.layout import resolve_config
 from trainplan.tools.perf.pipeline import _validate, simulate
 from trainplan.tools.config.codes import RECOMPUTE_BY_CODE as _RECOMPUTE_BY_CODE, SCHEDULE_BY_CODE as _SCHEDULE_BY_CODE
@@ -32,12 +33,12 @@ from trainplan.tools.core.enums import Schedule
 SMALL = dict(model="llama3-8b", gpu="h100", gpus=16, gbs=32, seq=4096)
 
 
-def _check_counts(result: dict) -> None:
-    assert result["evaluated"] == result["feasible"] + sum(result["rejected"].values())
+def _check_counts(result: SearchResult) -> None:
+    assert result.evaluated == result.feasible + sum(result.rejected.values())
 
 
 @pytest.fixture(scope="module")
-def small() -> dict:
+def small() -> SearchResult:
     return search(**SMALL, top_k=5)
 
 
@@ -45,39 +46,40 @@ def small() -> dict:
 
 
 def test_result_shape_winner_fits_and_counts_add_up(small):
-    assert set(small) >= {"job", "objective", "candidates", "evaluated", "feasible", "rejected", "wall_s",
-                          "layouts_per_s"}
-    assert 1 <= len(small["candidates"]) <= 5
-    for c in small["candidates"]:
+    assert set(small.model_dump()) >= {"job", "objective", "candidates", "evaluated", "feasible", "rejected",
+                                       "wall_s", "layouts_per_s"}
+    assert "pareto" not in small.model_dump()   # left out without pareto=True
+    assert 1 <= len(small.candidates) <= 5
+    for c in small.candidates:
         assert c["fits"] and c["memory_gib"]["total"] <= c["memory_gib"]["capacity"]
         assert {"params", "memory_gib", "time", "config"} <= set(c)
         assert c["config"]["gpus"] == 16 and c["config"]["gbs"] == 32
-    steps = [c["time"]["step_s"] for c in small["candidates"]]
+    steps = [c["time"]["step_s"] for c in small.candidates]
     assert steps == sorted(steps)
     _check_counts(small)
-    assert small["layouts_per_s"] > 143
+    assert small.layouts_per_s > 143
 
 
 def test_pins_are_respected():
     result = search(**SMALL, tp=2, pp=2, zero=1, recompute="selective", schedule="1f1b", top_k=3)
-    assert result["candidates"]
-    for c in result["candidates"]:
+    assert result.candidates
+    for c in result.candidates:
         cfg = c["config"]
         assert (cfg["tp"], cfg["pp"], cfg["zero"], cfg["recompute"], cfg["schedule"]) == (2, 2, 1, "selective", "1f1b")
     result = search(**SMALL, vpp=2, top_k=3)
-    assert all(c["config"]["vpp"] == 2 and c["config"]["schedule"] == "interleaved" for c in result["candidates"])
-    assert result["job"]["pins"] == {"vpp": 2}
+    assert all(c["config"]["vpp"] == 2 and c["config"]["schedule"] == "interleaved" for c in result.candidates)
+    assert result.job.pins == {"vpp": 2}
 
 
 def test_objective_cost_versus_throughput_over_gpu_counts():
     kw = dict(**SMALL, tokens="100B", max_gpus=64, top_k=3)
-    fast = search(**kw, objective="throughput")["candidates"][0]
-    cheap = search(**kw, objective="cost")["candidates"][0]
+    fast = search(**kw, objective="throughput").candidates[0]
+    cheap = search(**kw, objective="cost").candidates[0]
     assert fast["config"]["gpus"] > cheap["config"]["gpus"]
     assert fast["time"]["tokens_per_s"] > cheap["time"]["tokens_per_s"]
     assert cheap["training"]["cost_usd"] <= fast["training"]["cost_usd"]
     # time ranks like throughput (fixed gbs), in days
-    assert search(**kw, objective="time")["candidates"][0]["config"] == fast["config"]
+    assert search(**kw, objective="time").candidates[0]["config"] == fast["config"]
 
 
 def test_max_gpus_tries_fewer_gpus():
@@ -85,25 +87,25 @@ def test_max_gpus_tries_fewer_gpus():
     assert gpu_counts(24, 96, 8, floor=16) == [96, 48, 24]
     assert gpu_counts(16, None, 8) == [16]
     result = search(**SMALL, max_gpus=32, top_k=8, objective="cost")
-    assert result["job"]["gpu_counts"] == [32, 16, 8, 4, 2]
-    assert {c["config"]["gpus"] for c in result["candidates"]} - {16} - {32}, "no smaller count was kept"
+    assert result.job.gpu_counts == [32, 16, 8, 4, 2]
+    assert {c["config"]["gpus"] for c in result.candidates} - {16} - {32}, "no smaller count was kept"
     _check_counts(result)
     with pytest.raises(InputError, match="max_gpus=8 is below gpus=16"):
         search(**SMALL, max_gpus=8)
 
 
 def test_deadline_and_budget_filters():
-    base = search(**SMALL, tokens="100B", top_k=3)["candidates"][0]["training"]
+    base = search(**SMALL, tokens="100B", top_k=3).candidates[0]["training"]
     late = search(**SMALL, tokens="100B", deadline_days=base["days"] * 1.02, top_k=50)
-    assert late["candidates"] and all(c["training"]["days"] <= base["days"] * 1.02 for c in late["candidates"])
-    assert late["rejected"].get(R_DEADLINE, 0) > 0
+    assert late.candidates and all(c["training"]["days"] <= base["days"] * 1.02 for c in late.candidates)
+    assert late.rejected.get(R_DEADLINE, 0) > 0
     _check_counts(late)
     poor = search(**SMALL, tokens="100B", budget_usd=base["cost_usd"] * 1.05, top_k=50)
-    assert all(c["training"]["cost_usd"] <= base["cost_usd"] * 1.05 for c in poor["candidates"])
-    assert poor["rejected"].get(R_BUDGET, 0) > 0
+    assert all(c["training"]["cost_usd"] <= base["cost_usd"] * 1.05 for c in poor.candidates)
+    assert poor.rejected.get(R_BUDGET, 0) > 0
     _check_counts(poor)
     none = search(**SMALL, tokens="100B", budget_usd=1.0)
-    assert none["candidates"] == [] and none["feasible"] == 0 and "no feasible layout" in none["notes"][0]
+    assert none.candidates == [] and none.feasible == 0 and "no feasible layout" in none.notes[0]
     _check_counts(none)
     with pytest.raises(InputError, match="needs the training tokens"):
         search(**SMALL, deadline_days=10)
@@ -111,33 +113,33 @@ def test_deadline_and_budget_filters():
 
 def test_headroom_shrinks_the_feasible_set():
     tight = search(**SMALL, headroom_gib=30)
-    assert tight["feasible"] < search(**SMALL)["feasible"]
-    assert all(c["memory_gib"]["total"] <= c["memory_gib"]["capacity"] - 30 for c in tight["candidates"])
-    assert tight["rejected"][R_MEMORY] > 0
+    assert tight.feasible < search(**SMALL).feasible
+    assert all(c["memory_gib"]["total"] <= c["memory_gib"]["capacity"] - 30 for c in tight.candidates)
+    assert tight.rejected[R_MEMORY] > 0
 
 
 def test_pareto_front_is_non_dominated():
     result = search(**SMALL, tokens="100B", max_gpus=64, pareto=True, top_k=3)
-    front = result["pareto"]
+    front = result.pareto
     assert len(front) >= 2
     for p in front:
-        assert {"gpus", "days", "cost_usd", "gpu_hours", "config"} <= set(p)
+        assert p.gpus in result.job.gpu_counts and p.config["gpus"] == p.gpus and p.gpu_hours > 0
         for q in front:
-            assert not (q is not p and q["days"] <= p["days"] and q["cost_usd"] <= p["cost_usd"]
-                        and (q["days"] < p["days"] or q["cost_usd"] < p["cost_usd"]))
-    days = [p["days"] for p in front]
+            assert not (q is not p and q.days <= p.days and q.cost_usd <= p.cost_usd
+                        and (q.days < p.days or q.cost_usd < p.cost_usd))
+    days = [p.days for p in front]
     assert days == sorted(days)
-    assert [p["cost_usd"] for p in front] == sorted((p["cost_usd"] for p in front), reverse=True)
+    assert [p.cost_usd for p in front] == sorted((p.cost_usd for p in front), reverse=True)
 
 
 def test_no_feasible_layout_is_a_result_with_counts():
     result = search(model="llama3-70b", gpu="h100", gpus=8, gbs=16, seq=8192, optimizer_offload=False)
-    assert result["candidates"] == [] and result["feasible"] == 0
-    assert max(result["rejected"], key=result["rejected"].get) == R_MEMORY
+    assert result.candidates == [] and result.feasible == 0
+    assert max(result.rejected, key=result.rejected.get) == R_MEMORY
     _check_counts(result)
-    assert "more GPUs" in result["notes"][0]
+    assert "more GPUs" in result.notes[0]
     heads = search(model="llama3-70b", gpu="h100", gpus=48, gbs=96, seq=8192, tp=3)
-    assert heads["rejected"] == {R_HEADS: heads["evaluated"]}
+    assert heads.rejected == {R_HEADS: heads.evaluated}
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
@@ -266,16 +268,16 @@ def test_vectorised_winner_matches_brute_force(seed):
               top_k=3)
     fast = search(model, gpu, gpus, **kw)
     slow = search_scalar(model, gpu, gpus, **kw)
-    assert fast["evaluated"] == slow["evaluated"]
-    assert fast["feasible"] == slow["feasible"]                    # the same layouts fit
-    assert fast["rejected"].get(R_MEMORY, 0) == slow["rejected"].get(R_MEMORY, 0)
-    invalid = sum(v for k, v in fast["rejected"].items() if k.startswith("invalid"))
-    assert invalid == slow["rejected"].get(R_SCALAR_INVALID, 0) + sum(
-        v for k, v in slow["rejected"].items() if k.startswith("invalid split"))
-    if not slow["candidates"]:
-        assert not fast["candidates"]
+    assert fast.evaluated == slow.evaluated
+    assert fast.feasible == slow.feasible                    # the same layouts fit
+    assert fast.rejected.get(R_MEMORY, 0) == slow.rejected.get(R_MEMORY, 0)
+    invalid = sum(v for k, v in fast.rejected.items() if k.startswith("invalid"))
+    assert invalid == slow.rejected.get(R_SCALAR_INVALID, 0) + sum(
+        v for k, v in slow.rejected.items() if k.startswith("invalid split"))
+    if not slow.candidates:
+        assert not fast.candidates
         return
-    best, mine = slow["candidates"][0], fast["candidates"][0]
+    best, mine = slow.candidates[0], fast.candidates[0]
     assert mine["fits"]
     assert mine["config"] == best["config"] or mine["time"]["step_s"] <= 1.01 * best["time"]["step_s"]
 
@@ -292,9 +294,9 @@ def test_llama3_405b_meta_layout_is_within_10_percent_on_time():
     offers Meta's TP8/PP16 with ZeRO-2 or full recompute (see the issue note).
     """
     job = dict(model="llama3-405b", gpu="h100", gpus=16384, gbs=2048, seq=8192)
-    best = search(**job, top_k=3)["candidates"][0]
+    best = search(**job, top_k=3).candidates[0]
     meta = trainplan.estimate(**job, tp=8, pp=16, cp=1, vpp=8, zero=1, recompute="none")
-    ratio = meta["time"]["tokens_per_s"] / best["time"]["tokens_per_s"]
+    ratio = meta.time.tokens_per_s / best["time"]["tokens_per_s"]
     assert ratio >= 0.9, ratio
     assert best["fits"]
 
@@ -302,10 +304,10 @@ def test_llama3_405b_meta_layout_is_within_10_percent_on_time():
 def test_deepseek_v3_layout_beats_tp_heavy_layouts():
     """DeepSeek-V3: TP1, EP64 across 8 nodes, PP16 DualPipe on 2,048 H800, seq 4096, gbs 15360, fp8."""
     job = dict(model="deepseek-v3", gpu="h800", gpus=2048, gbs=15360, seq=4096, precision="fp8", top_k=1)
-    theirs = search(**job, tp=1, pp=16, ep=64)["candidates"][0]
+    theirs = search(**job, tp=1, pp=16, ep=64).candidates[0]
     assert theirs["config"]["schedule"] == "dualpipe"
     for tp in (4, 8):
-        heavy = search(**job, tp=tp)["candidates"][0]
+        heavy = search(**job, tp=tp).candidates[0]
         assert theirs["time"]["tokens_per_s"] > heavy["time"]["tokens_per_s"], tp
 
 
@@ -361,4 +363,4 @@ def test_cli_bad_input_is_one_error_line_exit_2(args, fragment):
 
 def test_public_api_search_matches_the_module():
     job = dict(model="llama3-8b", gpu="h100", gpus=16, gbs=64, seq=4096, top_k=1)
-    assert trainplan.search(**job)["candidates"][0]["config"] == search(**job)["candidates"][0]["config"]
+    assert trainplan.search(**job).candidates[0]["config"] == search(**job).candidates[0]["config"]

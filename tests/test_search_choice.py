@@ -54,48 +54,48 @@ def test_a_departure_weighs_as_much_as_a_parallel_dimension():
 
 
 def test_search_keeps_the_default_headroom(job_70b):
-    capacity = job_70b["candidates"][0]["memory_gib"]["capacity"]
-    assert job_70b["job"]["headroom_gib"] == pytest.approx(DEFAULT_HEADROOM * capacity)
-    assert all(c["memory_gib"]["total"] <= (1 - DEFAULT_HEADROOM) * capacity for c in job_70b["candidates"])
-    assert search(**JOB, top_k=1, headroom_gib=0)["feasible"] > job_70b["feasible"]
+    capacity = job_70b.candidates[0]["memory_gib"]["capacity"]
+    assert job_70b.job.headroom_gib == pytest.approx(DEFAULT_HEADROOM * capacity)
+    assert all(c["memory_gib"]["total"] <= (1 - DEFAULT_HEADROOM) * capacity for c in job_70b.candidates)
+    assert search(**JOB, top_k=1, headroom_gib=0).feasible > job_70b.feasible
 
 
 def test_recommendation_is_the_simplest_within_the_margin_inside_the_evidence(job_70b):
     """The leader is the best layout inside the evals' evidence (no faster one outside it by the 5%
     margin here); the recommendation is the simplest within 3% of that leader."""
-    first, shape = job_70b["candidates"][0], _dense(JOB["seq"])
-    inside = [c for c in job_70b["candidates"] if int(departures(columns(c["config"]), shape)) == 0]
+    first, shape = job_70b.candidates[0], _dense(JOB["seq"])
+    inside = [c for c in job_70b.candidates if int(departures(columns(c["config"]), shape)) == 0]
     assert first in inside
     lead = min(inside, key=lambda c: c["time"]["step_s"])
-    fastest = min(job_70b["candidates"], key=lambda c: c["time"]["step_s"])
+    fastest = min(job_70b.candidates, key=lambda c: c["time"]["step_s"])
     assert lead["time"]["step_s"] <= (1 + EVIDENCE_MARGIN) * fastest["time"]["step_s"]
     if fastest is not lead:
-        note = next(n for n in job_70b["notes"] if n.startswith("recommended") and "outside it" in n)
+        note = next(n for n in job_70b.notes if n.startswith("recommended") and "outside it" in n)
         assert label(lead["config"]) in note and f"at least {EVIDENCE_MARGIN:.0%}" in note
     assert first["time"]["step_s"] <= (1 + SIMPLER_MARGIN) * lead["time"]["step_s"]
     for other in inside:
         if other["time"]["step_s"] <= (1 + SIMPLER_MARGIN) * lead["time"]["step_s"]:
             assert simplicity(columns(first["config"]), shape) <= simplicity(columns(other["config"]), shape)
     if first is not lead:
-        note = next(n for n in job_70b["notes"] if n.startswith("preferred the simpler"))
+        note = next(n for n in job_70b.notes if n.startswith("preferred the simpler"))
         gap = lead["time"]["tokens_per_s"] / first["time"]["tokens_per_s"] - 1
         assert f"{gap:.1%}" in note
 
 
 def test_alternatives_are_structurally_different_and_say_why_in_numbers(job_70b):
-    best = job_70b["candidates"][0]
-    alternatives = job_70b["alternatives"]
-    names = [a["family"] for a in alternatives]
+    best = job_70b.candidates[0]
+    alternatives = job_70b.alternatives
+    names = [a.family for a in alternatives]
     assert len(names) == len(set(names)) >= 2
     for alt in alternatives:
-        member = dict((name, test) for name, _, test in FAMILIES)[alt["family"]]
+        member = dict((name, test) for name, _, test in FAMILIES)[alt.family]
         assert not member(columns(best["config"]))          # the recommendation is not of this family
-        if alt["candidate"] is not None:
-            assert member(columns(alt["candidate"]["config"]))
-            assert alt["worse_by"] == pytest.approx(
-                result_objective(Objective.throughput, alt["candidate"], 0, None)
+        if alt.candidate is not None:
+            assert member(columns(alt.candidate["config"]))
+            assert alt.worse_by == pytest.approx(
+                result_objective(Objective.throughput, alt.candidate, 0, None)
                 / result_objective(Objective.throughput, best, 0, None) - 1)
-            assert alt["worse_by"] >= 0 and "%" in alt["why"]
+            assert alt.worse_by >= 0 and "%" in alt.why
         else:
             assert "rejected" in alt["why"]
 
@@ -116,11 +116,11 @@ def test_engine_aware_search_keeps_only_layouts_the_engine_exports(engine):
     # 16K: at 32K the Hugging Face engines' materialised fp32 logits (tools/perf/loss.py, 12 B x 32768 x 128256 =
     # 50 GB per GPU) fit no data-parallel layout of an 80 GB card
     result = search(model="llama3-8b", gpu="h100", gpus=16, gbs=64, seq=16384, top_k=6, engine=engine)
-    assert result["candidates"], result["notes"]
-    for candidate in result["candidates"] + [a["candidate"] for a in result["alternatives"] if a["candidate"]]:
+    assert result.candidates, result.notes
+    for candidate in result.candidates + [a.candidate for a in result.alternatives if a.candidate]:
         assert _exports(engine, candidate["config"]), candidate["config"]
     if engine != "torchtitan":   # torchtitan runs every layout of this dense job
-        assert result["rejected"]["the engine cannot run it"] > 0
+        assert result.rejected["the engine cannot run it"] > 0
 
 
 def test_plan_with_deepspeed_recommends_what_deepspeed_runs():

@@ -54,8 +54,8 @@ def test_named_modules_and_pinned_modes_bound_the_choice():
     assert job.recompute_ladder == ((_SELECTIVE, given),)
     assert job.recompute_options == ((_SELECTIVE, given),)
     result = search(model="llama3-70b", gpu="mi300x", gpus=64, recompute_modules="mlp", top_k=3)
-    assert [(c["config"]["recompute"], c["config"]["recompute_modules"]) for c in result["candidates"]] == \
-        [("selective", ["mlp"])] * len(result["candidates"])
+    assert [(c["config"]["recompute"], c["config"]["recompute_modules"]) for c in result.candidates] == \
+        [("selective", ["mlp"])] * len(result.candidates)
     job, _, _ = prepare(**DSV3, recompute="full")
     assert recompute_choices(job, None) == ((), ((_FULL, 0),))
     job, _, _ = prepare(**DSV3, recompute="none")
@@ -111,11 +111,11 @@ def test_vectorised_and_brute_force_choose_alike_with_fp8_storage(headroom):
     kw = dict(gbs=32, seq=4096, precision="fp8", headroom_gib=headroom, tp=[1, 2], pp=[1, 2], zero=[1, 3], top_k=3)
     fast = search("deepseek-v2-lite", "h800", 8, **kw)
     slow = search_scalar("deepseek-v2-lite", "h800", 8, **kw)
-    assert fast["evaluated"] == slow["evaluated"]
-    assert fast["feasible"] == slow["feasible"]
-    assert fast["rejected"].get(R_MEMORY, 0) == slow["rejected"].get(R_MEMORY, 0)
-    if slow["candidates"]:
-        best, mine = slow["candidates"][0], fast["candidates"][0]
+    assert fast.evaluated == slow.evaluated
+    assert fast.feasible == slow.feasible
+    assert fast.rejected.get(R_MEMORY, 0) == slow.rejected.get(R_MEMORY, 0)
+    if slow.candidates:
+        best, mine = slow.candidates[0], fast.candidates[0]
         assert mine["config"] == best["config"] or mine["time"]["step_s"] <= 1.01 * best["time"]["step_s"]
 
 
@@ -129,21 +129,21 @@ def test_deepseek_v3_fp8_search_comes_near_the_published_layout_without_being_to
     from trainplan.evals.dataset import load_dataset
 
     published = next(c for c in load_dataset().cases if c.id == "deepseek-v3-pretrain").kwargs()
-    theirs = trainplan.estimate(**published)["time"]["tokens_per_s"]
+    theirs = trainplan.estimate(**published).time.tokens_per_s
     result = search(**DSV3, dispatcher="deepep", top_k=5)   # the default headroom, plan_defaults.DEFAULT_HEADROOM
-    fastest = max(c["time"]["tokens_per_s"] for c in result["candidates"])
-    assert all(c["fits"] and c["config"]["precision"] == "fp8" for c in result["candidates"])
+    fastest = max(c["time"]["tokens_per_s"] for c in result.candidates)
+    assert all(c["fits"] and c["config"]["precision"] == "fp8" for c in result.candidates)
     assert fastest >= 0.9 * theirs
     assert any(c["config"]["recompute"] == "selective" and c["config"]["recompute_modules"]
-               for c in result["candidates"])
+               for c in result.candidates)
 
 
 def test_the_result_says_what_the_search_chose_for_the_winner():
     kw = dict(gbs=32, seq=4096, precision="fp8", headroom_gib=20.0, tp=[1, 2], pp=[1, 2], zero=[1, 3], top_k=3)
     result = search("deepseek-v2-lite", "h800", 8, **kw)
-    config = result["candidates"][0]["config"]
+    config = result.candidates[0]["config"]
     assert config["bf16_moments"] and config["fp8_activations"]
-    assert "low-precision storage" in result["chosen"] and result["chosen"] in result["notes"]
+    assert "low-precision storage" in result.chosen and result.chosen in result.notes
     pinned = search("deepseek-v2-lite", "h800", 8, **kw, bf16_moments=True, fp8_activations=True,
                     recompute_modules="core_attn")
-    assert pinned["chosen"] is None                      # nothing was left open
+    assert pinned.chosen is None                      # nothing was left open

@@ -26,7 +26,7 @@ def test_meta_llama3_405b_layout_ranks_within_10_percent_of_the_best(dataset):
     published = _case(dataset, "llama3-405b-8k-16384gpu").kwargs()
     plan = _case(dataset, "llama3-405b-plan").kwargs()
     job = {k: plan[k] for k in ("model", "gpu", "gpus", "seq", "gbs")}
-    best = search(**job, top_k=1)["candidates"][0]
+    best = search(**job, top_k=1).candidates[0]
     theirs = trainplan.estimate(**published).model_dump(mode="json")
     assert theirs["time"]["tokens_per_s"] >= 0.9 * best["time"]["tokens_per_s"]
 
@@ -40,7 +40,7 @@ def test_megatron_gpt3_175b_layout_ranks_within_10_percent_of_the_best_with_its_
     published = _case(dataset, "megatron-gpt3-175b").kwargs()
     recipe = {k: published[k] for k in ("attention", "sequence_parallel", "zero", "recompute", "schedule")}
     job = {k: published[k] for k in ("model", "gpu", "gpus", "seq", "gbs", "precision")}
-    best = search(**job, **recipe, top_k=1)["candidates"][0]
+    best = search(**job, **recipe, top_k=1).candidates[0]
     theirs = trainplan.estimate(**published).model_dump(mode="json")
     assert theirs["time"]["tokens_per_s"] >= 0.9 * best["time"]["tokens_per_s"]
 
@@ -54,7 +54,7 @@ def test_nemo_llama3_70b_recipe_ranks_within_10_percent_of_the_best():
     recipe = trainplan.estimate(**job, tp=4, pp=4, vpp=5, cp=2, zero=1, mbs=1, recompute="none",
                                 schedule="interleaved").model_dump(mode="json")
     assert recipe["fits"]
-    best = search(**job, top_k=1)["candidates"][0]
+    best = search(**job, top_k=1).candidates[0]
     assert recipe["time"]["tokens_per_s"] >= 0.9 * best["time"]["tokens_per_s"]
 
 
@@ -63,7 +63,7 @@ def test_deepseek_v3_layout_ranks_within_10_percent_of_the_best(dataset):
     published = _case(dataset, "deepseek-v3-pretrain").kwargs()
     recipe = {k: published[k] for k in ("fp8_activations", "bf16_moments", "recompute_modules") if k in published}
     job = {k: published[k] for k in ("model", "gpu", "gpus", "seq", "gbs", "precision")}
-    best = search(**job, **recipe, top_k=1)["candidates"][0]
+    best = search(**job, **recipe, top_k=1).candidates[0]
     theirs = trainplan.estimate(**published).model_dump(mode="json")
     assert theirs["time"]["tokens_per_s"] >= 0.9 * best["time"]["tokens_per_s"]
 

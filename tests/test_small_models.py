@@ -23,16 +23,16 @@ def small_model(tmp_path):
 
 
 def test_tensor_parallelism_slows_a_small_model(small_model):
-    steps = [trainplan.estimate(small_model, "h100", 8, tp=tp, gbs=64, seq=4096)["time"]["step_s"]
+    steps = [trainplan.estimate(small_model, "h100", 8, tp=tp, gbs=64, seq=4096).time.step_s
              for tp in (1, 2, 4, 8)]
     assert steps == sorted(steps) and steps[-1] > 2 * steps[0]
-    best = trainplan.search(small_model, "h100", 8, gbs=64, seq=4096, top_k=1)["candidates"][0]["config"]
+    best = trainplan.search(small_model, "h100", 8, gbs=64, seq=4096, top_k=1).candidates[0]["config"]
     assert best["tp"] == 1
 
 
 def test_launches_weigh_more_as_the_model_is_split(small_model, monkeypatch):
     def step(tp):
-        return trainplan.estimate(small_model, "h100", 8, tp=tp, pp=1, mbs=1, gbs=64, seq=2048)["time"]["step_s"]
+        return trainplan.estimate(small_model, "h100", 8, tp=tp, pp=1, mbs=1, gbs=64, seq=2048).time.step_s
 
     # The per-kernel floors: the device's launch gap (compute.KERNEL_LAUNCH_S) and, in PyTorch eager, the host's
     # dispatch of every op (host.py), under which the launch gaps hide once the layer waits on the host.

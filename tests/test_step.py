@@ -12,7 +12,7 @@ JOB = dict(model="llama3-8b", gpu="h100-sxm-80gb", gpus=64, seq=4096, gbs=256)
 
 
 def timed(**overrides):
-    return trainplan.estimate(**{**JOB, **overrides})["time"]
+    return trainplan.estimate(**{**JOB, **overrides}).time
 
 
 @pytest.mark.parametrize("layout", [
@@ -21,45 +21,45 @@ def timed(**overrides):
 ])
 def test_breakdown_sums_to_step_and_metrics_agree(layout):
     t = timed(**layout)
-    assert sum(t["breakdown"].values()) == pytest.approx(t["step_s"], rel=1e-9)
-    assert all(v >= -1e-9 for v in t["breakdown"].values())
-    assert t["mfu"] == pytest.approx(t["tflops_per_gpu"] / t["peak_tflops"])
-    assert t["tokens_per_s"] == pytest.approx(JOB["gbs"] * JOB["seq"] / t["step_s"])
-    assert t["tokens_per_s_per_gpu"] * JOB["gpus"] == pytest.approx(t["tokens_per_s"])
+    assert sum(t.breakdown.values()) == pytest.approx(t.step_s, rel=1e-9)
+    assert all(v >= -1e-9 for v in t.breakdown.values())
+    assert t.mfu == pytest.approx(t.tflops_per_gpu / t.peak_tflops)
+    assert t.tokens_per_s == pytest.approx(JOB["gbs"] * JOB["seq"] / t.step_s)
+    assert t.tokens_per_s_per_gpu * JOB["gpus"] == pytest.approx(t.tokens_per_s)
     # One FLOPs convention: hfu counts what the kernels run (causal under flash, plus recompute);
     # mfu counts the same attention without recompute; the PaLM count (mfu_full_attention) counts it in full.
-    assert t["mfu_full_attention"] == pytest.approx(t["tflops_per_gpu_full_attention"] / t["peak_tflops"])
-    assert 0 < t["mfu"] <= t["hfu"] and t["mfu"] < t["mfu_full_attention"]
+    assert t.mfu_full_attention == pytest.approx(t.tflops_per_gpu_full_attention / t.peak_tflops)
+    assert 0 < t.mfu <= t.hfu and t.mfu < t.mfu_full_attention
 
 
 def test_recompute_costs_time_and_shows_in_hfu():
     none, selective, full = (timed(tp=2, recompute=r) for r in ("none", "selective", "full"))
-    assert none["step_s"] < selective["step_s"] < full["step_s"]
-    assert full["hfu"] > full["mfu"]
+    assert none.step_s < selective.step_s < full.step_s
+    assert full.hfu > full.mfu
     # Without recompute the kernels run exactly the causal model FLOPs under flash attention.
-    assert none["hfu"] == pytest.approx(none["mfu"])
+    assert none.hfu == pytest.approx(none.mfu)
     # Full recompute adds about one forward: hardware FLOPs ~ 4/3 of model FLOPs.
-    assert full["hardware_tflops_per_gpu"] / full["tflops_per_gpu"] == pytest.approx(4 / 3, rel=0.05)
+    assert full.hardware_tflops_per_gpu / full.tflops_per_gpu == pytest.approx(4 / 3, rel=0.05)
 
 
 def test_more_microbatches_shrink_the_bubble():
-    small = trainplan.estimate(**{**JOB, "gbs": 64}, pp=4)["time"]
-    large = trainplan.estimate(**{**JOB, "gbs": 512}, pp=4)["time"]
-    assert large["bubble_fraction"] < small["bubble_fraction"]
-    assert large["mfu"] > small["mfu"]
+    small = trainplan.estimate(**{**JOB, "gbs": 64}, pp=4).time
+    large = trainplan.estimate(**{**JOB, "gbs": 512}, pp=4).time
+    assert large.bubble_fraction < small.bubble_fraction
+    assert large.mfu > small.mfu
 
 
 def test_interleaving_and_zero_bubble_beat_plain_1f1b():
     plain = timed(pp=4)
-    assert timed(pp=4, vpp=2)["bubble_fraction"] < plain["bubble_fraction"]
-    assert timed(pp=4, schedule="zb-h1")["step_s"] < plain["step_s"]
+    assert timed(pp=4, vpp=2).bubble_fraction < plain.bubble_fraction
+    assert timed(pp=4, schedule="zb-h1").step_s < plain.step_s
 
 
 def test_fp8_is_faster_but_not_twice_as_fast():
     bf16 = timed(tp=2, precision="bf16")
     fp8 = timed(tp=2, precision="fp8")
-    assert 1.0 < bf16["step_s"] / fp8["step_s"] < 2.0
-    assert fp8["peak_tflops"] > 1.9 * bf16["peak_tflops"]
+    assert 1.0 < bf16.step_s / fp8.step_s < 2.0
+    assert fp8.peak_tflops > 1.9 * bf16.peak_tflops
 
 
 def test_tensor_parallel_across_nodes_is_slower_than_inside():
@@ -74,35 +74,35 @@ def test_tensor_parallel_across_nodes_is_slower_than_inside():
 def test_dualpipe_hides_expert_all_to_all_better_than_1f1b():
     job = dict(model="deepseek-v3", gpu="h800-sxm-80gb", gpus=2048, pp=16, ep=64, seq=4096, gbs=15360,
                precision="fp8")
-    one_f_one_b = trainplan.estimate(**job, schedule="1f1b")["time"]
-    dualpipe = trainplan.estimate(**job, schedule="dualpipe")["time"]
-    assert dualpipe["breakdown"]["comm/ep"] < one_f_one_b["breakdown"]["comm/ep"]
-    assert dualpipe["step_s"] < one_f_one_b["step_s"]
+    one_f_one_b = trainplan.estimate(**job, schedule="1f1b").time
+    dualpipe = trainplan.estimate(**job, schedule="dualpipe").time
+    assert dualpipe.breakdown["comm/ep"] < one_f_one_b.breakdown["comm/ep"]
+    assert dualpipe.step_s < one_f_one_b.step_s
 
 
 def test_slower_network_exposes_more_data_parallel_time():
-    fast = trainplan.estimate(**JOB, zero=0, inter_node_bw=50)["time"]
-    slow = trainplan.estimate(**JOB, zero=0, inter_node_bw=1)["time"]
-    assert slow["breakdown"]["comm/dp"] > fast["breakdown"]["comm/dp"]
+    fast = trainplan.estimate(**JOB, zero=0, inter_node_bw=50).time
+    slow = trainplan.estimate(**JOB, zero=0, inter_node_bw=1).time
+    assert slow.breakdown["comm/dp"] > fast.breakdown["comm/dp"]
 
 
 def test_optimizer_offload_is_slower_per_step():
     on_gpu = timed(tp=8, zero=1)
-    offloaded = trainplan.estimate(**JOB, tp=8, zero=1, optimizer_offload=True)["time"]
-    assert offloaded["breakdown"]["optimizer"] > 10 * on_gpu["breakdown"]["optimizer"]
+    offloaded = trainplan.estimate(**JOB, tp=8, zero=1, optimizer_offload=True).time
+    assert offloaded.breakdown["optimizer"] > 10 * on_gpu.breakdown["optimizer"]
 
 
 def test_tp_comm_overlap_hides_most_tensor_parallel_communication():
     job = dict(model="llama3-70b", gpu="h100-sxm-80gb", gpus=64, tp=4, pp=8, vpp=5, gbs=128, seq=8192,
                recompute="none")
-    exposed = trainplan.estimate(**job)["time"]
+    exposed = trainplan.estimate(**job).time
     overlapped = trainplan.estimate(**job, tp_comm_overlap=True)
-    assert overlapped["config"]["tp_comm_overlap"]
-    hidden = overlapped["time"]["breakdown"]["comm/tp"]
-    assert 0 < hidden < 0.5 * exposed["breakdown"]["comm/tp"]
-    assert overlapped["time"]["step_s"] < exposed["step_s"]
+    assert overlapped.config.tp_comm_overlap
+    hidden = overlapped.time.breakdown["comm/tp"]
+    assert 0 < hidden < 0.5 * exposed.breakdown["comm/tp"]
+    assert overlapped.time.step_s < exposed.step_s
     # No TP, nothing to overlap: the flag resolves to false.
-    assert not trainplan.estimate(**{**job, "tp": 1, "pp": 8, "vpp": 1}, tp_comm_overlap=True)["config"]["tp_comm_overlap"]
+    assert not trainplan.estimate(**{**job, "tp": 1, "pp": 8, "vpp": 1}, tp_comm_overlap=True).config.tp_comm_overlap
 
 
 def test_zero3_gathers_unit_by_unit_and_pays_each_collectives_latency():
@@ -143,9 +143,9 @@ def test_zero3_over_thousands_of_ranks_is_slower_than_the_same_work_on_hundreds(
     """A 70B ZeRO-3 layout: the per-rank work is the same, but its per-block collectives span 4x the ranks."""
     job = dict(model="llama3-70b", gpu="h100-sxm-80gb", seq=8192, tp=1, pp=1, cp=4, zero=3, mbs=1,
                recompute="none")
-    small = trainplan.estimate(**job, gpus=512, gbs=512)["time"]
-    large = trainplan.estimate(**job, gpus=2048, gbs=2048)["time"]
-    assert large["breakdown"]["comm/dp"] > small["breakdown"]["comm/dp"]
+    small = trainplan.estimate(**job, gpus=512, gbs=512).time
+    large = trainplan.estimate(**job, gpus=2048, gbs=2048).time
+    assert large.breakdown["comm/dp"] > small.breakdown["comm/dp"]
 
 
 def test_sequence_parallel_backward_hides_the_column_parallel_collectives():
@@ -180,7 +180,7 @@ def test_sequence_parallel_backward_hides_the_column_parallel_collectives():
 def test_no_pipeline_means_no_bubble_never_a_negative_one(layout):
     """Without a pipeline the critical rank is busy the whole makespan: the bubble is the makespan less
     its compute and comm, which rounding once left at -4.7e-13 s, shown as '-0.000 s (-0.0%)'."""
-    time = trainplan.estimate(**layout, gbs=64)["time"]
-    assert time["breakdown"]["bubble"] == 0.0
-    assert all(seconds >= 0 for seconds in time["breakdown"].values())
-    assert sum(time["breakdown"].values()) == pytest.approx(time["step_s"], rel=1e-9)
+    time = trainplan.estimate(**layout, gbs=64).time
+    assert time.breakdown["bubble"] == 0.0
+    assert all(seconds >= 0 for seconds in time.breakdown.values())
+    assert sum(time.breakdown.values()) == pytest.approx(time.step_s, rel=1e-9)

@@ -3,11 +3,12 @@
 Public API; every keyword is a field of trainplan.tools.config.contract.Job or Layout (its description there is
 also the CLI help and the tool argument's description; None means the field's default rule):
     trainplan.estimate(model=..., gpu=..., gpus=..., tp=..., ...) -> Estimate  # one layout
-    trainplan.search(model=..., gpu=..., gpus=..., [pins]) -> dict             # the best layouts
+    trainplan.search(model=..., gpu=..., gpus=..., [pins]) -> SearchResult     # the best layouts
     trainplan.plan("Llama 3 70B on 512 H100s for 15T tokens") -> PlanReport    # the whole plan
     trainplan.limits("seq", model=..., gpu=..., gpus=..., [layout]) -> dict     # longest seq / largest mbs / GPUs
 
-`Estimate.model_dump(mode="json")` is the `trainplan estimate --json` object. Nothing heavy is
+`Estimate.model_dump(mode="json")` is the `trainplan estimate --json` object, `SearchResult.model_dump()`
+the `trainplan search --json` one. Nothing heavy is
 imported until a function is called, so `trainplan --help` stays fast.
 """
 
@@ -20,6 +21,7 @@ from trainplan.tools.core.errors import InputError
 if TYPE_CHECKING:
     from trainplan.agent.report import PlanReport
     from trainplan.tools.config.contract import Estimate
+    from trainplan.tools.search.results import SearchResult
     from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, OffloadModule, Precision, Recompute, RecomputeModule, Schedule
     from trainplan.tools.core.enums import LossKernel
 
@@ -90,8 +92,8 @@ def search(
     objective: str | None = None, top_k: int | None = None, max_gpus: int | None = None,
     deadline_days: float | None = None, budget_usd: float | None = None, allow_cross_node_tp: bool | None = None,
     pareto: bool | None = None, engine: str | None = None, evidence_margin: float | None = None,
-) -> dict:
-    """The best layouts for a job; the same object as `trainplan search --json`.
+) -> SearchResult:
+    """The best layouts for a job (tools/search/results.py); `.model_dump()` is the `trainplan search --json` object.
 
     Job and Layout parameters as in `estimate`; a Layout knob left None is searched. gbs None: the
     default rule (contract.DEFAULT_GBS_RULE); seq None: contract.DEFAULT_SEQ_RULE. The search options

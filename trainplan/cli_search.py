@@ -18,6 +18,7 @@ from rich.table import Table
 
 from trainplan import cli_common as opt
 from trainplan.tools.search.driver import CALCULON_LAYOUTS_PER_S, label
+from trainplan.tools.search.results import SearchResult
 
 def _days(result: dict) -> str:
     return f"{result['training']['days']:.1f}" if "training" in result else "-"
@@ -34,28 +35,28 @@ def _compact(value: float) -> str:
     return f"{value:.3g}"
 
 
-def render_search(result: dict, console: Console) -> None:
+def render_search(result: SearchResult, console: Console) -> None:
     """The top layouts as a table, the winner's memory and time, why the runner-up lost."""
-    job = result["job"]
-    console.print(f"[bold]{job['model']}[/bold] on {job['gpus']} x {job['gpu']}"
-                  + (f" (GPU counts tried: {', '.join(map(str, job['gpu_counts']))})" if len(job["gpu_counts"]) > 1 else "")
-                  + f": gbs {job['gbs']}, seq {job['seq']}, {job['precision']}; objective {result['objective']}; "
-                  f"{job['headroom_gib']:.1f} GiB kept free" + (f"; engine {job['engine']}" if job.get("engine") else ""))
-    rate = result["layouts_per_s"]
-    console.print(f"searched {result['evaluated']:,} layouts in {result['wall_s']:.2f} s ({rate:,.0f}/s, "
+    job = result.job
+    console.print(f"[bold]{job.model}[/bold] on {job.gpus} x {job.gpu}"
+                  + (f" (GPU counts tried: {', '.join(map(str, job.gpu_counts))})" if len(job.gpu_counts) > 1 else "")
+                  + f": gbs {job.gbs}, seq {job.seq}, {job.precision}; objective {result.objective}; "
+                  f"{job.headroom_gib:.1f} GiB kept free" + (f"; engine {job.engine}" if job.engine else ""))
+    rate = result.layouts_per_s
+    console.print(f"searched {result.evaluated:,} layouts in {result.wall_s:.2f} s ({rate:,.0f}/s, "
                   f"{rate / CALCULON_LAYOUTS_PER_S:,.0f}x Calculon's {CALCULON_LAYOUTS_PER_S:.0f}/s); "
-                  f"{result['feasible']:,} feasible")
-    rejected = result["rejected"]
+                  f"{result.feasible:,} feasible")
+    rejected = result.rejected
     if rejected:
         console.print("rejected:")
         for reason, count in sorted(rejected.items(), key=lambda item: -item[1]):
             console.print(f"  {count:>9,}  {reason}", overflow="ellipsis", no_wrap=True)
-    candidates = result["candidates"]
+    candidates = result.candidates
     if not candidates:
-        for note in result.get("notes", []):
+        for note in result.notes:
             console.print(f"[red]{note}[/red]")
         return
-    several = len(job["gpu_counts"]) > 1
+    several = len(job.gpu_counts) > 1
     table = Table(title=f"Top {len(candidates)} layouts (GiB: most loaded GPU, 2^30 B)", box=box.SIMPLE_HEAD)
     for column in ("layout", *(["GPUs"] if several else []), "GiB", "step_s", "MFU", "tok/s", "days", "cost"):
         # The layout label wraps on a narrow terminal; the figures never do, so a cell is never cut to "…".
@@ -83,15 +84,15 @@ def render_search(result: dict, console: Console) -> None:
     time.add_row("bubble_fraction", f"{step['bubble_fraction']:.1%}")
     console.print(Columns([memory, time]))
     console.print(f"MFU denominator: {step['mfu_denominator']}")
-    for note in result.get("notes", []):
+    for note in result.notes:
         console.print(note)
-    if result.get("pareto"):
+    if result.pareto:
         front = Table(title="Pareto front: days vs cost across GPU counts")
         for column in ("GPUs", "days", "cost", "GPU-hours", "layout"):
             front.add_column(column, justify="left" if column == "layout" else "right")
-        for p in result["pareto"]:
-            front.add_row(str(p["gpus"]), f"{p['days']:.1f}", f"${p['cost_usd']:,.0f}", f"{p['gpu_hours']:,.0f}",
-                          label(p["config"]))
+        for p in result.pareto:
+            front.add_row(str(p.gpus), f"{p.days:.1f}", f"${p.cost_usd:,.0f}", f"{p.gpu_hours:,.0f}",
+                          label(p.config))
         console.print(front)
 
 
@@ -102,10 +103,10 @@ def register(app: typer.Typer) -> None:
 
         result = search(**opt.given(fields))
         if as_json:
-            print(json.dumps(result, indent=2))
+            print(json.dumps(result.model_dump(), indent=2))
         else:
             render_search(result, Console())
-        if not result["candidates"]:
+        if not result.candidates:
             raise typer.Exit(code=1)
 
     from trainplan.tools.config.contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Layout, search_chosen_description,

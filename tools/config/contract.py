@@ -22,8 +22,7 @@ What derives from these fields (nothing else lists the knobs):
 - the `trainplan.estimate` / `trainplan.search` / `trainplan.plan` keyword parameters (written out for
   IDEs; tests/test_contract.py fails when one lacks a field or disagrees with its default).
 
-The result models (`Estimate` and its parts) are read as attributes. `Result` also lets code written
-against the former dict result index them (`result["time"]["step_s"]`) while it moves to attributes.
+The result models (`Estimate` and its parts) are read as attributes (`estimate.time.step_s`).
 
 To add a knob:
 1. Add a field to `Layout` (or `Job`) below: type, default, description. The description is the CLI
@@ -478,23 +477,7 @@ class SearchOptions(BaseModel):
 
 
 class Result(BaseModel):
-    """Base of the result models. Fields are read as attributes (`estimate.time.step_s`).
-
-    Transitional: `result["time"]["step_s"]`, `"time" in result` and `result.get(...)` also work, so
-    that code written against the former dict result keeps running while it moves to attributes
-    (the dump is the same object). A section that is None counts as absent for `in` and `get`."""
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in type(self).model_fields and key not in type(self).model_computed_fields:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and getattr(self, key, None) is not None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value = getattr(self, key, None)
-        return default if value is None else value
+    """Base of the result models. Fields are read as attributes (`estimate.time.step_s`)."""
 
 
 class Params(Result):

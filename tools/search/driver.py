@@ -1,6 +1,6 @@
 """`search`: every layout of a job, the valid ones that fit, ranked by an objective; numpy-vectorised.
 
-    search(model, gpu, gpus, gbs=..., [seq, tokens, price, precision, objective, top_k, pins, ...]) -> dict
+    search(model, gpu, gpus, gbs=..., [seq, tokens, price, precision, objective, top_k, pins, ...]) -> SearchResult
 
 The work is split by job, each in its own module:
  1. search_space: the job, the candidate layouts (one numpy table per GPU count tried), and which
@@ -49,6 +49,7 @@ from trainplan.tools.search.explain import explain_runner_up, label, no_feasible
 from trainplan.tools.search.rank import best_rows, collapse_twins, objective_of, pareto_front, result_key
 from trainplan.tools.core.enums import Objective
 from trainplan.tools.search.recipes import chosen_note, recompute_choices, storage_variants
+from trainplan.tools.search.results import SearchJobSummary, SearchResult
 from trainplan.tools.search.score import evaluate_count, fixed_knobs
 from trainplan.tools.search.space import (
     FIXED_KNOBS, KNOBS, STORAGE_KNOBS, R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, Pins, SearchJob, enumerate_space, gpu_counts,
@@ -210,8 +211,8 @@ def _fixed(model, seq: int, precision: Precision, gpu, given: dict) -> dict:
     return fixed
 
 
-def _job_dict(job: SearchJob, gpus: int, max_gpus: int | None, counts: list[int], top_k: int) -> dict:
-    return {"model": job.model.name, "gpu": job.gpu.name, "gpus": int(gpus), "max_gpus": max_gpus,
+def _job_summary(job: SearchJob, gpus: int, max_gpus: int | None, counts: list[int], top_k: int) -> SearchJobSummary:
+    return SearchJobSummary(**{"model": job.model.name, "gpu": job.gpu.name, "gpus": int(gpus), "max_gpus": max_gpus,
             "gpu_counts": counts, "gbs": job.gbs, "seq": job.seq, "tokens": job.tokens, "price": job.price,
             "precision": job.precision.value, "goodput": job.goodput, "top_k": top_k, "pins": _pins_dict(job.pins),
             "deadline_days": job.deadline_days, "budget_usd": job.budget_usd, "headroom_gib": job.headroom_gib,
@@ -222,7 +223,7 @@ def _job_dict(job: SearchJob, gpus: int, max_gpus: int | None, counts: list[int]
                 "knobs": list(job.chosen),
                 "recompute_ladder": [[RECOMPUTE_BY_CODE[code].value, [m.value for m in modules_of(mask)]]
                                      for code, mask in job.recompute_ladder],
-                "storage_variants": [dict(variant) for variant in job.storage_variants]}}
+                "storage_variants": [dict(variant) for variant in job.storage_variants]}})
 
 
 def _exact_failure(job: SearchJob, result: dict) -> str | None:
@@ -237,7 +238,7 @@ def _exact_failure(job: SearchJob, result: dict) -> str | None:
 
 
 def _finish(job: SearchJob, objective: Objective, out: dict, scored: list[dict], top_k: int, pareto: bool,
-            start: float, space_reasons: tuple[dict, np.ndarray] | None = None) -> dict:
+            start: float, space_reasons: tuple[dict, np.ndarray] | None = None) -> SearchResult:
     """Rank the exactly scored layouts and add candidates, the simpler-layout preference, the
     structural alternatives, notes, the front and the timing."""
     ranked = sorted(scored, key=lambda r: result_key(objective, r, job.price, job.tokens))
@@ -281,7 +282,7 @@ def _finish(job: SearchJob, objective: Objective, out: dict, scored: list[dict],
     out["notes"] = notes
     out["wall_s"] = _time.perf_counter() - start
     out["layouts_per_s"] = out["evaluated"] / out["wall_s"] if out["wall_s"] > 0 else float("inf")
-    return out
+    return SearchResult(**out)
 
 
 OFFLOAD_NOTE = ("no layout fits in GPU memory alone: the search offloaded the optimizer states and step to the CPU "
@@ -290,20 +291,20 @@ OFFLOAD_NOTE = ("no layout fits in GPU memory alone: the search offloaded the op
 """The note of a search that found a fit only with the optimizer offloaded (see search)."""
 
 
-def search(model: str, gpu: str, gpus: int, **kwargs) -> dict:
+def search(model: str, gpu: str, gpus: int, **kwargs) -> SearchResult:
     """The best layouts for a job (_search_once). When none fits in GPU memory and the request left
     optimizer_offload open, the search runs again with the optimizer states and step on the CPU
     (ZeRO-Offload, timed by tools/perf/offload.py) and says so in its notes: offload is what fits, so an
     expert would run it rather than give up."""
     result = _search_once(model, gpu, gpus, **kwargs)
-    if result["candidates"] or kwargs.get("optimizer_offload") is not None or R_MEMORY not in result["rejected"]:
+    if result.candidates or kwargs.get("optimizer_offload") is not None or R_MEMORY not in result.rejected:
         return result
     # Every engine runs ZeRO-Offload inside a ZeRO stage (tools/config/engines.py ENGINE_REFUSALS): stage 1 or more.
     zero = kwargs.get("zero") if kwargs.get("zero") is not None else [1, 2, 3]
     offloaded = _search_once(model, gpu, gpus, **{**kwargs, "zero": zero}, optimizer_offload=True)
-    if not offloaded["candidates"]:
+    if not offloaded.candidates:
         return result
-    offloaded["notes"] = [OFFLOAD_NOTE, *offloaded.get("notes", [])]
+    offloaded.notes = [OFFLOAD_NOTE, *offloaded.notes]
     return offloaded
 
 
@@ -315,17 +316,17 @@ def _search_once(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq
            headroom_gib: float | None = None, allow_cross_node_tp: bool = False, pareto: bool = False,
            goodput: float | None = None, gpus_per_node: int | None = None, intra_node_bw: float | None = None,
            inter_node_bw: float | None = None, engine: str | None = None, evidence_margin: float | None = None,
-           **fixed) -> dict:
+           **fixed) -> SearchResult:
     """The best layouts for a job, best first; a pin (tp=8, schedule='1f1b', or a list of values)
     fixes a knob, None leaves it free. See the module docstring for the space, rules and time model.
     headroom_gib None keeps plan_defaults.DEFAULT_HEADROOM of the GPU's memory free; engine keeps only
     layouts that engine runs (export.support).
 
-    Returns {job, objective, candidates (estimate result objects, best first, at most top_k; the
-    first is the simplest within SIMPLER_MARGIN of the best), alternatives (the best of each
-    structurally different family, with why it lost), evaluated, feasible, rejected {reason: count},
-    chosen (what the search chose for the first candidate among the knobs the request left open,
-    search_recipes; None: nothing), notes, wall_s, layouts_per_s[, pareto]}.
+    Returns a SearchResult (tools/search/results.py): job, objective, candidates (estimate results in
+    their JSON form, best first, at most top_k; the first is the simplest within SIMPLER_MARGIN of the
+    best), alternatives (the best of each structurally different family, with why it lost), evaluated,
+    feasible, rejected {reason: count}, chosen (what the search chose for the first candidate among
+    the knobs the request left open, search_recipes; None: nothing), notes, wall_s, layouts_per_s[, pareto].
     """
     start = _time.perf_counter()
     job, objective_enum, counts = prepare(
@@ -370,7 +371,7 @@ def _search_once(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq
             rejected[failure] = rejected.get(failure, 0) + 1
         else:
             scored.append(result)
-    out = {"job": _job_dict(job, gpus, max_gpus, counts, top_k), "objective": objective_enum.value,
+    out = {"job": _job_summary(job, gpus, max_gpus, counts, top_k), "objective": objective_enum.value,
            "candidates": [], "evaluated": int(evaluated), "feasible": feasible, "rejected": rejected}
     space = {k: np.concatenate([sp[k] for sp in spaces]) for k in KNOBS}
     return _finish(job, objective_enum, out, scored, top_k, pareto, start, (space, np.concatenate(reasons)))
@@ -380,7 +381,7 @@ R_SCALAR_INVALID = "invalid layout (resolve_config or the pipeline simulator)"
 """search_scalar's one key for every layout the scalar path refuses with an InputError."""
 
 
-def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> dict:
+def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> SearchResult:
     """The brute-force reference: every layout of the same space through the exact scalar path
     (resolve_config + estimate.evaluate with the event-driven simulator), ranked the same way.
     Same arguments and result shape as search; slow (tens of layouts per second); for tests and
@@ -411,7 +412,7 @@ def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> dict:
                 scored.append(result)
     if not evaluated:
         _no_split(job, counts)
-    out = {"job": _job_dict(job, gpus, kwargs.get("max_gpus"), counts, top_k), "objective": objective_enum.value,
+    out = {"job": _job_summary(job, gpus, kwargs.get("max_gpus"), counts, top_k), "objective": objective_enum.value,
            "candidates": [], "evaluated": evaluated, "feasible": len(scored), "rejected": rejected}
     return _finish(job, objective_enum, out, scored, top_k, pareto, start)
 
