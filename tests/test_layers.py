@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,7 +97,6 @@ def _graph() -> dict[str, set[str]]:
     return graph
 
 
-@pytest.mark.xfail(reason="search/driver.py reads engine profiles from tools/engines (issue 22: they move to config); strict once it does")
 def test_layers_import_downward_only():
     upward = []
     for path in _sources():
