@@ -98,6 +98,12 @@ DROPLESS_LOAD_IMBALANCE = Assumed(
     source="between perfect balance (1.0) and the capacity factor 1.25 that Switch Transformer (Fedus et al. 2022, "
            "§2.2 and Table 1) and GShard-style recipes use so that few tokens overflow",
 )
+ROUTER_SCORE_BYTES = Assumed(
+    value=4 * 4,
+    meaning="HBM bytes per fp32 router score in the forward (and as many in the backward) of an MoE layer",
+    source="the logits are written, then read and written by the score function and top-k, and the selected "
+           "probabilities read back (Megatron-Core router.py with moe_router_dtype fp32): about four passes of 4 B",
+)
 COMMUNICATION_SMS = Assumed(
     value=20,
     meaning="SMs that communication overlapping compute holds, of the H800's (the catalog's h800-sxm-80gb "

@@ -71,7 +71,7 @@ BF16_BYTES_PER_ELEMENT = 2
 # fp32 router scores: the logits are written, then read and written by the score function and
 # top-k, and the selected probabilities read back (Megatron-Core router.py with moe_router_dtype
 # fp32): about four passes of 4 B per score in the forward and as many in the backward.
-ROUTER_SCORE_BYTES = 4 * 4
+ROUTER_SCORE_BYTES = assumptions.ROUTER_SCORE_BYTES.value
 
 
 # --------------------------------------------------------------------------------------------
