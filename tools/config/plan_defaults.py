@@ -9,34 +9,35 @@ import math
 
 import numpy as np
 
+from trainplan.tools.core import assumptions
 from trainplan.tools.core.errors import InputError
 
-DEFAULT_GOODPUT = 0.9
+DEFAULT_GOODPUT = assumptions.DEFAULT_GOODPUT.value
 """Share of wall-clock time that trains when a job gives none (Llama 3 reports more than 90%)."""
 
-DEFAULT_HEADROOM = 0.10
+DEFAULT_HEADROOM = assumptions.DEFAULT_HEADROOM.value
 """Share of each GPU's memory a searched or planned layout leaves free (the report flags less as a
 risk): the allocator's fragmentation, NCCL's lazily grown buffers and activation spikes of real
 runs, which the memory model only approximates. One value for search and plan."""
 
-SIMPLER_MARGIN = 0.03
+SIMPLER_MARGIN = assumptions.SIMPLER_MARGIN.value
 """A simpler layout (fewer parallel dimensions, engine defaults) is preferred over the fastest when it
 is at most 3% slower on the objective: within the step-time model's own uncertainty, and what a
 practitioner gives up for fewer moving parts."""
 
-EVIDENCE_MARGIN = 0.05
+EVIDENCE_MARGIN = assumptions.EVIDENCE_MARGIN.value
 """How much better on the objective (5%) a layout outside the evals' evidence (tools/search/evidence.py, the
 one definition of a departure) must be than the best layout inside it to be recommended: more than
 the 3% within which layouts count as equal (SIMPLER_MARGIN) and about the held-out dense step-time
 MAPE (5.8%, README), so that a win within the model's own error does not buy an untested shape (issue
 20's default). A preference, not a rule of physics. SearchOptions.evidence_margin."""
 
-COST_SLACK = 0.05
+COST_SLACK = assumptions.COST_SLACK.value
 """'Cheapest' takes the fastest plan whose cost is at most 5% above the lowest (agent/tradeoffs.py): a
 plan that saves 0.5% by taking 16 times as long (16 GPUs for 88 days against 256 for 5.5, issue 20) is
 not what the request means; the report states the trade. A preference, as SIMPLER_MARGIN."""
 
-DEADLINE_MARGIN = 0.10
+DEADLINE_MARGIN = assumptions.DEADLINE_MARGIN.value
 """A plan for a deadline is sized to finish this share early (30 days: 27): restarts, slow nodes and
 the model's own error (agent/advice.py states the band) eat into a plan with no margin. When no count
 meets the tighter date, the plan sizes to the deadline itself and says it has no margin."""
@@ -51,10 +52,10 @@ TOKENS_PER_STEP_POINTS = (
     (405e9, 16.0e6, "Llama 3 405B: 16M tokens after 2.87T tokens (Llama 3 paper, §3.4.1)"),
     (671e9, 15360 * 4096, "DeepSeek-V3 671B: 15,360 x 4,096 = 62.9M tokens (DeepSeek-V3 report, §4.2)"),
 )
-GPUS_PER_SEQUENCE = 8
+GPUS_PER_SEQUENCE = assumptions.GPUS_PER_SEQUENCE.value
 """At least one sequence per 8 GPUs, so that even a TP8 layout gives every data-parallel rank a
 micro-batch (Llama 3 405B on 16K GPUs: 16M tokens per step at seq 8192 = 2048 sequences)."""
-LONG_SEQ_TOKENS_PER_RANK = 8192
+LONG_SEQ_TOKENS_PER_RANK = assumptions.LONG_SEQ_TOKENS_PER_RANK.value
 """Beyond this sequence length one sequence spans seq / 8,192 context-parallel ranks, so the floor is
 one sequence per 8 x seq / 8,192 GPUs: the batch stays in tokens per step, not sequences. Llama 3 405B
 kept 16M tokens per step at 131K on 16K GPUs with CP16 (8,192 tokens per rank; Llama 3 paper §3.3.2,
@@ -111,9 +112,9 @@ def default_gbs_reason(seq: int, gpus: int, total_params: float, fine_tune: bool
 # describe none. One published fine-tuning recipe states both: the QLoRA paper's Guanaco runs
 # (Dettmers et al. 2023, Appendix B; artidoro/qlora scripts/finetune_guanaco_*.sh: per-device batch 1 x
 # 16 accumulation steps, target_max_len 512, 1875 steps on OASST1).
-FINETUNE_GBS = 16
+FINETUNE_GBS = assumptions.FINETUNE_GBS.value
 """Global batch of a fine-tune that gives none, in sequences (QLoRA's Guanaco runs)."""
-FINETUNE_SEQ = 512
+FINETUNE_SEQ = assumptions.FINETUNE_SEQ.value
 """Sequence length of a fine-tune that gives none (QLoRA's Guanaco runs, target_max_len 512)."""
 FINETUNE_SOURCE = ("as in the QLoRA paper's Guanaco runs, Dettmers et al. 2023, Appendix B; artidoro/qlora "
                    "scripts/finetune_guanaco_*.sh")

@@ -12,6 +12,10 @@ measurement, or another family's fit where no run can separate it). A GPU family
 Each method names the physical range its mechanism allows, so a refit cannot drift outside it.
 benchmarks/fit_calibration.py reproduces every fitted value from its `fitted_on` cases (a grid
 search on the eval's absolute log error) and prints the held-out errors.
+
+The hand-set constants that no eval case fitted (kernel launch cost, NCCL buffers, planner margins, ...) are
+Assumed records in tools/core/assumptions.py, each with its source; tests/test_constants_registered.py keeps
+every other number of the model in one of the two tables.
 """
 
 from __future__ import annotations

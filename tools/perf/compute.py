@@ -28,7 +28,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from trainplan.tools.core import assumptions
 from trainplan.tools.core import calibration
+from trainplan.tools.hardware.catalog import load_gpu
 from trainplan.tools.hardware.specs import GPUSpec
 from trainplan.tools.core.enums import Attention, Precision
 
@@ -39,8 +41,8 @@ from trainplan.tools.core.enums import Attention, Precision
 # tile for every family: 256x128 (Ampere, Blackwell) and 128x256 (Hopper) tiles were tried and made
 # held-out errors worse (dense step-time MAPE 5.8% -> 6.0%, the IBM FSDP 7B H100 row +16.7% -> +20.3%
 # after refitting eta_max), and so did counting the padding of partial tiles (5.8% -> 5.8%, no gain).
-GEMM_TILE_M = 128
-GEMM_TILE_N = 128
+GEMM_TILE_M = assumptions.GEMM_TILE_M.value
+GEMM_TILE_N = assumptions.GEMM_TILE_N.value
 # Fraction of HBM bandwidth that streaming kernels (norms, activations, softmax, Adam) reach.
 MEMORY_BOUND_EFFICIENCY = calibration.MEMORY_BOUND_EFFICIENCY.value
 # Fixed cost of one kernel launch, seconds, counted once per kernel launched (every GEMM, attention
@@ -49,7 +51,7 @@ MEMORY_BOUND_EFFICIENCY = calibration.MEMORY_BOUND_EFFICIENCY.value
 # A. Gray 2019) measures a 2.9 us kernel at 3.8 us per launch when kernels are issued back to back
 # (9.6 us with a synchronisation after each); the CUDA Programming Guide §4.2 (CUDA Graphs) names
 # this per-kernel launch overhead. It is what sets the time of tiny kernels (bench_gemm.py).
-KERNEL_LAUNCH_S = 4e-6
+KERNEL_LAUNCH_S = assumptions.KERNEL_LAUNCH_S.value
 
 
 @dataclass
@@ -148,14 +150,16 @@ FLASH_BACKWARD_KERNELS = 3
 # §4.1): "FlashAttention-2 is around 1.3-1.5x faster than FlashAttention in Triton in the forward pass and around 2x
 # faster in the backward pass" (and 1.7-3.0x faster than FlashAttention 1 overall, §4). The forward takes the middle of
 # the range; these are the Triton port's figures, the lower end of FlashAttention 1's.
-FLASH1_FORWARD_SLOWDOWN = 1.4
-FLASH1_BACKWARD_SLOWDOWN = 2.0
+FLASH1_FORWARD_SLOWDOWN = assumptions.FLASH1_FORWARD_SLOWDOWN.value
+FLASH1_BACKWARD_SLOWDOWN = assumptions.FLASH1_BACKWARD_SLOWDOWN.value
 # Kernels written for Ampere's instructions (mma.sync; no TMA, no wgmma) on a newer family, as a share of the dense
 # peak relative to the share they reach on Ampere. FlashAttention-2 peaks at 230 TFLOP/s of A100's 312 and, "just
 # running the same implementation on H100 GPUs (using no special instructions to make use of new features such as
-# TMA and 4th-gen Tensor Cores)", at 335 of H100's 989 (Dao 2023 §4.1): (335/989) / (230/312). A family without a
+# TMA and 4th-gen Tensor Cores)", at 335 of H100's 989 (Dao 2023 §4.1): (335/989) / (230/312), the peaks read from
+# the GPU catalog (tools/hardware/catalog/gpus/h100-sxm-80gb.json, a100-sxm-80gb.json). A family without a
 # measurement keeps its own efficiency.
-AMPERE_KERNEL_SHARE_RATIO = {"hopper": (335 / 989) / (230 / 312)}
+AMPERE_KERNEL_SHARE_RATIO = {"hopper": (assumptions.FLASH2_SHARE_ON_HOPPER_TFLOPS.value / load_gpu("h100-sxm-80gb").bf16_tflops)
+                                       / (assumptions.FLASH2_SHARE_ON_AMPERE_TFLOPS.value / load_gpu("a100-sxm-80gb").bf16_tflops)}
 
 
 def attention_efficiencies(gpu: GPUSpec, kernel: Attention = Attention.flash) -> tuple[float, float]:

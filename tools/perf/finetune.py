@@ -56,6 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainplan.tools.core import assumptions
 from trainplan.tools.core.enums import LoraTargets, Method
 from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, is_lora
 from trainplan.tools.perf import state_bytes
@@ -68,7 +69,7 @@ from trainplan.tools.core.enums import Launch, Precision
 
 METHOD_CODES = {method: i for i, method in enumerate(Method)}      # full 0, lora 1, qlora 2
 TARGET_CODES = {target: i for i, target in enumerate(LoraTargets)}  # attention 0, all-linear 1
-DEFAULT_LORA_ALPHA_PER_RANK = 2
+DEFAULT_LORA_ALPHA_PER_RANK = assumptions.DEFAULT_LORA_ALPHA_PER_RANK.value
 """lora_alpha = 2 r in the exports (a common choice; alpha only scales the update, no cost)."""
 
 FLOPS_CONVENTION = {

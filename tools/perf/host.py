@@ -36,6 +36,7 @@ shared experts count. The embedding, head and optimizer are not floored (a few o
 
 from __future__ import annotations
 
+from trainplan.tools.core import assumptions
 from trainplan.tools.core import calibration
 from trainplan.tools.perf.compute import ELEMENTWISE_PASSES, OpTimes
 from trainplan.tools.core.enums import Launch
@@ -52,7 +53,7 @@ COLLECTIVE_OPS = 2
 # Autograd runs one backward node per differentiable forward op, and a node computes the gradient of each of its
 # inputs: two GEMMs per Linear (input and weight gradients), the backward of each view a view, of each elementwise
 # kernel a kernel. Two host ops per forward op is that count rounded (assumed, not fitted).
-BACKWARD_OPS_PER_FORWARD_OP = 2
+BACKWARD_OPS_PER_FORWARD_OP = assumptions.BACKWARD_OPS_PER_FORWARD_OP.value
 # LoRA (PEFT's LoRA Linear, peft/tuners/lora/layer.py, eager): per adapted linear, lora_A and lora_B as two Linears
 # (LINEAR_OPS each), the dropout module (nn.Identity at lora_dropout 0: one module call, no kernel, taken as one op),
 # the scaling multiply and the add into the base output: 2 x 3 + 3 = 9. Under torch.compile the two GEMMs stay

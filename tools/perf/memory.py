@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainplan.tools.core import assumptions
 from trainplan.tools.perf import memory_hints
 from trainplan.tools.perf.state_bytes import (FP8_WEIGHT_CACHE_BYTES, GRAD_BYTES, GRAD_BYTES_BF16, MASTER_BYTES,
                                               OPTIMIZER_BYTES, OPTIMIZER_BYTES_BF16_MOMENTS, WEIGHT_BYTES)
@@ -88,9 +89,9 @@ from trainplan.tools.core.enums import Attention, Precision, Recompute, Schedule
 
 GIB = float(2**30)
 
-CUDA_CONTEXT_GIB = 723 / 1024
+CUDA_CONTEXT_GIB = assumptions.CUDA_CONTEXT_GIB.value
 """CUDA context of one process: 723 MiB on the first CUDA call (discuss.pytorch.org/t/73021)"""
-NCCL_GIB_PER_GROUP = 688e6 / GIB
+NCCL_GIB_PER_GROUP = assumptions.NCCL_GIB_PER_GROUP.value
 """NCCL buffers per communicator that carries traffic: 544-688 MB measured per process group on
 A100 NVLink (NVIDIA/nccl#964); we take 688 MB for each of the tp, pp, cp, dp and ep groups with
 more than one rank. An NCCL all-to-all can take more (3.3 GB on 8xH100, NVIDIA/nccl#1685)."""
@@ -100,7 +101,7 @@ more than one rank. An NCCL all-to-all can take more (3.3 GB on 8xH100, NVIDIA/n
 # and output; Megatron's MoEAlltoAllTokenDispatcher): 2 x 2 s b k h bytes with ep > 1; with ep = 1
 # only the permuted copy, 2 s b k h. The dispatched copies kept for the backward are counted with
 # the layer (moe/dispatched).
-ALLOCATOR_RESERVE_FRACTION = 0.05
+ALLOCATOR_RESERVE_FRACTION = assumptions.ALLOCATOR_RESERVE_FRACTION.value
 """The allocator reserve (other/allocator_reserve), a share of the activations. What nvidia-smi shows
 beyond the live tensors is what PyTorch's caching allocator keeps reserved: freed blocks cached for
 reuse, rounded up (512 B small blocks, 2 MiB pages; requests of 1-10 MiB carved from 20 MiB

@@ -37,6 +37,7 @@ experts -> dispatcher.combine, plus the shared experts beside it):
 
 from __future__ import annotations
 
+from trainplan.tools.core import assumptions
 from trainplan.tools.core.calibration import MOE_HOST_S_PER_EXPERT_GEMM
 from trainplan.tools.perf.collectives import collective_time_s
 from trainplan.tools.perf.compute import OpTimes, linear, memory_bound_time_s
@@ -47,7 +48,7 @@ from trainplan.tools.hardware.specs import ClusterSpec, GPUSpec, ModelSpec
 # Straggler factor of learned, dropless routing: load of the busiest EP rank over the mean. Assumed,
 # not fitted: between perfect balance (1.0) and the capacity factor 1.25 that Switch Transformer
 # (Fedus et al. 2022, §2.2 and Table 1) and GShard-style recipes use so that few tokens overflow.
-DROPLESS_LOAD_IMBALANCE = 1.2
+DROPLESS_LOAD_IMBALANCE = assumptions.DROPLESS_LOAD_IMBALANCE.value
 
 # Host time to issue one expert GEMM when the grouped GEMM is a host-issued loop of per-expert GEMMs
 # (Transformer Engine GroupedLinear: "launch multiple local GEMM kernels in multiple streams",
@@ -70,7 +71,7 @@ BF16_BYTES_PER_ELEMENT = 2
 # fp32 router scores: the logits are written, then read and written by the score function and
 # top-k, and the selected probabilities read back (Megatron-Core router.py with moe_router_dtype
 # fp32): about four passes of 4 B per score in the forward and as many in the backward.
-ROUTER_SCORE_BYTES = 4 * 4
+ROUTER_SCORE_BYTES = assumptions.ROUTER_SCORE_BYTES.value
 
 
 # --------------------------------------------------------------------------------------------

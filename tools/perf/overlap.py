@@ -9,10 +9,14 @@ import functools
 
 import numpy as np
 
+from trainplan.tools.core import assumptions
+from trainplan.tools.hardware.catalog import load_gpu
+
 # Communication that overlaps compute still slows it: its kernels hold SMs and HBM bandwidth.
 # DeepSeek-V3 (report §3.2.2) dedicates 20 of the H800's 132 SMs to communication; NCCL's channels
-# likewise run on SMs. Hidden communication costs this share of its own duration.
-COMM_COMPUTE_CONTENTION = 20 / 132
+# likewise run on SMs. Hidden communication costs this share of its own duration (the SM count read
+# from tools/hardware/catalog/gpus/h800-sxm-80gb.json).
+COMM_COMPUTE_CONTENTION = assumptions.COMMUNICATION_SMS.value / load_gpu("h800-sxm-80gb").sm_count
 
 
 def overlapped_s(comm_s, window_s):

@@ -11,13 +11,14 @@ import json
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from trainplan.tools.core import assumptions
 
 SUMMARY_PATH = Path(str(resources.files("trainplan.evals") / "summary.json"))
 """evals/summary.json, in a source checkout and an installed wheel alike."""
-GAP_ERROR = 0.15
+GAP_ERROR = assumptions.GAP_ERROR.value
 """A case whose headline error is larger than this (the throughput tolerance of evals/cases.py) is a
 known gap even when its own tolerance is wider (GPU-hours: 25%)."""
-SMALL_JOB_GPUS = 64
+SMALL_JOB_GPUS = assumptions.SMALL_JOB_GPUS.value
 """A job on at most this many GPUs is a small job (the FSDP, MPT and single-node rows)."""
 REGIMES = {
     "dense at scale": "dense models on more than 64 GPUs",
