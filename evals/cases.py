@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trainplan
-from trainplan.tools.engines.support import ENGINE_DECIDED_KNOBS
+from trainplan.tools.config.engines import ENGINE_DECIDED_KNOBS
 from trainplan.tools.config.contract import Estimate, Layout
 
 from .dataset import Case, Dataset
@@ -303,7 +303,7 @@ def evaluate_planning(case: Case, dataset: Dataset, planner: Callable[..., Any] 
     if case.reference_case:
         reference = dataset.case(case.reference_case)
         # The published layout under the plan's engine knobs (its attention kernel and parameter storage,
-        # export.support.ENGINE_DECIDED_KNOBS): the ratio compares the layouts, not two engines' kernels.
+        # tools/config/engines.py ENGINE_DECIDED_KNOBS): the ratio compares the layouts, not two engines' kernels.
         same_kernels = {k: config[k] for k in ENGINE_DECIDED_KNOBS if k in config}
         ref = trainplan.estimate(**{**reference.kwargs(), **same_kernels})
         ratio = tokens_per_s / ref.time.tokens_per_s

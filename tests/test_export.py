@@ -422,9 +422,9 @@ def test_cli_bad_input_is_one_error_line(monkeypatch, capsys, tmp_path, argv, me
 
 
 def test_the_engine_enum_and_the_refusal_table_name_the_same_engines():
-    """export.Engine (the CLI choice) and export.support.ENGINES (what search --engine checks) are one list."""
+    """export.Engine (the CLI choice) and tools/config/engines.py ENGINES (what search --engine checks) are one list."""
     from trainplan.tools.engines import EXPORTERS, Engine
-    from trainplan.tools.engines.support import ENGINES
+    from trainplan.tools.config.engines import ENGINES
 
     assert [e.value for e in Engine] == list(ENGINES)
     assert set(EXPORTERS) | {Engine.accelerate} == set(Engine)

@@ -14,7 +14,7 @@ import yaml
 
 from test_export import BATCH_LINE, dense, mla, moe
 from trainplan.tools.engines import ExportError, export
-from trainplan.tools.engines.support import HF_TRAINER_ENGINES
+from trainplan.tools.config.engines import HF_TRAINER_ENGINES
 from trainplan.tools.config.layout import resolve_config
 
 METHODS = [dict(method="full"), dict(method="lora", lora_rank=8, lora_targets="attention"),

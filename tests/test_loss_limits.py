@@ -10,7 +10,7 @@ import pytest
 import trainplan
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.engines.support import engine_knobs
+from trainplan.tools.config.engines import engine_knobs
 from trainplan.tools.search.limits import solve
 from trainplan.tools.perf.loss import LOSS_BYTES
 from trainplan.tools.core.enums import LossKernel

@@ -9,7 +9,7 @@ import pytest
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.engines import ExportError, export
-from trainplan.tools.engines.support import ENGINES, FP32_PARAM_ENGINES, stores_fp32_params
+from trainplan.tools.config.engines import ENGINES, FP32_PARAM_ENGINES, stores_fp32_params
 from trainplan.tools.perf.finetune import model_states_sentence
 from trainplan.tools.config.layout import resolve_config
 from trainplan.tools.perf.memory import GIB, MASTER_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, memory_breakdown

@@ -294,7 +294,7 @@ def test_report_text_says_the_tables_bubble_and_names_the_palm_count():
 def test_a_plan_naming_no_engine_is_scored_and_launched_by_the_engine_whose_best_layout_wins():
     from trainplan.agent.planner import PLAN_ENGINES, plan_offline
     from trainplan.agent.request import parse_partial
-    from trainplan.tools.engines.support import ENGINE_ATTENTION
+    from trainplan.tools.config.engines import ENGINE_ATTENTION
 
     report = plan(SMALL, backend="offline")
     assert report.engine in PLAN_ENGINES and report.launch.engine == report.engine and report.launch.error is None

@@ -11,7 +11,7 @@ from trainplan.agent.planner import complete_request, plan
 from trainplan.agent.request import merge, parse_partial
 from trainplan.tools.core.enums import Schedule
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.engines.support import ENGINES
+from trainplan.tools.config.engines import ENGINES
 
 
 @pytest.mark.parametrize("text, engine", [

@@ -8,7 +8,7 @@ import pytest
 import trainplan
 from trainplan.tools.engines import export
 from trainplan.tools.engines.common import ExportError
-from trainplan.tools.engines.support import ENGINES
+from trainplan.tools.config.engines import ENGINES
 from trainplan.tools.config.layout import resolve_config
 from trainplan.tools.hardware.catalog import load_model
 from trainplan.tools.config.plan_defaults import DEFAULT_HEADROOM, EVIDENCE_MARGIN, SIMPLER_MARGIN

@@ -11,10 +11,8 @@ import numpy as np
 
 from trainplan.tools.config.codes import PRECISION_CODES, SCHEDULE_CODES
 from trainplan.tools.config.contract import ParallelConfig
-from trainplan.tools.config.engine_refusals import Refusal, query_groups
-from trainplan.tools.config.engines import (ENGINE_ATTENTION, ENGINE_DECIDED_KNOBS, ENGINE_LOSS_KERNEL,
-                                            ENGINE_REFUSALS, ENGINES, FP32_PARAM_ENGINES, HF_TRAINER_ENGINES,
-                                            check_engine, engine_knobs, stores_fp32_params)
+from trainplan.tools.config.engine_refusals import Refusal
+from trainplan.tools.config.engines import ENGINE_REFUSALS, check_engine, stores_fp32_params
 from trainplan.tools.config.engines import runs as runs_any
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.engines.common import ExportError
@@ -76,8 +74,3 @@ def runs(engine: str, model: ModelSpec, knobs) -> np.ndarray:
     """tools/config/engines.py `runs`, with an unknown engine an ExportError."""
     check_engine(engine, ExportError)
     return runs_any(engine, model, knobs)
-
-
-__all__ = ["ENGINE_ATTENTION", "ENGINE_DECIDED_KNOBS", "ENGINE_LOSS_KERNEL", "ENGINES", "FP32_PARAM_ENGINES",
-           "HF_TRAINER_ENGINES", "REFUSALS", "engine_knobs", "knobs_of", "learned_positions", "param_storage_note",
-           "query_groups", "refuse", "refuse_positions", "runs", "stores_fp32_params"]
