@@ -41,6 +41,7 @@ from trainplan.tools.core.file_access import untrusted_caller
 from trainplan.tools.perf.estimate import estimate
 from trainplan.tools.perf.memory import memory_breakdown
 from trainplan.tools.perf.pipeline import simulate
+from trainplan.tools.perf.pipeline_closed_form import StageTimes
 from trainplan.tools.perf.pipeline_render import render_ascii
 from trainplan.tools.config.contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Job, Layout,  # noqa: F401
                                             ParallelConfig, check_job_numbers, fields_of, optional_model,
@@ -346,9 +347,9 @@ def _submit_plan(args: SubmitPlanArgs) -> dict:
 def _simulate_pipeline(args: PipelineArgs) -> dict:
     forward = 1.0 if args.forward_s is None else args.forward_s
     backward = 2 * forward if args.backward_s is None else args.backward_s
-    result = simulate(args.schedule, args.pp, args.num_microbatches, vpp=args.vpp or 1, forward_s=forward,
-                      backward_s=backward, weight_grad_s=args.weight_grad_s, p2p_s=args.p2p_s or 0.0,
-                      record_timeline=bool(args.timeline))
+    result = simulate(args.schedule, args.pp, args.num_microbatches, vpp=args.vpp or 1,
+                      stages=StageTimes(forward_s=forward, backward_s=backward, weight_grad_s=args.weight_grad_s),
+                      p2p_s=args.p2p_s or 0.0, record_timeline=bool(args.timeline))
     out = result.to_dict(include_timeline=False)
     if args.timeline:
         out["ascii"] = render_ascii(result)

@@ -427,8 +427,10 @@ def claim_min_gpus_for_states(params: float, gpu_memory_gb: float) -> tuple[dict
 
 def claim_pipeline_bubble(schedule: str, pp: int, m: int, vpp: int = 1) -> tuple[dict, list[str]]:
     from trainplan.tools.perf.pipeline import simulate
+    from trainplan.tools.perf.pipeline_closed_form import StageTimes
 
-    sim = simulate(schedule, pp, m, vpp=vpp, forward_s=1.0, backward_s=2.0, p2p_s=0.0, record_timeline=False)
+    sim = simulate(schedule, pp, m, vpp=vpp, stages=StageTimes(forward_s=1.0, backward_s=2.0), p2p_s=0.0,
+                   record_timeline=False)
     ratio = sim.bubble_fraction / (1 - sim.bubble_fraction)
     predicted = {"bubble_over_compute": ratio, "bubble_fraction_of_step": sim.bubble_fraction}
     explain = [f"simulate('{schedule}', pp={pp}, m={m}, vpp={vpp}), equal stages, F=1 B=2, no p2p: idle share of "

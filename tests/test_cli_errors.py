@@ -244,10 +244,11 @@ def test_plausible_extremes_still_estimate():
 def test_a_stage_time_past_any_run_is_refused_not_an_infinite_makespan():
     from trainplan.tools.core.errors import InputError
     from trainplan.tools.perf.pipeline import simulate
+    from trainplan.tools.perf.pipeline_closed_form import StageTimes
 
     with pytest.raises(InputError, match="seconds per micro-batch"):
-        simulate("1f1b", 4, 8, forward_s=1e308, backward_s=2.0)
-    assert simulate("1f1b", 4, 8, forward_s=1e5, backward_s=2e5).makespan_s < float("inf")
+        simulate("1f1b", 4, 8, stages=StageTimes(forward_s=1e308, backward_s=2.0))
+    assert simulate("1f1b", 4, 8, stages=StageTimes(forward_s=1e5, backward_s=2e5)).makespan_s < float("inf")
 
 
 @pytest.mark.parametrize("knobs, says, not_says", [

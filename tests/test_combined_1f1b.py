@@ -11,6 +11,7 @@ from trainplan.tools.perf.combined_1f1b import LayerNodes, chunk_layers, hidden_
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.overlap import COMM_COMPUTE_CONTENTION as C
 from trainplan.tools.perf.pipeline import combined_steps, simulate
+from trainplan.tools.perf.pipeline_closed_form import StageTimes
 from trainplan.tools.perf.pipeline_closed_form import combined_makespan, warmup_forwards
 from trainplan.tools.core.enums import Schedule
 
@@ -98,8 +99,8 @@ def test_the_interleaved_combined_schedule_is_megatrons(pp, m, vpp):
     """One more warm-up forward than interleaved 1F1B (get_pp_rank_microbatches), so the first combined
     step takes the place of 1F1B's first backward (which follows its first steady forward), then
     combined steps, then as many backwards alone as forwards ran alone."""
-    result = simulate("interleaved", pp, m, vpp=vpp, forward_s=1.0, backward_s=2.0, paired_s=2.5)
-    plain = simulate("interleaved", pp, m, vpp=vpp, forward_s=1.0, backward_s=2.0)
+    result = simulate("interleaved", pp, m, vpp=vpp, stages=StageTimes(forward_s=1.0, backward_s=2.0, paired_s=2.5))
+    plain = simulate("interleaved", pp, m, vpp=vpp, stages=StageTimes(forward_s=1.0, backward_s=2.0))
     for r in range(pp):
         mine = [e for e in result.timeline if e.stage == r]
         theirs = [e for e in plain.timeline if e.stage == r]
@@ -115,28 +116,27 @@ def test_the_interleaved_combined_schedule_is_megatrons(pp, m, vpp):
 def test_the_combined_schedule_holds_what_interleaved_1f1b_holds(pp, m, vpp):
     """Its one extra warm-up chunk takes the place of the chunk 1F1B's steady forward adds before its
     backward frees one; a combined step frees layer by layer as it fills."""
-    combined = simulate("interleaved", pp, m, vpp=vpp, forward_s=1.0, backward_s=2.0, paired_s=2.5)
-    plain = simulate("interleaved", pp, m, vpp=vpp, forward_s=1.0, backward_s=2.0)
+    combined = simulate("interleaved", pp, m, vpp=vpp, stages=StageTimes(forward_s=1.0, backward_s=2.0, paired_s=2.5))
+    plain = simulate("interleaved", pp, m, vpp=vpp, stages=StageTimes(forward_s=1.0, backward_s=2.0))
     assert combined.peak_inflight_microbatches == pytest.approx(plain.peak_inflight_microbatches)
 
 
 def test_without_pipelining_the_first_forward_and_last_backward_run_alone():
     """combined_1f1b_schedule_for_no_pipelining: F0, (F1, B0), ..., (F m-1, B m-2), B m-1."""
-    result = simulate("1f1b", 1, 5, forward_s=1.0, backward_s=2.0, paired_s=2.2)
+    result = simulate("1f1b", 1, 5, stages=StageTimes(forward_s=1.0, backward_s=2.0, paired_s=2.2))
     assert [e.kind for e in result.timeline] == ["F", "FB", "FB", "FB", "FB", "B"]
     assert result.makespan_s == pytest.approx(1.0 + 4 * 2.2 + 2.0)
 
 
 def test_a_cheaper_combined_step_never_lengthens_the_step():
-    makespans = [simulate("interleaved", 4, 16, vpp=2, forward_s=[1, 1, 1, 1.5], backward_s=[2, 2, 2, 3],
-                          paired_s=[3 * r, 3 * r, 3 * r, 4.5 * r], p2p_s=0.01).makespan_s for r in (1.0, 0.8, 0.6)]
+    makespans = [simulate("interleaved", 4, 16, vpp=2, stages=StageTimes(forward_s=[1, 1, 1, 1.5], backward_s=[2, 2, 2, 3], paired_s=[3 * r, 3 * r, 3 * r, 4.5 * r]), p2p_s=0.01).makespan_s for r in (1.0, 0.8, 0.6)]
     assert makespans[0] > makespans[1] > makespans[2]
 
 
 @pytest.mark.parametrize("schedule, pp", [("1f1b", 4), ("gpipe", 4), ("zb-h1", 4), ("dualpipe", 4)])
 def test_combined_steps_only_where_megatron_runs_them(schedule, pp):
     with pytest.raises(InputError, match="combined 1F1B"):
-        simulate(schedule, pp, 8, forward_s=1.0, backward_s=2.0, paired_s=2.5)
+        simulate(schedule, pp, 8, stages=StageTimes(forward_s=1.0, backward_s=2.0, paired_s=2.5))
 
 
 @pytest.mark.parametrize("pp, m, vpp", [(4, 16, 2), (8, 16, 4), (8, 64, 4), (2, 8, 2), (4, 32, 3), (1, 8, 1)])
@@ -148,8 +148,7 @@ def test_combined_closed_form_follows_the_simulator(pp, m, vpp):
             f, b = np.ones(pp), np.full(pp, 2.5)
             f[-1], b[-1] = f[-1] + 1.2 * head, b[-1] + 2 * head
             y = ratio * (f + b)
-            sim = simulate(schedule, pp, m, vpp=vpp, forward_s=list(f), backward_s=list(b), paired_s=list(y),
-                           p2p_s=p2p, record_timeline=False).makespan_s
+            sim = simulate(schedule, pp, m, vpp=vpp, stages=StageTimes(forward_s=list(f), backward_s=list(b), paired_s=list(y)), p2p_s=p2p, record_timeline=False).makespan_s
             est = combined_makespan(pp, np.array([m]), np.array([vpp]), f[None], b[None], y[None], np.array([p2p]))[0]
             assert est == pytest.approx(sim, rel=0.05), (head, p2p, ratio)
 

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from trainplan.cli import app
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.pipeline import _validate, bubble_closed_form, bubble_paper_s, simulate
+from trainplan.tools.perf.pipeline_closed_form import StageTimes
 from trainplan.tools.config.schedule_rules import SIMULATE_MAX_UNITS, TIMELINE_MAX_UNITS
 from trainplan.tools.perf.pipeline_render import render_ascii, render_mermaid
 from trainplan.tools.core.enums import Schedule
@@ -30,7 +31,7 @@ SCHEDULES = [
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("pp,m", [(1, 1), (2, 1), (4, 2), (4, 4), (4, 8), (8, 3), (8, 64), (16, 32)])
 def test_gpipe_1f1b_match_closed_form(schedule, pp, m):
-    result = simulate(schedule, pp, m, forward_s=1.0, backward_s=2.0)
+    result = simulate(schedule, pp, m, stages=StageTimes(forward_s=1.0, backward_s=2.0))
     assert result.bubble_fraction == pytest.approx((pp - 1) / (m + pp - 1), abs=1e-9)
     assert result.makespan_s == pytest.approx((m + pp - 1) * 3.0, abs=1e-9)
 
@@ -38,7 +39,7 @@ def test_gpipe_1f1b_match_closed_form(schedule, pp, m):
 @pytest.mark.parametrize("pp,m,vpp", [(2, 2, 2), (2, 4, 2), (4, 4, 2), (4, 8, 2), (4, 16, 3), (8, 32, 4), (8, 8, 4)])
 def test_interleaved_matches_closed_form(pp, m, vpp):
     # SC21: bubble time (p-1)(tf+tb)/v over compute m(tf+tb), i.e. (p-1)/(v*m+p-1) of the makespan.
-    result = simulate("interleaved", pp, m, vpp=vpp, forward_s=1.0, backward_s=2.0)
+    result = simulate("interleaved", pp, m, vpp=vpp, stages=StageTimes(forward_s=1.0, backward_s=2.0))
     assert result.bubble_fraction == pytest.approx((pp - 1) / (vpp * m + pp - 1), abs=1e-9)
     assert result.closed_form_bubble_fraction == pytest.approx(result.bubble_fraction, abs=1e-9)
 
@@ -54,7 +55,7 @@ def test_closed_form_values():
 @pytest.mark.parametrize("pp,m", [(4, 4), (4, 16), (8, 32), (16, 64)])
 def test_zb_h1_reproduces_paper_bubble(pp, m):
     # Qi et al. 2024 / DeepSeek-V3 Table 2, at the papers' F = B_input = W: (p-1)(F+B-2W) per rank, exact.
-    zb = simulate("zb-h1", pp, m, forward_s=1.0, backward_s=2.0, weight_grad_s=1.0)
+    zb = simulate("zb-h1", pp, m, stages=StageTimes(forward_s=1.0, backward_s=2.0, weight_grad_s=1.0))
     idle = zb.makespan_s - zb.stage_busy_s[0]
     assert idle == pytest.approx(bubble_paper_s("zb-h1", pp, 1.0, 2.0, 1.0), abs=1e-9)
     one = simulate("1f1b", pp, m)
@@ -64,7 +65,7 @@ def test_zb_h1_reproduces_paper_bubble(pp, m):
 @pytest.mark.parametrize("pp,m", [(4, 8), (8, 16), (8, 40), (16, 64)])
 def test_dualpipe_reproduces_paper_bubble(pp, m):
     # DeepSeek-V3 §3.2.1 Table 2: (PP/2-1)(F&B+B-3W) with F&B = F+B; exact at F = B_input = W.
-    dual = simulate("dualpipe", pp, m, forward_s=1.0, backward_s=2.0, weight_grad_s=1.0)
+    dual = simulate("dualpipe", pp, m, stages=StageTimes(forward_s=1.0, backward_s=2.0, weight_grad_s=1.0))
     assert all(b == pytest.approx(3.0 * m) for b in dual.stage_busy_s)
     assert dual.makespan_s - 3.0 * m == pytest.approx(bubble_paper_s("dualpipe", pp, 1.0, 2.0, 1.0), abs=1e-9)
     assert dual.bubble_fraction < simulate("1f1b", pp, m).bubble_fraction
@@ -74,7 +75,7 @@ def test_dualpipe_reproduces_paper_bubble(pp, m):
 @pytest.mark.parametrize("w", [0.5, 0.8])
 def test_dualpipe_within_paper_formula_for_other_w(w):
     # Away from F = B_input = W the paper's formula is an estimate; the simulated schedule does no worse.
-    dual = simulate("dualpipe", 8, 32, forward_s=1.0, backward_s=2.0, weight_grad_s=w)
+    dual = simulate("dualpipe", 8, 32, stages=StageTimes(forward_s=1.0, backward_s=2.0, weight_grad_s=w))
     assert dual.makespan_s - 3.0 * 32 <= bubble_paper_s("dualpipe", 8, 1.0, 2.0, w) + 1e-9
 
 
@@ -117,7 +118,7 @@ def test_peak_inflight_zb_h1_and_dualpipe():
 def test_slowest_stage_dominates(schedule, pp, m, vpp):
     fwd, bwd = [1.0, 1.0, 2.0, 1.0], [2.0, 2.0, 4.0, 2.0]
     even = simulate(schedule, pp, m, vpp=vpp)
-    uneven = simulate(schedule, pp, m, vpp=vpp, forward_s=fwd, backward_s=bwd)
+    uneven = simulate(schedule, pp, m, vpp=vpp, stages=StageTimes(forward_s=fwd, backward_s=bwd))
     slow = m * 6.0
     if schedule == "dualpipe":  # stage 2 runs on ranks 2 and 1, half the micro-batches each
         slow = m / 2 * 6.0 + m / 2 * 3.0
@@ -199,7 +200,7 @@ def _check_timeline(result, p2p_s: float) -> None:
 def test_timeline_respects_dependencies(schedule, pp, m, vpp):
     fwd = [1.0 + 0.1 * i for i in range(pp)]
     bwd = [2.0 + 0.3 * (i % 3) for i in range(pp)]
-    result = simulate(schedule, pp, m, vpp=vpp, forward_s=fwd, backward_s=bwd, weight_grad_s=[0.8] * pp, p2p_s=0.05)
+    result = simulate(schedule, pp, m, vpp=vpp, stages=StageTimes(forward_s=fwd, backward_s=bwd, weight_grad_s=[0.8] * pp), p2p_s=0.05)
     _check_timeline(result, 0.05)
     if schedule in ("zb-h1", "dualpipe"):
         assert any(e.kind == "W" for e in result.timeline)
@@ -220,7 +221,7 @@ def test_invariants_random(schedule, half_pp, k, times, p2p):
     fwd = [t[0] for t in times[:pp]]
     bwd = [t[1] for t in times[:pp]]
     wgt = [t[1] * t[2] for t in times[:pp]]
-    result = simulate(schedule, pp, m, vpp=vpp, forward_s=fwd, backward_s=bwd, weight_grad_s=wgt, p2p_s=p2p)
+    result = simulate(schedule, pp, m, vpp=vpp, stages=StageTimes(forward_s=fwd, backward_s=bwd, weight_grad_s=wgt), p2p_s=p2p)
     _check_timeline(result, p2p)
     assert 0.0 <= result.bubble_fraction < 1.0
     assert result.makespan_s >= max(result.stage_busy_s) - 1e-9
@@ -267,9 +268,9 @@ def test_render_ascii_and_mermaid():
     (dict(schedule="1f1b", pp=0, num_microbatches=4), "pp must be"),
     (dict(schedule="1f1b", pp=4, num_microbatches=0), "num_microbatches must be"),
     (dict(schedule="pipedream", pp=4, num_microbatches=4), "unknown schedule"),
-    (dict(schedule="1f1b", pp=4, num_microbatches=4, forward_s=[1.0, 1.0]), "forward_s has 2 values but pp=4"),
-    (dict(schedule="1f1b", pp=2, num_microbatches=4, backward_s=-1.0), "backward_s must be"),
-    (dict(schedule="zb-h1", pp=2, num_microbatches=4, weight_grad_s=3.0), "cannot exceed"),
+    (dict(schedule="1f1b", pp=4, num_microbatches=4, stages=StageTimes(forward_s=[1.0, 1.0])), "forward_s has 2 values but pp=4"),
+    (dict(schedule="1f1b", pp=2, num_microbatches=4, stages=StageTimes(backward_s=-1.0)), "backward_s must be"),
+    (dict(schedule="zb-h1", pp=2, num_microbatches=4, stages=StageTimes(weight_grad_s=3.0)), "cannot exceed"),
     (dict(schedule="interleaved", pp=4, num_microbatches=6, vpp=2), "divisible by pp"),
     (dict(schedule="interleaved", pp=4, num_microbatches=8, vpp=1), "vpp >= 2"),
     (dict(schedule="1f1b", pp=4, num_microbatches=8, vpp=2), "only used by the interleaved"),

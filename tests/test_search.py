@@ -243,7 +243,7 @@ def test_pipeline_closed_forms_follow_the_simulator(schedule, pp, m, vpp):
     for head, p2p in ((0.0, 0.0), (0.6, 0.01), (1.0, 0.03)):
         f, b, w = np.ones(pp), np.full(pp, 2.5), np.ones(pp)
         f[-1], b[-1], w[-1] = f[-1] + 1.2 * head, b[-1] + 2 * head, w[-1] + head
-        sim = simulate(schedule, pp, m, vpp=vpp, forward_s=list(f), backward_s=list(b), weight_grad_s=list(w),
+        sim = simulate(schedule, pp, m, vpp=vpp, stages=StageTimes(forward_s=list(f), backward_s=list(b), weight_grad_s=list(w)),
                        p2p_s=p2p, record_timeline=False).makespan_s
         est = pipeline_makespan(np.array([_S[Schedule(schedule)]]), pp, np.array([m]), np.array([vpp]),
                                 StageTimes(f[None], b[None], w[None]), np.array([p2p]))[0]

@@ -9,6 +9,7 @@ import typer
 
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.pipeline import bubble_paper_s, simulate
+from trainplan.tools.perf.pipeline_closed_form import StageTimes
 from trainplan.tools.perf.pipeline_render import render_ascii, render_mermaid
 from trainplan.tools.core.enums import Schedule
 
@@ -30,10 +31,9 @@ def bubble_report(schedule: str | None, pp: int, microbatches: int, vpp: int = 1
     """Resolve the default schedule (tools/config/contract.py) (1f1b; interleaved when vpp>1) and simulate."""
     if schedule is None:
         schedule = Schedule.interleaved.value if vpp > 1 else Schedule.one_f_one_b.value
-    return simulate(schedule, pp, microbatches, vpp=vpp, forward_s=_seconds("--forward", forward),
-                    backward_s=_seconds("--backward", backward),
-                    weight_grad_s=_seconds("--weight-grad", weight_grad), p2p_s=p2p,
-                    record_timeline=timeline)
+    stages = StageTimes(forward_s=_seconds("--forward", forward), backward_s=_seconds("--backward", backward),
+                        weight_grad_s=_seconds("--weight-grad", weight_grad))
+    return simulate(schedule, pp, microbatches, vpp=vpp, stages=stages, p2p_s=p2p, record_timeline=timeline)
 
 
 def register(app: typer.Typer) -> None:

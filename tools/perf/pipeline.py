@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.perf.pipeline_closed_form import _schedule, bubble_closed_form, bubble_paper_s
+from trainplan.tools.perf.pipeline_closed_form import StageTimes, _schedule, bubble_closed_form, bubble_paper_s
 from trainplan.tools.perf.pipeline_orders import (
     _B, _F, _I, _W, _X, _order_1f1b, _order_dualpipe, _order_gpipe, _order_interleaved, _order_zb_h1, combined_steps,
 )
@@ -291,23 +291,20 @@ def _events(s: Schedule, pp: int, m: int, raw: list[list[tuple]]) -> list[Pipeli
 
 
 def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int = 1,
-             forward_s: float | Sequence[float] = 1.0,
-             backward_s: float | Sequence[float] = 2.0,
-             weight_grad_s: float | Sequence[float] | None = None,
-             p2p_s: float = 0.0,
-             record_timeline: bool = True,
-             paired_s: float | Sequence[float] | None = None) -> PipelineResult:
+             stages: StageTimes = StageTimes(), p2p_s: float = 0.0, record_timeline: bool = True) -> PipelineResult:
     """Simulate one training step's pipeline schedule; see the module docstring for the model.
 
-    forward_s, backward_s: per model stage (one number for all, or pp numbers), one micro-batch.
-    weight_grad_s: the W part of backward_s (default backward_s/2); only zb-h1 and dualpipe run W
-    apart. p2p_s: latency + transfer of one activation or gradient between adjacent ranks.
-    paired_s: Megatron's combined 1F1B (moe_a2a_overlap): per stage, one combined step of a forward and
+    stages (StageTimes): forward_s, backward_s per model stage (one number for all, or pp numbers), one
+    micro-batch; weight_grad_s: the W part of backward_s (default backward_s/2); only zb-h1 and dualpipe run W
+    apart; paired_s: Megatron's combined 1F1B (moe_a2a_overlap): per stage, one combined step of a forward and
     a backward of two micro-batches; the steady state runs such 'FB' ops after one more warm-up
     forward (warmup_forwards). Interleaved, or 1f1b without pipelining, as Megatron runs it.
+    p2p_s: latency + transfer of one activation or gradient between adjacent ranks.
     Sizes are bounded: pp x num_microbatches x vpp <= SIMULATE_MAX_UNITS (TIMELINE_MAX_UNITS with
     the timeline).
     """
+    forward_s, backward_s, weight_grad_s, paired_s = (stages.forward_s, stages.backward_s, stages.weight_grad_s,
+                                                      stages.paired_s)
     s = _schedule(schedule)
     _validate(s, pp, num_microbatches, vpp, record_timeline)
     m = num_microbatches

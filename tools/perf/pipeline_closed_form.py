@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,14 +115,15 @@ def combined_makespan(pp, m, vpp, forward_s, backward_s, paired_s, p2p_s) -> np.
 
 @dataclass(frozen=True)
 class StageTimes:
-    """One micro-batch's times on each stage, for rows of layouts: forward_s, backward_s and weight_grad_s
-    (the W part of backward_s) of shape (n, pp); paired_s (n, pp): a combined 1F1B step (combined_makespan),
-    for the rows that run Megatron's combined 1F1B, else None."""
+    """One micro-batch's seconds on each pipeline stage. For the simulator (pipeline.simulate): one number for
+    every stage or pp numbers; weight_grad_s, the W part of backward_s, None: backward_s / 2. For the closed form
+    (rows of layouts): arrays of shape (n, pp), weight_grad_s given. paired_s: a combined 1F1B step of a forward
+    and a backward (Megatron's combined 1F1B, combined_makespan), for the layouts that run it, else None."""
 
-    forward_s: np.ndarray
-    backward_s: np.ndarray
-    weight_grad_s: np.ndarray
-    paired_s: np.ndarray | None = None
+    forward_s: float | Sequence[float] | np.ndarray = 1.0
+    backward_s: float | Sequence[float] | np.ndarray = 2.0
+    weight_grad_s: float | Sequence[float] | np.ndarray | None = None
+    paired_s: float | Sequence[float] | np.ndarray | None = None
 
 
 def makespan_closed_form(schedule, pp, m, vpp, stages: StageTimes, p2p_s) -> np.ndarray:

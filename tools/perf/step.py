@@ -43,6 +43,7 @@ from trainplan.tools.config.layout import model_layers_per_stage
 from trainplan.tools.perf.combined_1f1b import LayerNodes, chunk_layers, hidden_per_microbatch_s, layer_nodes
 from trainplan.tools.perf.moe import dispatch_comm_parts, dispatch_comm_s
 from trainplan.tools.perf.pipeline import combined_steps, simulate
+from trainplan.tools.perf.pipeline_closed_form import StageTimes
 from trainplan.tools.perf.activations import offloaded_stage_bytes
 from trainplan.tools.perf.overlap import overlapped_s
 from trainplan.tools.perf.state_bytes import ADAM_BYTES_PER_PARAM, OFFLOAD_BYTES_PER_PARAM
@@ -405,12 +406,10 @@ def step_time(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, recor
     schedule = cfg.schedule if cfg.pp > 1 else Schedule.one_f_one_b
     # Megatron's combined 1F1B: the steady state's forward and backward run as one op (combined_1f1b.py).
     paired_s = list(np.array([w.paired_s for w in work]) + blocked_f + blocked_b) if cfg.moe_a2a_overlap else None
-    result = simulate(
-        schedule, cfg.pp, m, vpp=cfg.vpp,
-        forward_s=list(forward_s + blocked_f), backward_s=list(backward_s + blocked_b),
-        weight_grad_s=[w.weight_grad_s for w in work], p2p_s=hop_s, record_timeline=record_timeline,
-        paired_s=paired_s,
-    )
+    stage_times = StageTimes(forward_s=list(forward_s + blocked_f), backward_s=list(backward_s + blocked_b),
+                             weight_grad_s=[w.weight_grad_s for w in work], paired_s=paired_s)
+    result = simulate(schedule, cfg.pp, m, vpp=cfg.vpp, stages=stage_times, p2p_s=hop_s,
+                      record_timeline=record_timeline)
     makespan = result.makespan_s
 
     critical = max(range(cfg.pp), key=lambda r: result.stage_busy_s[r])
