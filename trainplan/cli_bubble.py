@@ -25,14 +25,17 @@ def _seconds(flag: str, text: str | None) -> float | list[float] | None:
     return values[0] if len(values) == 1 else values
 
 
-def bubble_report(schedule: str | None, pp: int, microbatches: int, vpp: int = 1, forward: str = "1.0",
-                  backward: str = "2.0", weight_grad: str | None = None, p2p: float = 0.0,
-                  timeline: bool = True):
+def stage_times(forward: str = "1.0", backward: str = "2.0", weight_grad: str | None = None) -> StageTimes:
+    """The --forward, --backward and --weight-grad options as the simulator's StageTimes."""
+    return StageTimes(forward_s=_seconds("--forward", forward), backward_s=_seconds("--backward", backward),
+                      weight_grad_s=_seconds("--weight-grad", weight_grad))
+
+
+def bubble_report(schedule: str | None, pp: int, microbatches: int, vpp: int = 1,
+                  stages: StageTimes = StageTimes(), p2p: float = 0.0, timeline: bool = True):
     """Resolve the default schedule (tools/config/contract.py) (1f1b; interleaved when vpp>1) and simulate."""
     if schedule is None:
         schedule = Schedule.interleaved.value if vpp > 1 else Schedule.one_f_one_b.value
-    stages = StageTimes(forward_s=_seconds("--forward", forward), backward_s=_seconds("--backward", backward),
-                        weight_grad_s=_seconds("--weight-grad", weight_grad))
     return simulate(schedule, pp, microbatches, vpp=vpp, stages=stages, p2p_s=p2p, record_timeline=timeline)
 
 
@@ -60,8 +63,8 @@ def register(app: typer.Typer) -> None:
         """Simulate a pipeline schedule over its dependency graph: bubble, peak in-flight micro-batches, timeline."""
         if timeline is None:
             timeline = not as_json
-        result = bubble_report(schedule, pp, microbatches, vpp, forward, backward, weight_grad, p2p,
-                               timeline or mermaid)
+        stages = stage_times(forward, backward, weight_grad)
+        result = bubble_report(schedule, pp, microbatches, vpp, stages, p2p, timeline or mermaid)
         if as_json:
             print(json.dumps(result.to_dict(include_timeline=timeline), indent=2))
             return
@@ -72,8 +75,7 @@ def register(app: typer.Typer) -> None:
             form = "(p-1)/(v*m+p-1)" if result.schedule == "interleaved" else "(p-1)/(m+p-1)"
             line += f"  (closed form {form} = {closed:.4f}, equal stages, no p2p)"
         print(line)
-        fwd, bwd, wgt = (_seconds(f, x) for f, x in (("--forward", forward), ("--backward", backward),
-                                                      ("--weight-grad", weight_grad)))
+        fwd, bwd, wgt = stages.forward_s, stages.backward_s, stages.weight_grad_s
         if result.schedule in ("zb-h1", "dualpipe") and all(not isinstance(x, list) for x in (fwd, bwd, wgt)):
             paper = bubble_paper_s(result.schedule, pp, fwd, bwd, wgt)
             idle = result.makespan_s - sum(result.stage_busy_s) / pp
