@@ -20,7 +20,7 @@ from __future__ import annotations
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
-from trainplan.tools.engines.common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export,
+from trainplan.tools.engines.common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export, ToolYaml,
                      selective_recompute_note)
 from trainplan.tools.engines.support import refuse
 
@@ -71,7 +71,7 @@ def export_axolotl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> 
                  " without it spell flash attention as flash_attention: true")
     if cfg.recompute is Recompute.selective:
         notes.append(selective_recompute_note("Axolotl"))
-    return finetune_yaml_export(
-        "axolotl", model, cfg, model_ref, config, notes, adapter=adapter, base_key="base_model",
+    return finetune_yaml_export("axolotl", model, cfg, model_ref, ToolYaml(
+        config, notes, adapter=adapter, base_key="base_model",
         todo="add datasets, output_dir, num_epochs, learning_rate and the optimizer schedule for your run",
-        head=[f"usage: accelerate launch --num_processes {cfg.num_gpus} -m axolotl.cli.train this-file"])
+        head=[f"usage: accelerate launch --num_processes {cfg.num_gpus} -m axolotl.cli.train this-file"]))

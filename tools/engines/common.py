@@ -205,14 +205,27 @@ def selective_recompute_note(where: str) -> str:
             " recomputes it in the backward pass anyway")
 
 
-def finetune_yaml_export(engine: str, model: ModelSpec, cfg: ParallelConfig, model_ref: str, data: dict,
-                         notes: list[str], *, adapter: Adapter | None, base_key: str, todo: str,
-                         head: list[str]) -> ExportResult:
-    """The shared end of the fine-tuning exports (Axolotl, LLaMA-Factory, TRL): the adapter, base-model,
-    data-parallel and what-to-add notes after the tool's own, and the YAML file under its comment block
-    (the layout header, then `head`: the tool's usage lines). `todo` names what the user adds."""
+@dataclass(frozen=True)
+class ToolYaml:
+    """What one fine-tuning tool's export writes (Axolotl, LLaMA-Factory, TRL): its YAML data, its own notes, the
+    adapter, the key that names the base model, `todo` (what the user adds) and `head` (the tool's usage lines)."""
+
+    data: dict
+    notes: list[str]
+    adapter: Adapter | None
+    base_key: str
+    todo: str
+    head: list[str]
+
+
+def finetune_yaml_export(engine: str, model: ModelSpec, cfg: ParallelConfig, model_ref: str,
+                         tool: ToolYaml) -> ExportResult:
+    """The shared end of the fine-tuning exports: the adapter, base-model, data-parallel and what-to-add notes
+    after the tool's own, and the YAML file under its comment block (the layout header, then the usage lines)."""
     import yaml
 
+    data, notes, adapter, base_key, todo, head = (tool.data, tool.notes, tool.adapter, tool.base_key, tool.todo,
+                                                  tool.head)
     notes = [*notes, *adapter_notes(adapter, model), base_model_note(base_key, model_ref),
              data_parallel_note(engine, cfg), f"{todo}; {batch_of(cfg).identity()}"]
     lines = [*header(engine, model, cfg, model_ref), *head]

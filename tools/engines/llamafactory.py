@@ -21,7 +21,7 @@ from __future__ import annotations
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
-from trainplan.tools.engines.common import (ExportResult, adapter_of, batch_of, finetune_yaml_export,
+from trainplan.tools.engines.common import (ExportResult, adapter_of, batch_of, finetune_yaml_export, ToolYaml,
                      selective_recompute_note)
 from trainplan.tools.engines.support import refuse
 
@@ -70,7 +70,7 @@ def export_llamafactory(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str
     if cfg.recompute is Recompute.selective:
         notes.append(selective_recompute_note("LLaMA-Factory"))
     notes.append("stage sft (supervised fine-tuning); use stage pt for continued pre-training on raw text")
-    return finetune_yaml_export(
-        "llamafactory", model, cfg, model_ref, config, notes, adapter=adapter, base_key="model_name_or_path",
+    return finetune_yaml_export("llamafactory", model, cfg, model_ref, ToolYaml(
+        config, notes, adapter=adapter, base_key="model_name_or_path",
         todo="add dataset, template, output_dir, num_train_epochs and learning_rate for your run",
-        head=[f"usage: FORCE_TORCHRUN=1 llamafactory-cli train this-file (on {cfg.num_gpus} GPUs)"])
+        head=[f"usage: FORCE_TORCHRUN=1 llamafactory-cli train this-file (on {cfg.num_gpus} GPUs)"]))

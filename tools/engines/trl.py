@@ -23,7 +23,7 @@ from __future__ import annotations
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
-from trainplan.tools.engines.common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export,
+from trainplan.tools.engines.common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export, ToolYaml,
                      selective_recompute_note)
 from trainplan.tools.engines.support import refuse
 
@@ -71,9 +71,9 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
     if cfg.recompute is Recompute.full:
         notes.append("gradient_checkpointing is the name every transformers release reads; recent 5.x releases call it"
                      " activation_checkpointing and keep the old name as an alias until v6")
-    return finetune_yaml_export(
-        "trl", model, cfg, model_ref, args, notes, adapter=adapter, base_key="model",
+    return finetune_yaml_export("trl", model, cfg, model_ref, ToolYaml(
+        args, notes, adapter=adapter, base_key="model",
         todo="add output_dir, num_train_epochs and learning_rate to sft_config, and the dataset to SFTTrainer",
         head=["sections: sft_config -> trl.SFTConfig(**), lora_config -> peft.LoraConfig(**),"
               " bnb_config -> transformers.BitsAndBytesConfig(**)",
-              f"usage: accelerate launch --num_processes {cfg.num_gpus} train.py"])
+              f"usage: accelerate launch --num_processes {cfg.num_gpus} train.py"]))
