@@ -24,6 +24,7 @@ from trainplan.tools.search.evidence import EVIDENCE_MARGIN, Shape, columns, dep
 from trainplan.tools.config.plan_defaults import SIMPLER_MARGIN
 from trainplan.tools.search.explain import explain_runner_up, label
 from trainplan.tools.search.rank import result_objective
+from trainplan.tools.search.space import REASONS, SearchJob
 from trainplan.tools.core.enums import Objective
 
 FAMILIES = (
@@ -130,10 +131,11 @@ def prefer_simpler(ranked: list[dict], objective: Objective, price: float, token
 
 
 def alternatives(best: dict, ranked: list[dict], space: dict[str, np.ndarray], reasons: np.ndarray,
-                 reason_names: tuple[str, ...], objective: Objective, price: float, tokens,
-                 is_moe: bool) -> list[dict]:
+                 objective: Objective, job: SearchJob) -> list[dict]:
     """The best exactly scored layout of each family the recommendation is not in, with why it lost;
-    a family with no feasible layout says what rejected its layouts (from the vectorised pass)."""
+    a family with no feasible layout says what rejected its layouts (from the vectorised pass: `reasons`
+    index space.REASONS)."""
+    price, tokens, is_moe, reason_names = job.price, job.tokens, job.model.is_moe, REASONS
     out = []
     space_cols = columns(space)
     for name, meaning, member in FAMILIES:

@@ -262,8 +262,7 @@ def _finish(job: SearchJob, objective: Objective, out: dict, scored: list[dict],
         notes.append(out["chosen"])
     out["alternatives"] = []
     if candidates and space_reasons is not None:
-        out["alternatives"] = alternatives(candidates[0], ranked, *space_reasons, REASONS, objective, job.price,
-                                           job.tokens, job.model.is_moe)
+        out["alternatives"] = alternatives(candidates[0], ranked, *space_reasons, objective, job)
         notes += [alt["why"] for alt in out["alternatives"]]
     if len(candidates) >= 2:
         notes.append(explain_runner_up(candidates[0], candidates[1], objective))
