@@ -123,6 +123,7 @@ def parse_partial(text: str) -> PlanRequest:
     steering.read_engine(t, found)  # before the model: 'LLaMA-Factory' is no Llama, 'ZB-H1' no GPU
     steering.read_schedule(t, found)
     steering.read_attention(t, found)
+    steering.read_dispatcher(t, found)
     rules.read_model_name(t, found)
     rules.read_gpu(t, found)
     amounts.read_sequence_in_tokens(t, found)   # before the training tokens: 'at 4096 tokens' is a sequence

@@ -246,3 +246,19 @@ def read_schedule(t: RequestText, found: dict[str, Any]) -> None:
     """schedule: the first schedule the text names, pinned as `estimate --schedule` pins it. A refused
     one ('no DualPipe') sets nothing and stays unread."""
     _read_named(t, found, "schedule", SCHEDULES, suffix=r"(?:[\s-]+(?:pipeline[\s-]+)?schedule)?")
+
+
+DISPATCHERS = {
+    "deepep": r"deep[\s-]*ep",
+    "allgather": r"all[\s-]*gather[\s-]+(?:token[\s-]+)?dispatch(?:er|ing)?",
+    "alltoall": r"all[\s-]*to[\s-]*all[\s-]+(?:token[\s-]+)?dispatch(?:er|ing)?",
+}
+"""How the MoE token dispatchers of tools/core/enums.py's Dispatcher are written: 'DeepEP' (DeepSeek's dispatch and
+combine kernels), 'allgather dispatcher', 'all-to-all dispatch'; a plain 'all-to-all' names a collective, not
+the dispatcher, and is not read."""
+
+
+def read_dispatcher(t: RequestText, found: dict[str, Any]) -> None:
+    """dispatcher: the first MoE token dispatcher the text names, as `estimate --dispatcher` sets it. A refused one
+    ('no DeepEP') sets nothing and stays unread."""
+    _read_named(t, found, "dispatcher", DISPATCHERS)

@@ -368,3 +368,25 @@ def test_a_model_named_later_drops_the_size_alone_reading():
     first = parse_partial("a 70B on 64 H100s")
     assert first.model_from_size == "70B"
     assert merge(first, parse_partial("use Llama 3 8B instead")).model_from_size is None
+
+
+@pytest.mark.parametrize("text, dispatcher", [
+    ("DeepSeek-V3 on 2048 H800s with DeepEP, 14.8T tokens", "deepep"),
+    ("Qwen3-30B-A3B on 16 H100s using Deep-EP kernels", "deepep"),
+    ("Mixtral 8x7B on 64 H100s with the allgather dispatcher", "allgather"),
+    ("Mixtral 8x7B on 64 H100s, all-to-all token dispatcher", "alltoall"),
+    ("Mixtral 8x7B on 64 H100s, the all-to-all is slow", None),      # a collective, not the dispatcher
+    ("Qwen3-30B-A3B on 16 H100s without DeepEP", None),              # refused: listed as not understood
+])
+def test_the_moe_token_dispatcher_is_read(text, dispatcher):
+    request = parse_request(text)
+    assert request.dispatcher == dispatcher
+    assert ("DeepEP" in (request.unparsed or [])) == ("without DeepEP" in text)
+
+
+def test_a_named_dispatcher_reaches_the_search_pins():
+    from trainplan.agent.planner import plan
+
+    report = plan("Qwen3-30B-A3B on 16 H100s with DeepEP")
+    assert report.request["dispatcher"] == "deepep"
+    assert report.recommended["config"]["dispatcher"] == "deepep"
