@@ -43,7 +43,7 @@ from trainplan.tools.perf.memory import memory_breakdown
 from trainplan.tools.perf.pipeline import simulate
 from trainplan.tools.perf.pipeline_render import render_ascii
 from trainplan.tools.config.contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Job, Layout,  # noqa: F401
-                                            ParallelConfig, check_job_numbers, fields_of, optional_model,
+                                            ParallelConfig, check_job_numbers, fields_of, knob_names, optional_model,
                                             search_chosen_description, search_fields)
 from trainplan.tools.core.enums import Schedule
 from trainplan.tools.config.plan_defaults import DEFAULT_GBS_RULE, default_gbs, default_gbs_reason
@@ -169,7 +169,7 @@ PrecisionName = Literal["bf16", "fp8"]
 
 # The layout tools take the Job's cluster fields and every Layout knob (contract.py), each nullable:
 # null is the field's default rule, the same in every tool (gbs: DEFAULT_GBS_RULE; seq: DEFAULT_SEQ_RULE).
-_NOT_FOR_ONE_STEP = ("tokens", "price", "goodput", "ramp_start_gbs", "ramp_tokens")
+_NOT_FOR_ONE_STEP = knob_names(Job, Layout, one_step=False)
 LayoutArgs = optional_model("LayoutArgs", fields_of(Job, Layout, exclude=_NOT_FOR_ONE_STEP), base=ToolArgs,
                             required=("model", "gpu", "gpus"))
 LayoutArgs.__doc__ = "A job's hardware and one layout: every Layout knob, null meaning its default."

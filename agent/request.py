@@ -52,7 +52,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from trainplan.tools.hardware import catalog
-from trainplan.tools.config.contract import FINE_TUNING_KNOBS, Job, Layout, SearchOptions, optional_model
+from trainplan.tools.config.contract import Job, Layout, SearchOptions, asked_names, knob_of, optional_model
 from trainplan.tools.core.errors import InputError
 
 from . import request_amounts as amounts
@@ -62,11 +62,11 @@ from .request_text import RequestText
 
 EXAMPLE = rules.EXAMPLE
 
-PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule", "dispatcher", "attention")
-"""Layout knobs a request may pin (the search keeps them fixed)."""
-_JOB = ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")
-_LAYOUT = ("seq", "gbs", "precision", *PINS, *FINE_TUNING_KNOBS)
-_SEARCH = ("objective", "max_gpus", "deadline_days", "budget_usd", "engine")
+PINS = tuple(name for name in asked_names(Layout) if knob_of(Layout.model_fields[name]).pin)
+"""Layout knobs a request may pin (the search keeps them fixed): contract.Knob.pin, in request order."""
+_JOB = asked_names(Job)
+_LAYOUT = asked_names(Layout)
+_SEARCH = asked_names(SearchOptions)
 
 
 class _Request(BaseModel):

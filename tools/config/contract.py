@@ -27,7 +27,10 @@ The result models (`Estimate` and its parts) are read as attributes (`estimate.t
 To add a knob:
 1. Add a field to `Layout` (or `Job`) below: type, default, description. The description is the CLI
    help, the tool argument description and the API documentation; say what null/the default means.
-   Annotate it with `Cli(...)` only when the flag is not simply `--field-name` (see `Cli`).
+   Annotate it with `Cli(...)` only when the flag is not simply `--field-name` (see `Cli`), with NOT_LEAN
+   when the lean tool set leaves it out, and with `Knob(...)` for the knob lists it belongs to (searched,
+   chosen by the search, a parallel size, stated by a planning request, ...; see `Knob`): SEARCHED_KNOBS,
+   PARALLEL_SIZES, agent/request.py PINS and the rest are derived from these marks.
 2. Make it act: validate it in `tools/config/layout.resolve_config` (which passes every Layout field through)
    and read `cfg.<name>` in the calculator it changes (memory.py, step.py, ...), and in the exporter
    that must write it.
@@ -83,6 +86,53 @@ NOT_LEAN = Lean(offered=False)
 """A field the lean tool set leaves out: null (its default) is what a plan mostly passes."""
 
 
+@dataclass(frozen=True)
+class Knob:
+    """Field metadata: which lists of knobs a field belongs to. Each list is derived from these marks, in
+    field order (`knob_names`); a field without a Knob has the defaults.
+
+    searched: a search varies it unless pinned (SEARCHED_KNOBS; tools/search/space.py Pins has its slot);
+    chosen: a search chooses it per layout when the request leaves it null (SEARCH_CHOSEN_KNOBS);
+    stored: a memory-only knob the search sets per layout (tools/search/space.py STORAGE_KNOBS);
+    job_wide: a search takes it once for the whole job, not as a fixed knob (space.FIXED_KNOBS leaves it out);
+    searchable: a search takes it at all (False: SEARCH_JOB_EXCLUDED);
+    size: a parallel size, no larger than the GPU count (PARALLEL_SIZES);
+    fine_tuning: it chooses what is trained (FINE_TUNING_KNOBS);
+    one_step: the one-layout tools take it (False: agent/registry.py _NOT_FOR_ONE_STEP);
+    pin: a planning request may pin it (agent/request.py PINS);
+    asked: a planning request may state it (agent/request.py PlanRequest); the fields of a model are
+      ordered by this number, then by field order; None: a request does not state it.
+    """
+
+    searched: bool = False
+    chosen: bool = False
+    stored: bool = False
+    job_wide: bool = False
+    searchable: bool = True
+    size: bool = False
+    fine_tuning: bool = False
+    one_step: bool = True
+    pin: bool = False
+    asked: int | None = None
+
+
+def knob_of(info: Any) -> Knob:
+    """The Knob metadata of a pydantic FieldInfo (the default when it has none)."""
+    return next((m for m in info.metadata if isinstance(m, Knob)), Knob())
+
+
+def knob_names(*models: type[BaseModel], **marks: Any) -> tuple[str, ...]:
+    """The fields of `models`, in order, whose Knob has every attribute in `marks` as given."""
+    return tuple(name for model in models for name, info in model.model_fields.items()
+                 if all(getattr(knob_of(info), mark) == value for mark, value in marks.items()))
+
+
+def asked_names(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of `model` a planning request may state (Knob.asked), by that number, then field order."""
+    asked = [(knob_of(info).asked, i, name) for i, (name, info) in enumerate(model.model_fields.items())]
+    return tuple(name for rank, _, name in sorted(a for a in asked if a[0] is not None))
+
+
 def lean_dropped(*models: type[BaseModel]) -> tuple[str, ...]:
     """The fields of `models` marked NOT_LEAN, in order, each once."""
     return tuple(dict.fromkeys(name for model in models for name, info in model.model_fields.items()
@@ -121,7 +171,6 @@ MAX_GPUS = 2**20
 beyond it a count is a typo, and the vectorised search's int64 products stay exact."""
 MAX_SEQUENCES_OR_TOKENS = 2**26
 """The largest seq, mbs or gbs a request may name (67M: past any published context or batch)."""
-PARALLEL_SIZES = ("tp", "pp", "cp", "ep", "etp", "dp_shard")
 
 
 def _whole_numbers(value: Any) -> list[Any]:
@@ -181,20 +230,20 @@ def check_job_numbers(values: dict[str, Any], capacity_gib: float) -> None:
 class Job(BaseModel):
     """What to train and on what: the model, the hardware, the token budget and its price."""
 
-    model: str = Field(description="catalog model name (llama3-8b, llama3-70b, llama3-405b, deepseek-v3, "
+    model: Annotated[str, Knob(asked=0)] = Field(description="catalog model name (llama3-8b, llama3-70b, llama3-405b, deepseek-v3, "
                                    "gpt3-175b, ...; see list_catalog) or a path to an HF config.json")
-    gpu: str = Field(description="catalog GPU name (h100-sxm-80gb, h800-sxm-80gb, a100-sxm-80gb, h200-sxm-141gb, "
+    gpu: Annotated[str, Knob(asked=0)] = Field(description="catalog GPU name (h100-sxm-80gb, h800-sxm-80gb, a100-sxm-80gb, h200-sxm-141gb, "
                                  "b200, gb200-nvl72, mi300x, l40s, rtx-4090, ...; see list_catalog; aliases like h100 "
                                  "or mi300x work) or a path to a GPU JSON")
-    gpus: int = Field(description="total GPUs")
-    tokens: Annotated[float | str | None, Cli(as_text=True)] = Field(
+    gpus: Annotated[int, Knob(asked=0)] = Field(description="total GPUs")
+    tokens: Annotated[float | str | None, Cli(as_text=True), Knob(one_step=False, asked=2)] = Field(
         default=None, description="training tokens, a number (15.6e12) or text with a suffix ('15T', '300B'); "
                                   "needed for steps, days and cost; null: no training cost")
-    price: float | None = Field(default=None, description="dollars per GPU-hour; null: the GPU's catalog price")
-    goodput: Annotated[float | None, NOT_LEAN] = Field(
+    price: Annotated[float | None, Knob(one_step=False, asked=2)] = Field(default=None, description="dollars per GPU-hour; null: the GPU's catalog price")
+    goodput: Annotated[float | None, NOT_LEAN, Knob(one_step=False, asked=2)] = Field(
         default=None, description=f"share of wall-clock time that trains, in (0, 1]; null: {DEFAULT_GOODPUT} "
                                   "(Llama 3 reports more than 90% effective training time)")
-    gpus_per_node: Annotated[int | None, NOT_LEAN] = Field(
+    gpus_per_node: Annotated[int | None, NOT_LEAN, Knob(asked=1)] = Field(
         default=None, description="GPUs per NVLink/xGMI domain (PCIe cards: per host); null: the GPU's catalog value")
     intra_node_bw: Annotated[float | None, NOT_LEAN] = Field(
         default=None, description="NVLink/xGMI (PCIe cards: PCIe) GB/s per GPU per direction; null: the GPU's "
@@ -204,10 +253,10 @@ class Job(BaseModel):
     headroom_gib: Annotated[float | None, NOT_LEAN] = Field(
         default=None, description="GiB per GPU to keep free when deciding fits; null: 0 for one layout, and "
                                   f"{DEFAULT_HEADROOM:.0%} of the GPU's memory for search and plan")
-    ramp_start_gbs: int | None = Field(
+    ramp_start_gbs: Annotated[int | None, Knob(one_step=False, searchable=False)] = Field(
         default=None, description="batch-size ramp: the first global batch, sequences (with ramp_tokens); "
                                   "null: no ramp")
-    ramp_tokens: Annotated[float | str | None, Cli(as_text=True)] = Field(
+    ramp_tokens: Annotated[float | str | None, Cli(as_text=True), Knob(one_step=False, searchable=False)] = Field(
         default=None, description="batch-size ramp: tokens over which gbs grows linearly to gbs, e.g. 250B "
                                   "(with ramp_start_gbs); null: no ramp")
 
@@ -228,37 +277,37 @@ class Layout(BaseModel):
     """Every parallelism, memory and kernel knob, as given; None means the default rule stated in
     the description. dp is never given: it is gpus / (tp*pp*cp)."""
 
-    tp: int = Field(default=1, ge=1, description="tensor-parallel size (with sequence parallelism)")
-    pp: int = Field(default=1, ge=1, description="pipeline-parallel size")
-    cp: int = Field(default=1, ge=1, description="context-parallel size")
-    ep: int = Field(default=1, ge=1, description="expert-parallel size (MoE models only); etp*ep must divide "
+    tp: Annotated[int, Knob(searched=True, size=True, pin=True, asked=3)] = Field(default=1, ge=1, description="tensor-parallel size (with sequence parallelism)")
+    pp: Annotated[int, Knob(searched=True, size=True, pin=True, asked=3)] = Field(default=1, ge=1, description="pipeline-parallel size")
+    cp: Annotated[int, Knob(searched=True, size=True, pin=True, asked=3)] = Field(default=1, ge=1, description="context-parallel size")
+    ep: Annotated[int, Knob(searched=True, size=True, pin=True, asked=3)] = Field(default=1, ge=1, description="expert-parallel size (MoE models only); etp*ep must divide "
                                                  "tp*cp*dp (MoE Parallel Folding)")
-    etp: Annotated[int | None, NOT_LEAN] = Field(default=None, ge=1, description="expert tensor-parallel size (Megatron "
+    etp: Annotated[int | None, NOT_LEAN, Knob(size=True)] = Field(default=None, ge=1, description="expert tensor-parallel size (Megatron "
                             "--expert-tensor-parallel-size); null: equal to tp")
-    vpp: int = Field(default=1, ge=1, description="virtual pipeline stages per rank (>1: the interleaved schedule)")
-    zero: int = Field(default=1, ge=0, le=3, description="ZeRO stage 0-3: 1 shards optimizer states, 2 also "
+    vpp: Annotated[int, Knob(searched=True, pin=True, asked=3)] = Field(default=1, ge=1, description="virtual pipeline stages per rank (>1: the interleaved schedule)")
+    zero: Annotated[int, Knob(searched=True, pin=True, asked=3)] = Field(default=1, ge=0, le=3, description="ZeRO stage 0-3: 1 shards optimizer states, 2 also "
                                                          "gradients, 3 also weights (FSDP)")
-    dp_shard: Annotated[int | None, NOT_LEAN] = Field(
+    dp_shard: Annotated[int | None, NOT_LEAN, Knob(searched=True, size=True)] = Field(
         default=None, ge=1, description="data-parallel ranks one ZeRO shard spans (hybrid sharding, HSDP): what "
         "zero shards (1: optimizer states, 2: also gradients, 3: also weights) is split over dp_shard*cp ranks and "
         "replicated over dp/dp_shard groups, whose gradient shards are all-reduced (PyTorch FSDP HYBRID_SHARD, "
         "torchtitan data_parallel_shard_degree, Megatron --num-distributed-optimizer-instances dp/dp_shard); must "
         "divide dp, needs zero >= 1; null: dp (every data-parallel rank, full sharding)")
-    mbs: int = Field(default=1, ge=1, description="micro-batch size, sequences")
-    gbs: int | None = Field(default=None, ge=1, description="global batch size, sequences; sets the micro-batches "
+    mbs: Annotated[int, Knob(searched=True, pin=True, asked=3)] = Field(default=1, ge=1, description="micro-batch size, sequences")
+    gbs: Annotated[int | None, Knob(job_wide=True, asked=1)] = Field(default=None, ge=1, description="global batch size, sequences; sets the micro-batches "
                                                             f"per step, gbs / (dp*mbs); null: {DEFAULT_GBS_RULE}")
-    seq: int | None = Field(default=None, ge=1, description=f"sequence length, tokens; null: {DEFAULT_SEQ_RULE}")
-    recompute: Recompute = Field(default=Recompute.selective, description="activation recompute: none (keep "
+    seq: Annotated[int | None, Knob(job_wide=True, asked=0)] = Field(default=None, ge=1, description=f"sequence length, tokens; null: {DEFAULT_SEQ_RULE}")
+    recompute: Annotated[Recompute, Knob(searched=True, pin=True, asked=3)] = Field(default=Recompute.selective, description="activation recompute: none (keep "
                                  "all), selective (recompute the attention core), full (rerun each layer's forward)")
-    recompute_modules: Annotated[tuple[RecomputeModule, ...] | None, Cli(as_text=True), CommaSeparated] = Field(
+    recompute_modules: Annotated[tuple[RecomputeModule, ...] | None, Cli(as_text=True), CommaSeparated, Knob(chosen=True)] = Field(
         default=None, description="with recompute=selective, the modules to recompute (Megatron --recompute-modules: "
                                   "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe; comma-separated on the "
                                   "command line); DeepSeek-V3 recomputed layernorm, mla_up_proj and moe_act; null: "
                                   "core_attn (Megatron's default)")
-    schedule: Schedule | None = Field(default=None, description="pipeline schedule: gpipe, 1f1b, interleaved "
+    schedule: Annotated[Schedule | None, Knob(searched=True, pin=True, asked=3)] = Field(default=None, description="pipeline schedule: gpipe, 1f1b, interleaved "
                                       "(needs vpp>1), zb-h1, dualpipe (even pp); null: 1f1b, or interleaved when vpp>1")
-    precision: Precision = Field(default=Precision.bf16, description="GEMM precision: bf16 or fp8 (Hopper and newer)")
-    attention: Attention = Field(default=Attention.flash, description="attention kernel: flash (fused, causal blocks "
+    precision: Annotated[Precision, Knob(job_wide=True, asked=2)] = Field(default=Precision.bf16, description="GEMM precision: bf16 or fp8 (Hopper and newer)")
+    attention: Annotated[Attention, Knob(pin=True, asked=5)] = Field(default=Attention.flash, description="attention kernel: flash (fused, causal blocks "
                                  "skipped; the GPU's own, e.g. Transformer Engine), flash2 (FlashAttention-2, as "
                                  "PyTorch SDPA runs it: Ampere instructions on newer GPUs), eager (unfused s x s "
                                  "scores, 2021-22 Megatron) or flash1 (FlashAttention 1 or its Triton port, MPT 2023); a "
@@ -277,7 +326,7 @@ class Layout(BaseModel):
     optimizer_offload: Annotated[bool, NOT_LEAN] = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")
     bf16_grads: Annotated[bool, Cli("--bf16-grads/--fp32-grads"), NOT_LEAN] = Field(
         default=False, description="bf16 gradients (DeepSpeed's 16 B/param) instead of an fp32 buffer")
-    bf16_moments: Annotated[bool, NOT_LEAN] = Field(
+    bf16_moments: Annotated[bool, NOT_LEAN, Knob(chosen=True, stored=True)] = Field(
         default=False, description="Adam moments m and v in bf16, master weights in fp32: 8 B/param of optimizer "
                                    "states instead of 12 (DeepSeek-V3 §3.3.3; Megatron --use-precision-aware-optimizer "
                                    "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
@@ -290,7 +339,7 @@ class Layout(BaseModel):
                                    "beside an fp32 master in the optimizer, as Megatron's distributed optimizer and "
                                    "DeepSpeed ZeRO store them (tools/perf/memory.py); a search given an engine and no "
                                    "value takes the engine's (tools/engines/support.py FP32_PARAM_ENGINES)")
-    fp8_activations: Annotated[bool, NOT_LEAN] = Field(
+    fp8_activations: Annotated[bool, NOT_LEAN, Knob(chosen=True, stored=True)] = Field(
         default=False, description="DeepSeek-V3's low-precision activation storage (§3.3.3), with precision=fp8: the "
                                    "MoE SwiGLU inputs cached in FP8 and their outputs recomputed, the attention output "
                                    "kept as one 12-bit E5M6 copy that both the attention backward and the output "
@@ -326,11 +375,11 @@ class Layout(BaseModel):
                                   "outputs and its backward recomputes the product, as flash attention recomputes its "
                                   "softmax (xformers.ops.swiglu, Meta's kernel library): 2sbf/t fewer bytes per layer "
                                   "and micro-batch, no recomputed GEMM")
-    method: Method = Field(default=Method.full, description="what is trained: full (every weight), lora (low-rank "
+    method: Annotated[Method, Knob(fine_tuning=True, asked=6)] = Field(default=Method.full, description="what is trained: full (every weight), lora (low-rank "
                            "adapters beside a frozen bf16 base) or qlora (adapters beside a frozen 4-bit NF4 base)")
-    lora_rank: int | None = Field(default=None, ge=1, description="adapter rank r with method lora or qlora; null: "
+    lora_rank: Annotated[int | None, Knob(fine_tuning=True, asked=6)] = Field(default=None, ge=1, description="adapter rank r with method lora or qlora; null: "
                                   f"{DEFAULT_LORA_RANK} (full: must stay null)")
-    lora_targets: LoraTargets | None = Field(default=None, description="linear layers with adapters: attention "
+    lora_targets: Annotated[LoraTargets | None, Knob(fine_tuning=True, asked=6)] = Field(default=None, description="linear layers with adapters: attention "
                                              "(q, k, v, o) or all-linear (also the MLP or experts); null: all-linear")
     fp32_norms: Annotated[bool | None, NOT_LEAN] = Field(
         default=None, description="the norms hold fp32 weights, as PEFT's prepare_model_for_kbit_training leaves a "
@@ -345,7 +394,7 @@ class Layout(BaseModel):
         "CEWithChunkedOutputLoss: 6.5 B) or fused_linear (Liger, Cut Cross-Entropy, Unsloth: the logits never "
         "whole, 0 B); null: fused for full training, materialised for lora and qlora (the Hugging Face stacks); "
         "a search given an engine and no value takes the engine's (tools/engines/support.py ENGINE_LOSS_KERNEL)")
-    dispatcher: Annotated[Dispatcher, NOT_LEAN] = Field(default=Dispatcher.alltoall, description="MoE token dispatcher: alltoall or "
+    dispatcher: Annotated[Dispatcher, NOT_LEAN, Knob(pin=True, asked=4)] = Field(default=Dispatcher.alltoall, description="MoE token dispatcher: alltoall or "
                                    "allgather (Megatron --moe-token-dispatcher-type; both send BF16 tokens), or "
                                    "deepep (DeepSeek-V3's DeepEP kernels: FP8 dispatch and BF16 combine under "
                                    "precision fp8)")
@@ -415,16 +464,18 @@ class ParallelConfig(Layout):
         return {name: getattr(self, name) for name in Layout.model_fields}
 
 
-FINE_TUNING_KNOBS = ("method", "lora_rank", "lora_targets")
+PARALLEL_SIZES = knob_names(Layout, size=True)
+"""The Layout parallel sizes (Knob.size): check_job_numbers holds each to the GPU count."""
+FINE_TUNING_KNOBS = knob_names(Layout, fine_tuning=True)
 """The Layout knobs that choose what is trained (full weights, or LoRA/QLoRA adapters of a rank on some
 targets): a plan that leaves them out plans full training."""
 
-SEARCHED_KNOBS = ("tp", "pp", "cp", "ep", "vpp", "zero", "dp_shard", "mbs", "recompute", "schedule")
+SEARCHED_KNOBS = knob_names(Layout, searched=True)
 """The Layout knobs a search varies unless pinned (tools/search/driver.py Pins holds one slot per name)."""
-SEARCH_FIXED_KNOBS = tuple(name for name in Layout.model_fields if name not in SEARCHED_KNOBS)
+SEARCH_FIXED_KNOBS = knob_names(Layout, searched=False)
 """The Layout knobs a search takes as given, every one it does not vary (null: the shared default
 rule); tools/search/space.FIXED_DEFAULTS resolves them."""
-SEARCH_CHOSEN_KNOBS = ("recompute_modules", "bf16_moments", "fp8_activations")
+SEARCH_CHOSEN_KNOBS = knob_names(Layout, chosen=True)
 """Fixed knobs a search chooses per layout when the request leaves them null (tools/search/recipes.py)."""
 SEARCH_CHOSEN_RULE = ("the search chooses per layout: the fewest recompute modules that fit (cheapest per GiB "
                       "first), and with precision fp8 DeepSeek-V3's low-precision storage (bf16_moments with "
@@ -438,7 +489,7 @@ def search_chosen_description(name: str) -> str:
     return f"{meaning}; null: {SEARCH_CHOSEN_RULE}"
 
 
-SEARCH_JOB_EXCLUDED = ("ramp_start_gbs", "ramp_tokens")
+SEARCH_JOB_EXCLUDED = knob_names(Job, searchable=False)
 """Job fields a search does not take (a batch ramp is priced by estimate)."""
 
 
@@ -454,15 +505,15 @@ def search_fields() -> dict[str, Any]:
 class SearchOptions(BaseModel):
     """What a search optimises and may use, beyond the Job and the Layout knobs it searches."""
 
-    objective: Objective = Field(default=Objective.throughput, description="what to rank by: throughput (most "
+    objective: Annotated[Objective, Knob(asked=0)] = Field(default=Objective.throughput, description="what to rank by: throughput (most "
                                  "tokens/s), cost (fewest dollars; GPU-seconds per step without tokens), time "
                                  "(fewest days)")
     top_k: int = Field(default=5, ge=1, description="how many of the best layouts to return")
-    max_gpus: Annotated[int | None, NOT_LEAN] = Field(default=None, description="also try other GPU counts: max_gpus and halvings of it "
+    max_gpus: Annotated[int | None, NOT_LEAN, Knob(asked=0)] = Field(default=None, description="also try other GPU counts: max_gpus and halvings of it "
                                  "down to what the model needs, plus gpus; null: exactly gpus")
-    deadline_days: float | None = Field(default=None, description="reject layouts whose training takes longer than "
+    deadline_days: Annotated[float | None, Knob(asked=0)] = Field(default=None, description="reject layouts whose training takes longer than "
                                         "this many days (needs tokens); null: no deadline")
-    budget_usd: Annotated[float | None, Cli("--budget")] = Field(
+    budget_usd: Annotated[float | None, Cli("--budget"), Knob(asked=0)] = Field(
         default=None, description="reject layouts whose training costs more dollars than this (needs tokens); "
                                   "null: no budget")
     allow_cross_node_tp: Annotated[bool, NOT_LEAN] = Field(default=False, description="allow tp larger than a node")
@@ -470,7 +521,7 @@ class SearchOptions(BaseModel):
                                    "layout outside the evals' evidence (tools/search/evidence.py: CP at short sequence, "
                                    "DualPipe on dense, uneven PP, ...) must be than the best inside it to lead")
     pareto: bool = Field(default=False, description="also report the days/cost front across GPU counts (needs tokens)")
-    engine: str | None = Field(default=None, description=f"keep only layouts this engine runs: {ENGINE_LIST} (tools/config/engines.py); null: any layout")
+    engine: Annotated[str | None, Knob(asked=0)] = Field(default=None, description=f"keep only layouts this engine runs: {ENGINE_LIST} (tools/config/engines.py); null: any layout")
 
 
 # --- the result ----------------------------------------------------------------------------------
