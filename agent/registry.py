@@ -43,8 +43,9 @@ from trainplan.tools.perf.memory import memory_breakdown
 from trainplan.tools.perf.pipeline import simulate
 from trainplan.tools.perf.pipeline_render import render_ascii
 from trainplan.tools.config.contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Job, Layout,  # noqa: F401
-                                            ParallelConfig, check_job_numbers, fields_of, knob_names, optional_model,
-                                            search_chosen_description, search_fields)
+                                            ParallelConfig, check_job_numbers, search_chosen_description,
+                                            search_fields)
+from trainplan.tools.config.fields import fields_of, knob_names, optional_model
 from trainplan.tools.core.enums import Schedule
 from trainplan.tools.config.plan_defaults import DEFAULT_GBS_RULE, default_gbs, default_gbs_reason
 

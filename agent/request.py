@@ -52,7 +52,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from trainplan.tools.hardware import catalog
-from trainplan.tools.config.contract import Job, Layout, SearchOptions, asked_names, knob_of, optional_model
+from trainplan.tools.config.contract import Job, Layout, SearchOptions
+from trainplan.tools.config.fields import asked_names, knob_of, optional_model
 from trainplan.tools.core.errors import InputError
 
 from . import request_amounts as amounts

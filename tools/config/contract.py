@@ -1,4 +1,6 @@
-"""The typed contract: Job, Layout and Estimate. Every knob and every result field is defined here once.
+"""The typed contract: Job, Layout and SearchOptions. Every knob is defined here once (the result models,
+`Estimate` and its parts, in tools/config/results.py; the field metadata Cli, NOT_LEAN and Knob in
+tools/config/fields.py).
 
 Data flow (ARCHITECTURE.md draws it):
 
@@ -22,7 +24,7 @@ What derives from these fields (nothing else lists the knobs):
 - the `trainplan.estimate` / `trainplan.search` / `trainplan.plan` keyword parameters (written out for
   IDEs; tests/test_contract.py fails when one lacks a field or disagrees with its default).
 
-The result models (`Estimate` and its parts) are read as attributes (`estimate.time.step_s`).
+The result models (tools/config/results.py) are read as attributes (`estimate.time.step_s`).
 
 To add a knob:
 1. Add a field to `Layout` (or `Job`) below: type, default, description. The description is the CLI
@@ -46,103 +48,17 @@ Defaults that every tool shares (a null means the same thing everywhere):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from enum import Enum
-from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field, model_serializer
+from pydantic import BaseModel, BeforeValidator, Field
 
 from trainplan.tools.core.bounds import MAX_PRICE_PER_GPU_HOUR, MIN_GOODPUT
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.engines import ENGINE_LIST
+from trainplan.tools.config.fields import NOT_LEAN, Cli, Knob, described, fields_of, knob_names
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT, DEFAULT_GBS_RULE, DEFAULT_HEADROOM, EVIDENCE_MARGIN, FINETUNE_SEQ, default_gbs
 from trainplan.tools.config.resolve import DEFAULT_LORA_RANK
 from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, LoraTargets, LossKernel, Method, Objective, OffloadModule, Precision, Recompute, RecomputeModule, Schedule
-
-# --- choices -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cli:
-    """How a field appears on the command line when the plain `--field-name` is not enough.
-
-    flag: the option's declaration (e.g. "--budget", "--bf16-grads/--fp32-grads");
-    as_text: the CLI reads text and the model parses it (tokens "15T").
-    """
-
-    flag: str | None = None
-    as_text: bool = False
-
-
-@dataclass(frozen=True)
-class Lean:
-    """Field metadata: whether the lean tool set (agent/toolset.py, a small context) offers the field."""
-
-    offered: bool = True
-
-
-NOT_LEAN = Lean(offered=False)
-"""A field the lean tool set leaves out: null (its default) is what a plan mostly passes."""
-
-
-@dataclass(frozen=True)
-class Knob:
-    """Field metadata: which lists of knobs a field belongs to. Each list is derived from these marks, in
-    field order (`knob_names`); a field without a Knob has the defaults.
-
-    searched: a search varies it unless pinned (SEARCHED_KNOBS; tools/search/space.py Pins has its slot);
-    chosen: a search chooses it per layout when the request leaves it null (SEARCH_CHOSEN_KNOBS);
-    stored: a memory-only knob the search sets per layout (tools/search/space.py STORAGE_KNOBS);
-    job_wide: a search takes it once for the whole job, not as a fixed knob (space.FIXED_KNOBS leaves it out);
-    searchable: a search takes it at all (False: SEARCH_JOB_EXCLUDED);
-    size: a parallel size, no larger than the GPU count (PARALLEL_SIZES);
-    fine_tuning: it chooses what is trained (FINE_TUNING_KNOBS);
-    one_step: the one-layout tools take it (False: agent/registry.py _NOT_FOR_ONE_STEP);
-    pin: a planning request may pin it (agent/request.py PINS);
-    asked: a planning request may state it (agent/request.py PlanRequest); the fields of a model are
-      ordered by this number, then by field order; None: a request does not state it.
-    """
-
-    searched: bool = False
-    chosen: bool = False
-    stored: bool = False
-    job_wide: bool = False
-    searchable: bool = True
-    size: bool = False
-    fine_tuning: bool = False
-    one_step: bool = True
-    pin: bool = False
-    asked: int | None = None
-
-
-def knob_of(info: Any) -> Knob:
-    """The Knob metadata of a pydantic FieldInfo (the default when it has none)."""
-    return next((m for m in info.metadata if isinstance(m, Knob)), Knob())
-
-
-def knob_names(*models: type[BaseModel], **marks: Any) -> tuple[str, ...]:
-    """The fields of `models`, in order, whose Knob has every attribute in `marks` as given."""
-    return tuple(name for model in models for name, info in model.model_fields.items()
-                 if all(getattr(knob_of(info), mark) == value for mark, value in marks.items()))
-
-
-def asked_names(model: type[BaseModel]) -> tuple[str, ...]:
-    """The fields of `model` a planning request may state (Knob.asked), by that number, then field order."""
-    asked = [(knob_of(info).asked, i, name) for i, (name, info) in enumerate(model.model_fields.items())]
-    return tuple(name for rank, _, name in sorted(a for a in asked if a[0] is not None))
-
-
-def lean_dropped(*models: type[BaseModel]) -> tuple[str, ...]:
-    """The fields of `models` marked NOT_LEAN, in order, each once."""
-    return tuple(dict.fromkeys(name for model in models for name, info in model.model_fields.items()
-                               if any(isinstance(m, Lean) and not m.offered for m in info.metadata)))
-
-
-def cli_of(info: Any) -> Cli:
-    """The Cli metadata of a pydantic FieldInfo (the default when it has none)."""
-    return next((m for m in info.metadata if isinstance(m, Cli)), Cli())
-
 
 # --- the shared defaults -------------------------------------------------------------------------
 # gbs and the search/plan headroom: plan_defaults (the published-runs batch rule, DEFAULT_HEADROOM).
@@ -415,17 +331,13 @@ class Layout(BaseModel):
         "the interleaved schedule (transformer_config.py)")
 
 
-def _described(model: type[BaseModel], name: str, **kwargs: Any) -> Any:
-    """A Field carrying `model.name`'s description: a field re-typed elsewhere keeps one definition."""
-    return Field(description=model.model_fields[name].description, **kwargs)
-
 
 class ParallelConfig(Layout):
     """One layout, every knob resolved (tools/config/layout.resolve_config): dp derived, seq and schedule set."""
 
     dp: int = Field(default=1, ge=1, description="data-parallel size, gpus / (tp*pp*cp)")
-    seq: int = _described(Layout, "seq", ge=1)
-    schedule: Schedule = _described(Layout, "schedule", default=Schedule.one_f_one_b)
+    seq: int = described(Layout, "seq", ge=1)
+    schedule: Schedule = described(Layout, "schedule", default=Schedule.one_f_one_b)
 
     @property
     def num_gpus(self) -> int:
@@ -524,221 +436,6 @@ class SearchOptions(BaseModel):
     engine: Annotated[str | None, Knob(asked=0)] = Field(default=None, description=f"keep only layouts this engine runs: {ENGINE_LIST} (tools/config/engines.py); null: any layout")
 
 
-# --- the result ----------------------------------------------------------------------------------
-
-
-class Result(BaseModel):
-    """Base of the result models. Fields are read as attributes (`estimate.time.step_s`)."""
-
-
-class Params(Result):
-    total: int = Field(description="parameters of the main model (MTP modules apart)")
-    active: int = Field(description="parameters active per token (MoE: shared + top-k experts)")
-    mtp: int = Field(default=0, description="multi-token-prediction parameters, counted apart")
-    trainable: int = Field(default=0, description="parameters the run updates: total + mtp, or the adapters with "
-                                                  "method lora/qlora")
-
-
-class MemoryGiB(Result):
-    """Memory per GPU on the most loaded rank, GiB (2^30 B)."""
-
-    weights: float = Field(description="model weights held by this rank")
-    gradients: float = Field(description="gradient buffer")
-    optimizer: float = Field(description="fp32 master weights and Adam moments held on the GPU")
-    activations: float = Field(description="activations kept for the backward pass, all in-flight micro-batches")
-    other: float = Field(description="workspace, logits, communication buffers, allocator reserve")
-    total: float = Field(description="sum of the parts")
-    capacity: float = Field(description="the GPU's usable memory")
-
-    @computed_field(description="capacity - total, GiB (negative when it does not fit)")
-    @property
-    def headroom(self) -> float:
-        return self.capacity - self.total
-
-    @computed_field(description="headroom / capacity")
-    @property
-    def headroom_share(self) -> float:
-        return self.headroom / self.capacity
-
-
-class StepTime(Result):
-    """One training step on the critical pipeline stage; breakdown sums to step_s.
-
-    Built from tools/perf/step.py's StepResult.to_dict(); a key step.py adds before it is typed here passes
-    through (extra="allow") rather than being dropped."""
-
-    model_config = ConfigDict(extra="allow")
-
-    step_s: float = Field(description="seconds per training step")
-    tokens_per_s: float = Field(description="training tokens per second, whole job")
-    tokens_per_s_per_gpu: float = Field(description="tokens_per_s / gpus")
-    tflops_per_gpu: float = Field(description="model TFLOP/s per GPU (3 x forward, no recompute, attention scores "
-                                              "counted causally, as Megatron-Core counts them)")
-    hardware_tflops_per_gpu: float = Field(description="model + recompute TFLOP/s per GPU")
-    mfu: float = Field(description="model FLOPs utilisation: tflops_per_gpu / peak_tflops")
-    hfu: float = Field(description="hardware FLOPs utilisation: the FLOPs the kernels run (causal under flash, "
-                                   "full under eager), recompute included")
-    tflops_per_gpu_full_attention: float = Field(description="model TFLOP/s per GPU with attention counted without "
-                                                             "the causal discount (the PaLM convention)")
-    mfu_full_attention: float = Field(description="tflops_per_gpu_full_attention / peak_tflops; can pass hfu at "
-                                                  "long sequence, as it counts masked work no kernel runs")
-    bubble_fraction: float = Field(description="idle share of the pipeline (simulator)")
-    peak_tflops: float = Field(description="dense peak of the precision used, the MFU denominator")
-    mfu_denominator: str = Field(description="which peak and which FLOPs convention MFU uses")
-    breakdown: dict[str, float] = Field(description="seconds per part: compute, comm/tp, comm/cp, comm/ep, bubble, "
-                                                    "comm/dp, optimizer; with blocking_p2p also comm/pp")
-
-    @computed_field(description="each breakdown part / step_s")
-    @property
-    def shares(self) -> dict[str, float]:
-        return {part: _share(seconds, self.step_s) for part, seconds in self.breakdown.items()}
-
-    @computed_field(description="exposed communication (the comm/* parts) / step_s")
-    @property
-    def comm_share(self) -> float:
-        return _share(sum(s for part, s in self.breakdown.items() if part.startswith("comm/")), self.step_s)
-
-    @computed_field(description="the pipeline bubble part / step_s")
-    @property
-    def bubble_share(self) -> float:
-        return _share(self.breakdown.get("bubble", 0.0), self.step_s)
-
-
-def _share(part_s: float, step_s: float) -> float:
-    """part / step; float dust from summing the simulator's times (|share| < 1e-12) reads as 0."""
-    share = part_s / step_s
-    return 0.0 if abs(share) < 1e-12 else share
-
-
-class Training(Result):
-    """The whole run: steps, days, GPU-hours and dollars (tools/perf/cost.py's CostResult)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    tokens: float = Field(description="training tokens")
-    steps: int = Field(description="optimizer steps")
-    days: float = Field(description="wall-clock days, goodput included")
-    gpu_hours: float = Field(description="GPU-hours, goodput included")
-    cost_usd: float = Field(description="dollars: gpu_hours x price")
-    goodput: float = Field(description="share of wall-clock time that trains")
-    price_per_gpu_hour: float = Field(description="dollars per GPU-hour used")
-
-
-class Config(ParallelConfig, Result):
-    """The full layout actually used, every knob resolved, with the job it ran on."""
-
-    model: str = _described(Job, "model")
-    gpu: str = _described(Job, "gpu")
-    gpus: int = _described(Job, "gpus")
-    gpus_per_node: int = _described(Job, "gpus_per_node")
-    intra_node_bw: float = _described(Job, "intra_node_bw")
-    inter_node_bw: float = _described(Job, "inter_node_bw")
-    gpus_per_host: int = Field(description="GPUs per server (never more than gpus_per_node)")
-    interconnect: str = Field(description="the fast domain's fabric: nvlink, xgmi or pcie")
-
-    @computed_field(description="micro-batches per step, gbs / (dp*mbs); null without gbs")
-    @property
-    def num_microbatches(self) -> int | None:
-        return None if self.gbs is None else self.gbs // (self.dp * self.mbs)
-
-    @model_serializer(mode="wrap")
-    def _job_first(self, handler):
-        data = handler(self)
-        return {key: data[key] for key in _CONFIG_ORDER if key in data} | data
-
-
-_CONFIG_ORDER = ("model", "gpu", "gpus", "tp", "pp", "cp", "ep", "dp")
-
-
-_OPTIONAL_SECTIONS = ("reason", "time", "pipeline", "training", "notes")
-
-
-class Estimate(Result):
-    """Memory, time and cost of one layout: `trainplan estimate --json` and `trainplan.estimate(...)`.
-
-    A section that was not computed (time without gbs, training without tokens, reason when it fits)
-    is None here and left out of the dump."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    params: Params = Field(description="parameter counts")
-    memory_gib: MemoryGiB = Field(description="memory per GPU on the most loaded rank")
-    fits: bool = Field(description="whether the layout fits in the GPU's memory (minus headroom_gib)")
-    reason: str | None = Field(default=None, description="why it does not fit; null when it fits")
-    time: StepTime | None = Field(default=None, description="step time; null without gbs")
-    pipeline: dict[str, Any] | None = Field(default=None, description="the simulated pipeline (timeline=True)")
-    training: Training | None = Field(default=None, description="run cost; null without tokens and gbs")
-    config: Config = Field(description="the full layout actually used")
-    notes: list[str] | None = Field(default=None, description="what was assumed or could not be computed")
-
-    @model_serializer(mode="wrap")
-    def _leave_out_absent(self, handler):
-        data = handler(self)
-        for key in _OPTIONAL_SECTIONS:
-            if data.get(key) is None:
-                data.pop(key, None)
-        return data
-
-
-# --- deriving argument models ----------------------------------------------------------------------
-
-
-def fields_of(*models: type[BaseModel], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
-    """name -> FieldInfo of the models' fields, in order, less `exclude`."""
-    return {name: info for model in models for name, info in model.model_fields.items() if name not in exclude}
-
-
-def optional_model(name: str, fields: dict[str, Any], *, base: type[BaseModel] = BaseModel,
-                   required: tuple[str, ...] = (), descriptions: dict[str, str] | None = None) -> type[BaseModel]:
-    """A model with `fields` (name -> FieldInfo), each `X | None = None` (null: the field's default rule)
-    except those in `required`. Tool argument models are built this way, so that OpenAI strict mode
-    (every field present, null allowed) works and no knob is written twice."""
-    from pydantic import create_model
-
-    built: dict[str, Any] = {}
-    descriptions = descriptions or {}
-    for field_name, info in fields.items():
-        description = descriptions.get(field_name, info.description)
-        annotation = _inline_choices(info.annotation)
-        if field_name in required:
-            built[field_name] = (annotation, Field(description=description))
-            continue
-        if info.default is not None and "null:" not in description:
-            description = f"{description}; null: {shown_default(info.default)}"
-        before = [m for m in info.metadata if isinstance(m, BeforeValidator)]  # e.g. CommaSeparated
-        optional = Annotated[(annotation | None, *before)] if before else annotation | None
-        built[field_name] = (optional, Field(default=None, description=description))
-    return create_model(name, __base__=base, **built)
-
-
-def _inline_choices(annotation: Any) -> Any:
-    """An Enum type as a Literal of its values, so that a tool schema lists them inline."""
-    if isinstance(annotation, type) and issubclass(annotation, Enum):
-        return Literal[tuple(member.value for member in annotation)]  # type: ignore[valid-type]
-    arguments = get_args(annotation)
-    if arguments and get_origin(annotation) in (Union, UnionType):
-        return Union[tuple(_inline_choices(a) for a in arguments)]  # type: ignore[return-value]
-    return annotation
-
-
-def shown_default(value: Any) -> str:
-    if isinstance(value, Enum):
-        return str(value.value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def field_docs(*models: type[BaseModel]) -> str:
-    """`name: description` lines for the fields of `models` (API docstrings)."""
-    lines = []
-    for model in models:
-        for name, info in model.model_fields.items():
-            lines.append(f"    {name}: {info.description}")
-    return "\n".join(lines)
-
-
-__all__ = ["Cli", "Config", "cli_of", "DEFAULT_GBS_RULE", "DEFAULT_GOODPUT", "DEFAULT_SEQ_CAP", "DEFAULT_SEQ_RULE",
-           "Estimate", "Job", "Layout", "Objective", "SEARCHED_KNOBS", "SearchOptions", "search_fields", "MemoryGiB", "ParallelConfig", "Params",
-           "Attention", "OffloadModule", "Precision", "Recompute", "RecomputeModule", "Schedule", "StepTime", "Training", "default_gbs", "default_seq",
-           "optional_model", "shown_default", "field_docs", "fields_of"]
+__all__ = ["DEFAULT_GBS_RULE", "DEFAULT_GOODPUT", "DEFAULT_SEQ_CAP", "DEFAULT_SEQ_RULE", "Job", "Layout", "Objective",
+           "SEARCHED_KNOBS", "SearchOptions", "search_fields", "ParallelConfig", "Attention", "OffloadModule", "Precision",
+           "Recompute", "RecomputeModule", "Schedule", "default_gbs", "default_seq"]

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainplan.tools.config.codes import RECOMPUTE_CODES, SCHEDULE_CODES
-from trainplan.tools.config.contract import SEARCH_FIXED_KNOBS, Layout, knob_names, knob_of
+from trainplan.tools.config.contract import SEARCH_FIXED_KNOBS, Layout
+from trainplan.tools.config.fields import knob_names, knob_of
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
 from trainplan.tools.hardware.specs import ClusterSpec, GPUSpec, ModelSpec
