@@ -395,9 +395,9 @@ SEARCH_CHOSEN_RULE = ("the search chooses per layout: the fewest recompute modul
 """What null means for SEARCH_CHOSEN_KNOBS in a search (CLI help and tool schema)."""
 
 
-def search_chosen_description(name: str) -> str:
+def search_chosen_description(name: str, layout: type[Layout] = Layout) -> str:
     """A SEARCH_CHOSEN_KNOBS field's description for a search: its meaning, then SEARCH_CHOSEN_RULE."""
-    meaning = (Layout.model_fields[name].description or "").split("; null:")[0]
+    meaning = (layout.model_fields[name].description or "").split("; null:")[0]
     return f"{meaning}; null: {SEARCH_CHOSEN_RULE}"
 
 
@@ -405,12 +405,15 @@ SEARCH_JOB_EXCLUDED = knob_names(Job, searchable=False)
 """Job fields a search does not take (a batch ramp is priced by estimate)."""
 
 
-def search_fields() -> dict[str, Any]:
+def search_fields(job: type[Job] = Job, layout: type[Layout] = Layout,
+                  options: type[BaseModel] | None = None) -> dict[str, Any]:
     """The search's inputs, name -> FieldInfo: the Job (less the ramp), the Layout knobs it searches or
-    fixes, and the SearchOptions. `trainplan search`, the search_configs tool and trainplan.search take these."""
-    fields = fields_of(Job, exclude=SEARCH_JOB_EXCLUDED)
-    fields.update({name: Layout.model_fields[name] for name in (*SEARCHED_KNOBS, *SEARCH_FIXED_KNOBS)})
-    fields.update(SearchOptions.model_fields)
+    fixes, and the SearchOptions. `trainplan search`, the search_configs tool and trainplan.search take these.
+    The models are parameters so that tests/test_knob_registry.py can pass a Layout with a new knob."""
+    fields = fields_of(job, exclude=knob_names(job, searchable=False))
+    fields.update({name: layout.model_fields[name]
+                   for name in (*knob_names(layout, searched=True), *knob_names(layout, searched=False))})
+    fields.update((options or SearchOptions).model_fields)
     return fields
 
 

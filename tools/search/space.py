@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainplan.tools.config.codes import RECOMPUTE_CODES, SCHEDULE_CODES
-from trainplan.tools.config.contract import SEARCH_FIXED_KNOBS, Layout
-from trainplan.tools.config.fields import knob_names, knob_of
+from trainplan.tools.config.contract import Layout
+from trainplan.tools.config.fields import knob_names
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
 from trainplan.tools.hardware.specs import ClusterSpec, GPUSpec, ModelSpec
@@ -56,7 +56,14 @@ _S = {sched: SCHEDULE_CODES[sched] for sched in Schedule}
 _1F1B, _INTER, _ZB, _DUAL = (_S[s] for s in (Schedule.one_f_one_b, Schedule.interleaved, Schedule.zb_h1,
                                              Schedule.dualpipe))
 
-FIXED_KNOBS = tuple(name for name in SEARCH_FIXED_KNOBS if not knob_of(Layout.model_fields[name]).job_wide)
+
+
+def fixed_knobs(layout: type[Layout] = Layout) -> tuple[str, ...]:
+    """The Layout knobs a search takes as given (not searched), less those it takes once for the job (Knob.job_wide)."""
+    return knob_names(layout, searched=False, job_wide=False)
+
+
+FIXED_KNOBS = fixed_knobs()
 """The Layout knobs a search does not vary beyond gbs, seq and precision (attention, sequence
 parallelism, offload, recompute modules, ...): every one the contract defines, each applied to every
 layout the same way on both paths (search_score.fixed_knobs)."""
