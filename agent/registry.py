@@ -44,8 +44,9 @@ from trainplan.tools.perf.pipeline import simulate
 from trainplan.tools.perf.pipeline_closed_form import StageTimes
 from trainplan.tools.perf.pipeline_render import render_ascii
 from trainplan.tools.config.contract import (SEARCH_CHOSEN_KNOBS, SEARCHED_KNOBS, Job, Layout,  # noqa: F401
-                                            ParallelConfig, check_job_numbers, fields_of, optional_model,
-                                            search_chosen_description, search_fields)
+                                            ParallelConfig, check_job_numbers, search_chosen_description,
+                                            search_fields)
+from trainplan.tools.config.fields import fields_of, knob_names, optional_model
 from trainplan.tools.core.enums import Schedule
 from trainplan.tools.config.plan_defaults import DEFAULT_GBS_RULE, default_gbs, default_gbs_reason
 
@@ -170,10 +171,18 @@ PrecisionName = Literal["bf16", "fp8"]
 
 # The layout tools take the Job's cluster fields and every Layout knob (contract.py), each nullable:
 # null is the field's default rule, the same in every tool (gbs: DEFAULT_GBS_RULE; seq: DEFAULT_SEQ_RULE).
-_NOT_FOR_ONE_STEP = ("tokens", "price", "goodput", "ramp_start_gbs", "ramp_tokens")
-LayoutArgs = optional_model("LayoutArgs", fields_of(Job, Layout, exclude=_NOT_FOR_ONE_STEP), base=ToolArgs,
-                            required=("model", "gpu", "gpus"))
-LayoutArgs.__doc__ = "A job's hardware and one layout: every Layout knob, null meaning its default."
+_NOT_FOR_ONE_STEP = knob_names(Job, Layout, one_step=False)
+
+
+def layout_args_model(job: type[Job] = Job, layout: type[Layout] = Layout) -> type[ToolArgs]:
+    """The one-layout tools' arguments from the models' fields (less those marked Knob(one_step=False))."""
+    model = optional_model("LayoutArgs", fields_of(job, layout, exclude=knob_names(job, layout, one_step=False)),
+                           base=ToolArgs, required=("model", "gpu", "gpus"))
+    model.__doc__ = "A job's hardware and one layout: every Layout knob, null meaning its default."
+    return model
+
+
+LayoutArgs = layout_args_model()
 MemoryArgs = StepArgs = LayoutArgs
 
 
@@ -224,12 +233,19 @@ class CostArgs(ToolArgs):
                                  "(Llama 3 reports more than 90% effective training time)")
 
 
-SearchArgs = optional_model(
-    "SearchArgs", {k: v for k, v in search_fields().items() if k != "pareto"}, base=ToolArgs,
-    required=("model", "gpu", "gpus"),
-    descriptions={**{n: f"pin the {Layout.model_fields[n].description}; null: search it" for n in SEARCHED_KNOBS},
-                  **{n: search_chosen_description(n) for n in SEARCH_CHOSEN_KNOBS}})
-SearchArgs.__doc__ = "A search: the Job, the searched Layout knobs as pins, and the SearchOptions."
+def search_args_model(job: type[Job] = Job, layout: type[Layout] = Layout) -> type[ToolArgs]:
+    """The search_configs tool's arguments from the models' fields (contract.search_fields, less pareto)."""
+    model = optional_model(
+        "SearchArgs", {k: v for k, v in search_fields(job, layout).items() if k != "pareto"}, base=ToolArgs,
+        required=("model", "gpu", "gpus"),
+        descriptions={**{n: f"pin the {layout.model_fields[n].description}; null: search it"
+                         for n in knob_names(layout, searched=True)},
+                      **{n: search_chosen_description(n, layout) for n in knob_names(layout, chosen=True)}})
+    model.__doc__ = "A search: the Job, the searched Layout knobs as pins, and the SearchOptions."
+    return model
+
+
+SearchArgs = search_args_model()
 
 
 class SubmitPlanArgs(ToolArgs):

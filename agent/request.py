@@ -52,7 +52,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from trainplan.tools.hardware import catalog
-from trainplan.tools.config.contract import FINE_TUNING_KNOBS, Job, Layout, SearchOptions, optional_model
+from trainplan.tools.config.contract import Job, Layout, SearchOptions
+from trainplan.tools.config.fields import asked_names, knob_of, optional_model
 from trainplan.tools.core.errors import InputError
 
 from . import request_amounts as amounts
@@ -62,11 +63,18 @@ from .request_text import RequestText
 
 EXAMPLE = rules.EXAMPLE
 
-PINS = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule", "dispatcher", "attention")
-"""Layout knobs a request may pin (the search keeps them fixed)."""
-_JOB = ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")
-_LAYOUT = ("seq", "gbs", "precision", *PINS, *FINE_TUNING_KNOBS)
-_SEARCH = ("objective", "max_gpus", "deadline_days", "budget_usd", "engine")
+
+
+def pins_of(layout: type[Layout] = Layout) -> tuple[str, ...]:
+    """The Layout knobs a request may pin (Knob.pin), in request order (asked_names)."""
+    return tuple(name for name in asked_names(layout) if knob_of(layout.model_fields[name]).pin)
+
+
+PINS = pins_of()
+"""Layout knobs a request may pin (the search keeps them fixed): contract.Knob.pin, in request order."""
+_JOB = asked_names(Job)
+_LAYOUT = asked_names(Layout)
+_SEARCH = asked_names(SearchOptions)
 
 
 class _Request(BaseModel):
@@ -98,18 +106,25 @@ class _Request(BaseModel):
         return [name for name in needed if getattr(self, name) is None]
 
 
-PlanRequest = optional_model(
-    "PlanRequest",
-    {**{k: Job.model_fields[k] for k in _JOB}, **{k: Layout.model_fields[k] for k in _LAYOUT},
-     **{k: SearchOptions.model_fields[k] for k in _SEARCH}},
-    base=_Request,
-    descriptions={**{k: f"pinned {Layout.model_fields[k].description}; null: the search chooses" for k in PINS},
-                  "dispatcher": f"{Layout.model_fields['dispatcher'].description}; null: "
-                                f"{Layout.model_fields['dispatcher'].default.value} (the search does not choose it)",
-                  "attention": f"{Layout.model_fields['attention'].description}; null: the engine's kernel, or "
-                               f"{Layout.model_fields['attention'].default.value} (the search does not choose it)",
-                  "gpus": "total GPUs; null: the planner chooses up to max_gpus, or to meet deadline_days or "
-                          "budget_usd"})
+def plan_request_model(job: type[Job] = Job, layout: type[Layout] = Layout,
+                       options: type[SearchOptions] = SearchOptions) -> type[_Request]:
+    """The planning request model from the fields each model marks Knob(asked=...), in asked_names order."""
+    return optional_model(
+        "PlanRequest",
+        {**{k: job.model_fields[k] for k in asked_names(job)}, **{k: layout.model_fields[k] for k in asked_names(layout)},
+         **{k: options.model_fields[k] for k in asked_names(options)}},
+        base=_Request,
+        descriptions={**{k: f"pinned {layout.model_fields[k].description}; null: the search chooses"
+                         for k in pins_of(layout)},
+                      "dispatcher": f"{layout.model_fields['dispatcher'].description}; null: "
+                                    f"{layout.model_fields['dispatcher'].default.value} (the search does not choose it)",
+                      "attention": f"{layout.model_fields['attention'].description}; null: the engine's kernel, or "
+                                   f"{layout.model_fields['attention'].default.value} (the search does not choose it)",
+                      "gpus": "total GPUs; null: the planner chooses up to max_gpus, or to meet deadline_days or "
+                              "budget_usd"})
+
+
+PlanRequest = plan_request_model()
 """The fields of tools/config/contract.py's Job, Layout and SearchOptions that a request may state, each
 None when the request does not (the planner fills it and says so), plus what only a request has."""
 

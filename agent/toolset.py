@@ -25,7 +25,8 @@ from typing import Any
 from trainplan.tools.core import safe_json
 from trainplan.tools.core.errors import InputError
 from trainplan.agent.registry import TOOLS
-from trainplan.tools.config.contract import Job, Layout, SearchOptions, lean_dropped
+from trainplan.tools.config.contract import Job, Layout, SearchOptions
+from trainplan.tools.config.fields import lean_dropped
 
 __all__ = ["SUBMIT_PLAN", "agent_tools", "lean_agent_tools", "lean_result", "submitted_layout"]
 

@@ -26,7 +26,8 @@ from typing import Any
 
 import trainplan
 from trainplan.tools.config.engines import ENGINE_DECIDED_KNOBS
-from trainplan.tools.config.contract import Estimate, Layout
+from trainplan.tools.config.contract import Layout
+from trainplan.tools.config.results import Estimate
 
 from .dataset import Case, Dataset
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import trainplan
 from trainplan.tools.hardware.catalog import load_gpu
 from trainplan.tools.perf.compute import efficiency_ceiling
-from trainplan.tools.config.contract import Estimate
+from trainplan.tools.config.results import Estimate
 from trainplan.tools.core.errors import InputError
 
 MODELS = ("llama3-8b", "mistral-7b", "qwen2.5-7b", "llama3-70b", "qwen2.5-72b", "gpt3-175b")

@@ -16,7 +16,8 @@ from trainplan.cli_export import export_from_options
 from trainplan.tools.core.enums import LoraTargets, Method
 from trainplan.tools.core.enums import LossKernel
 from trainplan.agent import registry
-from trainplan.tools.config.contract import DEFAULT_SEQ_CAP, SEARCHED_KNOBS, Estimate, Job, Layout, ParallelConfig, SearchOptions, search_fields
+from trainplan.tools.config.contract import DEFAULT_SEQ_CAP, SEARCHED_KNOBS, Job, Layout, ParallelConfig, SearchOptions, search_fields
+from trainplan.tools.config.results import Estimate
 from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, Precision, Recompute, RecomputeModule, Schedule
 from trainplan.tools.search.driver import Pins
 

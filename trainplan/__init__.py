@@ -20,7 +20,7 @@ from trainplan.tools.core.errors import InputError
 
 if TYPE_CHECKING:
     from trainplan.agent.report import PlanReport
-    from trainplan.tools.config.contract import Estimate
+    from trainplan.tools.config.results import Estimate
     from trainplan.tools.search.results import SearchResult
     from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, OffloadModule, Precision, Recompute, RecomputeModule, Schedule
     from trainplan.tools.core.enums import LossKernel

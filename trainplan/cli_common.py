@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origi
 
 import typer
 
-from trainplan.tools.config.contract import Cli, cli_of, shown_default
+from trainplan.tools.config.fields import Cli, cli_of, shown_default
 from trainplan.tools.core.errors import InputError
 
 Json = Annotated[bool, typer.Option("--json", help="print the result object as JSON")]

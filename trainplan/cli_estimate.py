@@ -89,7 +89,8 @@ def register(app: typer.Typer) -> None:
         else:
             render_estimate(result.model_dump(mode="json"), Console())
 
-    from trainplan.tools.config.contract import Job, Layout, fields_of
+    from trainplan.tools.config.contract import Job, Layout
+    from trainplan.tools.config.fields import fields_of
 
     fields = fields_of(Job, Layout)
     tail = [inspect.Parameter("source", inspect.Parameter.KEYWORD_ONLY, annotation=opt.From, default=None),

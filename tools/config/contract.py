@@ -1,4 +1,6 @@
-"""The typed contract: Job, Layout and Estimate. Every knob and every result field is defined here once.
+"""The typed contract: Job, Layout and SearchOptions. Every knob is defined here once (the result models,
+`Estimate` and its parts, in tools/config/results.py; the field metadata Cli, NOT_LEAN and Knob in
+tools/config/fields.py).
 
 Data flow (ARCHITECTURE.md draws it):
 
@@ -22,12 +24,15 @@ What derives from these fields (nothing else lists the knobs):
 - the `trainplan.estimate` / `trainplan.search` / `trainplan.plan` keyword parameters (written out for
   IDEs; tests/test_contract.py fails when one lacks a field or disagrees with its default).
 
-The result models (`Estimate` and its parts) are read as attributes (`estimate.time.step_s`).
+The result models (tools/config/results.py) are read as attributes (`estimate.time.step_s`).
 
 To add a knob:
 1. Add a field to `Layout` (or `Job`) below: type, default, description. The description is the CLI
    help, the tool argument description and the API documentation; say what null/the default means.
-   Annotate it with `Cli(...)` only when the flag is not simply `--field-name` (see `Cli`).
+   Annotate it with `Cli(...)` only when the flag is not simply `--field-name` (see `Cli`), with NOT_LEAN
+   when the lean tool set leaves it out, and with `Knob(...)` for the knob lists it belongs to (searched,
+   chosen by the search, a parallel size, stated by a planning request, ...; see `Knob`): SEARCHED_KNOBS,
+   PARALLEL_SIZES, agent/request.py PINS and the rest are derived from these marks.
 2. Make it act: validate it in `tools/config/layout.resolve_config` (which passes every Layout field through)
    and read `cfg.<name>` in the calculator it changes (memory.py, step.py, ...), and in the exporter
    that must write it.
@@ -43,56 +48,17 @@ Defaults that every tool shares (a null means the same thing everywhere):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from enum import Enum
-from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field, model_serializer
+from pydantic import BaseModel, BeforeValidator, Field
 
 from trainplan.tools.core.bounds import MAX_PRICE_PER_GPU_HOUR, MIN_GOODPUT
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.engines import ENGINE_LIST
+from trainplan.tools.config.fields import NOT_LEAN, Cli, Knob, described, fields_of, knob_names
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT, DEFAULT_GBS_RULE, DEFAULT_HEADROOM, EVIDENCE_MARGIN, FINETUNE_SEQ, default_gbs
 from trainplan.tools.config.resolve import DEFAULT_LORA_RANK
 from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, LoraTargets, LossKernel, Method, Objective, OffloadModule, Precision, Recompute, RecomputeModule, Schedule
-
-# --- choices -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cli:
-    """How a field appears on the command line when the plain `--field-name` is not enough.
-
-    flag: the option's declaration (e.g. "--budget", "--bf16-grads/--fp32-grads");
-    as_text: the CLI reads text and the model parses it (tokens "15T").
-    """
-
-    flag: str | None = None
-    as_text: bool = False
-
-
-@dataclass(frozen=True)
-class Lean:
-    """Field metadata: whether the lean tool set (agent/toolset.py, a small context) offers the field."""
-
-    offered: bool = True
-
-
-NOT_LEAN = Lean(offered=False)
-"""A field the lean tool set leaves out: null (its default) is what a plan mostly passes."""
-
-
-def lean_dropped(*models: type[BaseModel]) -> tuple[str, ...]:
-    """The fields of `models` marked NOT_LEAN, in order, each once."""
-    return tuple(dict.fromkeys(name for model in models for name, info in model.model_fields.items()
-                               if any(isinstance(m, Lean) and not m.offered for m in info.metadata)))
-
-
-def cli_of(info: Any) -> Cli:
-    """The Cli metadata of a pydantic FieldInfo (the default when it has none)."""
-    return next((m for m in info.metadata if isinstance(m, Cli)), Cli())
-
 
 # --- the shared defaults -------------------------------------------------------------------------
 # gbs and the search/plan headroom: plan_defaults (the published-runs batch rule, DEFAULT_HEADROOM).
@@ -121,7 +87,6 @@ MAX_GPUS = 2**20
 beyond it a count is a typo, and the vectorised search's int64 products stay exact."""
 MAX_SEQUENCES_OR_TOKENS = 2**26
 """The largest seq, mbs or gbs a request may name (67M: past any published context or batch)."""
-PARALLEL_SIZES = ("tp", "pp", "cp", "ep", "etp", "dp_shard")
 
 
 def _whole_numbers(value: Any) -> list[Any]:
@@ -181,20 +146,20 @@ def check_job_numbers(values: dict[str, Any], capacity_gib: float) -> None:
 class Job(BaseModel):
     """What to train and on what: the model, the hardware, the token budget and its price."""
 
-    model: str = Field(description="catalog model name (llama3-8b, llama3-70b, llama3-405b, deepseek-v3, "
+    model: Annotated[str, Knob(asked=0)] = Field(description="catalog model name (llama3-8b, llama3-70b, llama3-405b, deepseek-v3, "
                                    "gpt3-175b, ...; see list_catalog) or a path to an HF config.json")
-    gpu: str = Field(description="catalog GPU name (h100-sxm-80gb, h800-sxm-80gb, a100-sxm-80gb, h200-sxm-141gb, "
+    gpu: Annotated[str, Knob(asked=0)] = Field(description="catalog GPU name (h100-sxm-80gb, h800-sxm-80gb, a100-sxm-80gb, h200-sxm-141gb, "
                                  "b200, gb200-nvl72, mi300x, l40s, rtx-4090, ...; see list_catalog; aliases like h100 "
                                  "or mi300x work) or a path to a GPU JSON")
-    gpus: int = Field(description="total GPUs")
-    tokens: Annotated[float | str | None, Cli(as_text=True)] = Field(
+    gpus: Annotated[int, Knob(asked=0)] = Field(description="total GPUs")
+    tokens: Annotated[float | str | None, Cli(as_text=True), Knob(one_step=False, asked=2)] = Field(
         default=None, description="training tokens, a number (15.6e12) or text with a suffix ('15T', '300B'); "
                                   "needed for steps, days and cost; null: no training cost")
-    price: float | None = Field(default=None, description="dollars per GPU-hour; null: the GPU's catalog price")
-    goodput: Annotated[float | None, NOT_LEAN] = Field(
+    price: Annotated[float | None, Knob(one_step=False, asked=2)] = Field(default=None, description="dollars per GPU-hour; null: the GPU's catalog price")
+    goodput: Annotated[float | None, NOT_LEAN, Knob(one_step=False, asked=2)] = Field(
         default=None, description=f"share of wall-clock time that trains, in (0, 1]; null: {DEFAULT_GOODPUT} "
                                   "(Llama 3 reports more than 90% effective training time)")
-    gpus_per_node: Annotated[int | None, NOT_LEAN] = Field(
+    gpus_per_node: Annotated[int | None, NOT_LEAN, Knob(asked=1)] = Field(
         default=None, description="GPUs per NVLink/xGMI domain (PCIe cards: per host); null: the GPU's catalog value")
     intra_node_bw: Annotated[float | None, NOT_LEAN] = Field(
         default=None, description="NVLink/xGMI (PCIe cards: PCIe) GB/s per GPU per direction; null: the GPU's "
@@ -204,10 +169,10 @@ class Job(BaseModel):
     headroom_gib: Annotated[float | None, NOT_LEAN] = Field(
         default=None, description="GiB per GPU to keep free when deciding fits; null: 0 for one layout, and "
                                   f"{DEFAULT_HEADROOM:.0%} of the GPU's memory for search and plan")
-    ramp_start_gbs: int | None = Field(
+    ramp_start_gbs: Annotated[int | None, Knob(one_step=False, searchable=False)] = Field(
         default=None, description="batch-size ramp: the first global batch, sequences (with ramp_tokens); "
                                   "null: no ramp")
-    ramp_tokens: Annotated[float | str | None, Cli(as_text=True)] = Field(
+    ramp_tokens: Annotated[float | str | None, Cli(as_text=True), Knob(one_step=False, searchable=False)] = Field(
         default=None, description="batch-size ramp: tokens over which gbs grows linearly to gbs, e.g. 250B "
                                   "(with ramp_start_gbs); null: no ramp")
 
@@ -228,37 +193,37 @@ class Layout(BaseModel):
     """Every parallelism, memory and kernel knob, as given; None means the default rule stated in
     the description. dp is never given: it is gpus / (tp*pp*cp)."""
 
-    tp: int = Field(default=1, ge=1, description="tensor-parallel size (with sequence parallelism)")
-    pp: int = Field(default=1, ge=1, description="pipeline-parallel size")
-    cp: int = Field(default=1, ge=1, description="context-parallel size")
-    ep: int = Field(default=1, ge=1, description="expert-parallel size (MoE models only); etp*ep must divide "
+    tp: Annotated[int, Knob(searched=True, size=True, pin=True, asked=3)] = Field(default=1, ge=1, description="tensor-parallel size (with sequence parallelism)")
+    pp: Annotated[int, Knob(searched=True, size=True, pin=True, asked=3)] = Field(default=1, ge=1, description="pipeline-parallel size")
+    cp: Annotated[int, Knob(searched=True, size=True, pin=True, asked=3)] = Field(default=1, ge=1, description="context-parallel size")
+    ep: Annotated[int, Knob(searched=True, size=True, pin=True, asked=3)] = Field(default=1, ge=1, description="expert-parallel size (MoE models only); etp*ep must divide "
                                                  "tp*cp*dp (MoE Parallel Folding)")
-    etp: Annotated[int | None, NOT_LEAN] = Field(default=None, ge=1, description="expert tensor-parallel size (Megatron "
+    etp: Annotated[int | None, NOT_LEAN, Knob(size=True)] = Field(default=None, ge=1, description="expert tensor-parallel size (Megatron "
                             "--expert-tensor-parallel-size); null: equal to tp")
-    vpp: int = Field(default=1, ge=1, description="virtual pipeline stages per rank (>1: the interleaved schedule)")
-    zero: int = Field(default=1, ge=0, le=3, description="ZeRO stage 0-3: 1 shards optimizer states, 2 also "
+    vpp: Annotated[int, Knob(searched=True, pin=True, asked=3)] = Field(default=1, ge=1, description="virtual pipeline stages per rank (>1: the interleaved schedule)")
+    zero: Annotated[int, Knob(searched=True, pin=True, asked=3)] = Field(default=1, ge=0, le=3, description="ZeRO stage 0-3: 1 shards optimizer states, 2 also "
                                                          "gradients, 3 also weights (FSDP)")
-    dp_shard: Annotated[int | None, NOT_LEAN] = Field(
+    dp_shard: Annotated[int | None, NOT_LEAN, Knob(searched=True, size=True)] = Field(
         default=None, ge=1, description="data-parallel ranks one ZeRO shard spans (hybrid sharding, HSDP): what "
         "zero shards (1: optimizer states, 2: also gradients, 3: also weights) is split over dp_shard*cp ranks and "
         "replicated over dp/dp_shard groups, whose gradient shards are all-reduced (PyTorch FSDP HYBRID_SHARD, "
         "torchtitan data_parallel_shard_degree, Megatron --num-distributed-optimizer-instances dp/dp_shard); must "
         "divide dp, needs zero >= 1; null: dp (every data-parallel rank, full sharding)")
-    mbs: int = Field(default=1, ge=1, description="micro-batch size, sequences")
-    gbs: int | None = Field(default=None, ge=1, description="global batch size, sequences; sets the micro-batches "
+    mbs: Annotated[int, Knob(searched=True, pin=True, asked=3)] = Field(default=1, ge=1, description="micro-batch size, sequences")
+    gbs: Annotated[int | None, Knob(job_wide=True, asked=1)] = Field(default=None, ge=1, description="global batch size, sequences; sets the micro-batches "
                                                             f"per step, gbs / (dp*mbs); null: {DEFAULT_GBS_RULE}")
-    seq: int | None = Field(default=None, ge=1, description=f"sequence length, tokens; null: {DEFAULT_SEQ_RULE}")
-    recompute: Recompute = Field(default=Recompute.selective, description="activation recompute: none (keep "
+    seq: Annotated[int | None, Knob(job_wide=True, asked=0)] = Field(default=None, ge=1, description=f"sequence length, tokens; null: {DEFAULT_SEQ_RULE}")
+    recompute: Annotated[Recompute, Knob(searched=True, pin=True, asked=3)] = Field(default=Recompute.selective, description="activation recompute: none (keep "
                                  "all), selective (recompute the attention core), full (rerun each layer's forward)")
-    recompute_modules: Annotated[tuple[RecomputeModule, ...] | None, Cli(as_text=True), CommaSeparated] = Field(
+    recompute_modules: Annotated[tuple[RecomputeModule, ...] | None, Cli(as_text=True), CommaSeparated, Knob(chosen=True)] = Field(
         default=None, description="with recompute=selective, the modules to recompute (Megatron --recompute-modules: "
                                   "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe; comma-separated on the "
                                   "command line); DeepSeek-V3 recomputed layernorm, mla_up_proj and moe_act; null: "
                                   "core_attn (Megatron's default)")
-    schedule: Schedule | None = Field(default=None, description="pipeline schedule: gpipe, 1f1b, interleaved "
+    schedule: Annotated[Schedule | None, Knob(searched=True, pin=True, asked=3)] = Field(default=None, description="pipeline schedule: gpipe, 1f1b, interleaved "
                                       "(needs vpp>1), zb-h1, dualpipe (even pp); null: 1f1b, or interleaved when vpp>1")
-    precision: Precision = Field(default=Precision.bf16, description="GEMM precision: bf16 or fp8 (Hopper and newer)")
-    attention: Attention = Field(default=Attention.flash, description="attention kernel: flash (fused, causal blocks "
+    precision: Annotated[Precision, Knob(job_wide=True, asked=2)] = Field(default=Precision.bf16, description="GEMM precision: bf16 or fp8 (Hopper and newer)")
+    attention: Annotated[Attention, Knob(pin=True, asked=5)] = Field(default=Attention.flash, description="attention kernel: flash (fused, causal blocks "
                                  "skipped; the GPU's own, e.g. Transformer Engine), flash2 (FlashAttention-2, as "
                                  "PyTorch SDPA runs it: Ampere instructions on newer GPUs), eager (unfused s x s "
                                  "scores, 2021-22 Megatron) or flash1 (FlashAttention 1 or its Triton port, MPT 2023); a "
@@ -277,7 +242,7 @@ class Layout(BaseModel):
     optimizer_offload: Annotated[bool, NOT_LEAN] = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")
     bf16_grads: Annotated[bool, Cli("--bf16-grads/--fp32-grads"), NOT_LEAN] = Field(
         default=False, description="bf16 gradients (DeepSpeed's 16 B/param) instead of an fp32 buffer")
-    bf16_moments: Annotated[bool, NOT_LEAN] = Field(
+    bf16_moments: Annotated[bool, NOT_LEAN, Knob(chosen=True, stored=True)] = Field(
         default=False, description="Adam moments m and v in bf16, master weights in fp32: 8 B/param of optimizer "
                                    "states instead of 12 (DeepSeek-V3 §3.3.3; Megatron --use-precision-aware-optimizer "
                                    "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
@@ -290,7 +255,7 @@ class Layout(BaseModel):
                                    "beside an fp32 master in the optimizer, as Megatron's distributed optimizer and "
                                    "DeepSpeed ZeRO store them (tools/perf/memory.py); a search given an engine and no "
                                    "value takes the engine's (tools/engines/support.py FP32_PARAM_ENGINES)")
-    fp8_activations: Annotated[bool, NOT_LEAN] = Field(
+    fp8_activations: Annotated[bool, NOT_LEAN, Knob(chosen=True, stored=True)] = Field(
         default=False, description="DeepSeek-V3's low-precision activation storage (§3.3.3), with precision=fp8: the "
                                    "MoE SwiGLU inputs cached in FP8 and their outputs recomputed, the attention output "
                                    "kept as one 12-bit E5M6 copy that both the attention backward and the output "
@@ -326,11 +291,11 @@ class Layout(BaseModel):
                                   "outputs and its backward recomputes the product, as flash attention recomputes its "
                                   "softmax (xformers.ops.swiglu, Meta's kernel library): 2sbf/t fewer bytes per layer "
                                   "and micro-batch, no recomputed GEMM")
-    method: Method = Field(default=Method.full, description="what is trained: full (every weight), lora (low-rank "
+    method: Annotated[Method, Knob(fine_tuning=True, asked=6)] = Field(default=Method.full, description="what is trained: full (every weight), lora (low-rank "
                            "adapters beside a frozen bf16 base) or qlora (adapters beside a frozen 4-bit NF4 base)")
-    lora_rank: int | None = Field(default=None, ge=1, description="adapter rank r with method lora or qlora; null: "
+    lora_rank: Annotated[int | None, Knob(fine_tuning=True, asked=6)] = Field(default=None, ge=1, description="adapter rank r with method lora or qlora; null: "
                                   f"{DEFAULT_LORA_RANK} (full: must stay null)")
-    lora_targets: LoraTargets | None = Field(default=None, description="linear layers with adapters: attention "
+    lora_targets: Annotated[LoraTargets | None, Knob(fine_tuning=True, asked=6)] = Field(default=None, description="linear layers with adapters: attention "
                                              "(q, k, v, o) or all-linear (also the MLP or experts); null: all-linear")
     fp32_norms: Annotated[bool | None, NOT_LEAN] = Field(
         default=None, description="the norms hold fp32 weights, as PEFT's prepare_model_for_kbit_training leaves a "
@@ -345,7 +310,7 @@ class Layout(BaseModel):
         "CEWithChunkedOutputLoss: 6.5 B) or fused_linear (Liger, Cut Cross-Entropy, Unsloth: the logits never "
         "whole, 0 B); null: fused for full training, materialised for lora and qlora (the Hugging Face stacks); "
         "a search given an engine and no value takes the engine's (tools/engines/support.py ENGINE_LOSS_KERNEL)")
-    dispatcher: Annotated[Dispatcher, NOT_LEAN] = Field(default=Dispatcher.alltoall, description="MoE token dispatcher: alltoall or "
+    dispatcher: Annotated[Dispatcher, NOT_LEAN, Knob(pin=True, asked=4)] = Field(default=Dispatcher.alltoall, description="MoE token dispatcher: alltoall or "
                                    "allgather (Megatron --moe-token-dispatcher-type; both send BF16 tokens), or "
                                    "deepep (DeepSeek-V3's DeepEP kernels: FP8 dispatch and BF16 combine under "
                                    "precision fp8)")
@@ -366,17 +331,13 @@ class Layout(BaseModel):
         "the interleaved schedule (transformer_config.py)")
 
 
-def _described(model: type[BaseModel], name: str, **kwargs: Any) -> Any:
-    """A Field carrying `model.name`'s description: a field re-typed elsewhere keeps one definition."""
-    return Field(description=model.model_fields[name].description, **kwargs)
-
 
 class ParallelConfig(Layout):
     """One layout, every knob resolved (tools/config/layout.resolve_config): dp derived, seq and schedule set."""
 
     dp: int = Field(default=1, ge=1, description="data-parallel size, gpus / (tp*pp*cp)")
-    seq: int = _described(Layout, "seq", ge=1)
-    schedule: Schedule = _described(Layout, "schedule", default=Schedule.one_f_one_b)
+    seq: int = described(Layout, "seq", ge=1)
+    schedule: Schedule = described(Layout, "schedule", default=Schedule.one_f_one_b)
 
     @property
     def num_gpus(self) -> int:
@@ -415,16 +376,18 @@ class ParallelConfig(Layout):
         return {name: getattr(self, name) for name in Layout.model_fields}
 
 
-FINE_TUNING_KNOBS = ("method", "lora_rank", "lora_targets")
+PARALLEL_SIZES = knob_names(Layout, size=True)
+"""The Layout parallel sizes (Knob.size): check_job_numbers holds each to the GPU count."""
+FINE_TUNING_KNOBS = knob_names(Layout, fine_tuning=True)
 """The Layout knobs that choose what is trained (full weights, or LoRA/QLoRA adapters of a rank on some
 targets): a plan that leaves them out plans full training."""
 
-SEARCHED_KNOBS = ("tp", "pp", "cp", "ep", "vpp", "zero", "dp_shard", "mbs", "recompute", "schedule")
+SEARCHED_KNOBS = knob_names(Layout, searched=True)
 """The Layout knobs a search varies unless pinned (tools/search/driver.py Pins holds one slot per name)."""
-SEARCH_FIXED_KNOBS = tuple(name for name in Layout.model_fields if name not in SEARCHED_KNOBS)
+SEARCH_FIXED_KNOBS = knob_names(Layout, searched=False)
 """The Layout knobs a search takes as given, every one it does not vary (null: the shared default
 rule); tools/search/space.FIXED_DEFAULTS resolves them."""
-SEARCH_CHOSEN_KNOBS = ("recompute_modules", "bf16_moments", "fp8_activations")
+SEARCH_CHOSEN_KNOBS = knob_names(Layout, chosen=True)
 """Fixed knobs a search chooses per layout when the request leaves them null (tools/search/recipes.py)."""
 SEARCH_CHOSEN_RULE = ("the search chooses per layout: the fewest recompute modules that fit (cheapest per GiB "
                       "first), and with precision fp8 DeepSeek-V3's low-precision storage (bf16_moments with "
@@ -432,37 +395,40 @@ SEARCH_CHOSEN_RULE = ("the search chooses per layout: the fewest recompute modul
 """What null means for SEARCH_CHOSEN_KNOBS in a search (CLI help and tool schema)."""
 
 
-def search_chosen_description(name: str) -> str:
+def search_chosen_description(name: str, layout: type[Layout] = Layout) -> str:
     """A SEARCH_CHOSEN_KNOBS field's description for a search: its meaning, then SEARCH_CHOSEN_RULE."""
-    meaning = (Layout.model_fields[name].description or "").split("; null:")[0]
+    meaning = (layout.model_fields[name].description or "").split("; null:")[0]
     return f"{meaning}; null: {SEARCH_CHOSEN_RULE}"
 
 
-SEARCH_JOB_EXCLUDED = ("ramp_start_gbs", "ramp_tokens")
+SEARCH_JOB_EXCLUDED = knob_names(Job, searchable=False)
 """Job fields a search does not take (a batch ramp is priced by estimate)."""
 
 
-def search_fields() -> dict[str, Any]:
+def search_fields(job: type[Job] = Job, layout: type[Layout] = Layout,
+                  options: type[BaseModel] | None = None) -> dict[str, Any]:
     """The search's inputs, name -> FieldInfo: the Job (less the ramp), the Layout knobs it searches or
-    fixes, and the SearchOptions. `trainplan search`, the search_configs tool and trainplan.search take these."""
-    fields = fields_of(Job, exclude=SEARCH_JOB_EXCLUDED)
-    fields.update({name: Layout.model_fields[name] for name in (*SEARCHED_KNOBS, *SEARCH_FIXED_KNOBS)})
-    fields.update(SearchOptions.model_fields)
+    fixes, and the SearchOptions. `trainplan search`, the search_configs tool and trainplan.search take these.
+    The models are parameters so that tests/test_knob_registry.py can pass a Layout with a new knob."""
+    fields = fields_of(job, exclude=knob_names(job, searchable=False))
+    fields.update({name: layout.model_fields[name]
+                   for name in (*knob_names(layout, searched=True), *knob_names(layout, searched=False))})
+    fields.update((options or SearchOptions).model_fields)
     return fields
 
 
 class SearchOptions(BaseModel):
     """What a search optimises and may use, beyond the Job and the Layout knobs it searches."""
 
-    objective: Objective = Field(default=Objective.throughput, description="what to rank by: throughput (most "
+    objective: Annotated[Objective, Knob(asked=0)] = Field(default=Objective.throughput, description="what to rank by: throughput (most "
                                  "tokens/s), cost (fewest dollars; GPU-seconds per step without tokens), time "
                                  "(fewest days)")
     top_k: int = Field(default=5, ge=1, description="how many of the best layouts to return")
-    max_gpus: Annotated[int | None, NOT_LEAN] = Field(default=None, description="also try other GPU counts: max_gpus and halvings of it "
+    max_gpus: Annotated[int | None, NOT_LEAN, Knob(asked=0)] = Field(default=None, description="also try other GPU counts: max_gpus and halvings of it "
                                  "down to what the model needs, plus gpus; null: exactly gpus")
-    deadline_days: float | None = Field(default=None, description="reject layouts whose training takes longer than "
+    deadline_days: Annotated[float | None, Knob(asked=0)] = Field(default=None, description="reject layouts whose training takes longer than "
                                         "this many days (needs tokens); null: no deadline")
-    budget_usd: Annotated[float | None, Cli("--budget")] = Field(
+    budget_usd: Annotated[float | None, Cli("--budget"), Knob(asked=0)] = Field(
         default=None, description="reject layouts whose training costs more dollars than this (needs tokens); "
                                   "null: no budget")
     allow_cross_node_tp: Annotated[bool, NOT_LEAN] = Field(default=False, description="allow tp larger than a node")
@@ -470,224 +436,9 @@ class SearchOptions(BaseModel):
                                    "layout outside the evals' evidence (tools/search/evidence.py: CP at short sequence, "
                                    "DualPipe on dense, uneven PP, ...) must be than the best inside it to lead")
     pareto: bool = Field(default=False, description="also report the days/cost front across GPU counts (needs tokens)")
-    engine: str | None = Field(default=None, description=f"keep only layouts this engine runs: {ENGINE_LIST} (tools/config/engines.py); null: any layout")
+    engine: Annotated[str | None, Knob(asked=0)] = Field(default=None, description=f"keep only layouts this engine runs: {ENGINE_LIST} (tools/config/engines.py); null: any layout")
 
 
-# --- the result ----------------------------------------------------------------------------------
-
-
-class Result(BaseModel):
-    """Base of the result models. Fields are read as attributes (`estimate.time.step_s`)."""
-
-
-class Params(Result):
-    total: int = Field(description="parameters of the main model (MTP modules apart)")
-    active: int = Field(description="parameters active per token (MoE: shared + top-k experts)")
-    mtp: int = Field(default=0, description="multi-token-prediction parameters, counted apart")
-    trainable: int = Field(default=0, description="parameters the run updates: total + mtp, or the adapters with "
-                                                  "method lora/qlora")
-
-
-class MemoryGiB(Result):
-    """Memory per GPU on the most loaded rank, GiB (2^30 B)."""
-
-    weights: float = Field(description="model weights held by this rank")
-    gradients: float = Field(description="gradient buffer")
-    optimizer: float = Field(description="fp32 master weights and Adam moments held on the GPU")
-    activations: float = Field(description="activations kept for the backward pass, all in-flight micro-batches")
-    other: float = Field(description="workspace, logits, communication buffers, allocator reserve")
-    total: float = Field(description="sum of the parts")
-    capacity: float = Field(description="the GPU's usable memory")
-
-    @computed_field(description="capacity - total, GiB (negative when it does not fit)")
-    @property
-    def headroom(self) -> float:
-        return self.capacity - self.total
-
-    @computed_field(description="headroom / capacity")
-    @property
-    def headroom_share(self) -> float:
-        return self.headroom / self.capacity
-
-
-class StepTime(Result):
-    """One training step on the critical pipeline stage; breakdown sums to step_s.
-
-    Built from tools/perf/step.py's StepResult.to_dict(); a key step.py adds before it is typed here passes
-    through (extra="allow") rather than being dropped."""
-
-    model_config = ConfigDict(extra="allow")
-
-    step_s: float = Field(description="seconds per training step")
-    tokens_per_s: float = Field(description="training tokens per second, whole job")
-    tokens_per_s_per_gpu: float = Field(description="tokens_per_s / gpus")
-    tflops_per_gpu: float = Field(description="model TFLOP/s per GPU (3 x forward, no recompute, attention scores "
-                                              "counted causally, as Megatron-Core counts them)")
-    hardware_tflops_per_gpu: float = Field(description="model + recompute TFLOP/s per GPU")
-    mfu: float = Field(description="model FLOPs utilisation: tflops_per_gpu / peak_tflops")
-    hfu: float = Field(description="hardware FLOPs utilisation: the FLOPs the kernels run (causal under flash, "
-                                   "full under eager), recompute included")
-    tflops_per_gpu_full_attention: float = Field(description="model TFLOP/s per GPU with attention counted without "
-                                                             "the causal discount (the PaLM convention)")
-    mfu_full_attention: float = Field(description="tflops_per_gpu_full_attention / peak_tflops; can pass hfu at "
-                                                  "long sequence, as it counts masked work no kernel runs")
-    bubble_fraction: float = Field(description="idle share of the pipeline (simulator)")
-    peak_tflops: float = Field(description="dense peak of the precision used, the MFU denominator")
-    mfu_denominator: str = Field(description="which peak and which FLOPs convention MFU uses")
-    breakdown: dict[str, float] = Field(description="seconds per part: compute, comm/tp, comm/cp, comm/ep, bubble, "
-                                                    "comm/dp, optimizer; with blocking_p2p also comm/pp")
-
-    @computed_field(description="each breakdown part / step_s")
-    @property
-    def shares(self) -> dict[str, float]:
-        return {part: _share(seconds, self.step_s) for part, seconds in self.breakdown.items()}
-
-    @computed_field(description="exposed communication (the comm/* parts) / step_s")
-    @property
-    def comm_share(self) -> float:
-        return _share(sum(s for part, s in self.breakdown.items() if part.startswith("comm/")), self.step_s)
-
-    @computed_field(description="the pipeline bubble part / step_s")
-    @property
-    def bubble_share(self) -> float:
-        return _share(self.breakdown.get("bubble", 0.0), self.step_s)
-
-
-def _share(part_s: float, step_s: float) -> float:
-    """part / step; float dust from summing the simulator's times (|share| < 1e-12) reads as 0."""
-    share = part_s / step_s
-    return 0.0 if abs(share) < 1e-12 else share
-
-
-class Training(Result):
-    """The whole run: steps, days, GPU-hours and dollars (tools/perf/cost.py's CostResult)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    tokens: float = Field(description="training tokens")
-    steps: int = Field(description="optimizer steps")
-    days: float = Field(description="wall-clock days, goodput included")
-    gpu_hours: float = Field(description="GPU-hours, goodput included")
-    cost_usd: float = Field(description="dollars: gpu_hours x price")
-    goodput: float = Field(description="share of wall-clock time that trains")
-    price_per_gpu_hour: float = Field(description="dollars per GPU-hour used")
-
-
-class Config(ParallelConfig, Result):
-    """The full layout actually used, every knob resolved, with the job it ran on."""
-
-    model: str = _described(Job, "model")
-    gpu: str = _described(Job, "gpu")
-    gpus: int = _described(Job, "gpus")
-    gpus_per_node: int = _described(Job, "gpus_per_node")
-    intra_node_bw: float = _described(Job, "intra_node_bw")
-    inter_node_bw: float = _described(Job, "inter_node_bw")
-    gpus_per_host: int = Field(description="GPUs per server (never more than gpus_per_node)")
-    interconnect: str = Field(description="the fast domain's fabric: nvlink, xgmi or pcie")
-
-    @computed_field(description="micro-batches per step, gbs / (dp*mbs); null without gbs")
-    @property
-    def num_microbatches(self) -> int | None:
-        return None if self.gbs is None else self.gbs // (self.dp * self.mbs)
-
-    @model_serializer(mode="wrap")
-    def _job_first(self, handler):
-        data = handler(self)
-        return {key: data[key] for key in _CONFIG_ORDER if key in data} | data
-
-
-_CONFIG_ORDER = ("model", "gpu", "gpus", "tp", "pp", "cp", "ep", "dp")
-
-
-_OPTIONAL_SECTIONS = ("reason", "time", "pipeline", "training", "notes")
-
-
-class Estimate(Result):
-    """Memory, time and cost of one layout: `trainplan estimate --json` and `trainplan.estimate(...)`.
-
-    A section that was not computed (time without gbs, training without tokens, reason when it fits)
-    is None here and left out of the dump."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    params: Params = Field(description="parameter counts")
-    memory_gib: MemoryGiB = Field(description="memory per GPU on the most loaded rank")
-    fits: bool = Field(description="whether the layout fits in the GPU's memory (minus headroom_gib)")
-    reason: str | None = Field(default=None, description="why it does not fit; null when it fits")
-    time: StepTime | None = Field(default=None, description="step time; null without gbs")
-    pipeline: dict[str, Any] | None = Field(default=None, description="the simulated pipeline (timeline=True)")
-    training: Training | None = Field(default=None, description="run cost; null without tokens and gbs")
-    config: Config = Field(description="the full layout actually used")
-    notes: list[str] | None = Field(default=None, description="what was assumed or could not be computed")
-
-    @model_serializer(mode="wrap")
-    def _leave_out_absent(self, handler):
-        data = handler(self)
-        for key in _OPTIONAL_SECTIONS:
-            if data.get(key) is None:
-                data.pop(key, None)
-        return data
-
-
-# --- deriving argument models ----------------------------------------------------------------------
-
-
-def fields_of(*models: type[BaseModel], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
-    """name -> FieldInfo of the models' fields, in order, less `exclude`."""
-    return {name: info for model in models for name, info in model.model_fields.items() if name not in exclude}
-
-
-def optional_model(name: str, fields: dict[str, Any], *, base: type[BaseModel] = BaseModel,
-                   required: tuple[str, ...] = (), descriptions: dict[str, str] | None = None) -> type[BaseModel]:
-    """A model with `fields` (name -> FieldInfo), each `X | None = None` (null: the field's default rule)
-    except those in `required`. Tool argument models are built this way, so that OpenAI strict mode
-    (every field present, null allowed) works and no knob is written twice."""
-    from pydantic import create_model
-
-    built: dict[str, Any] = {}
-    descriptions = descriptions or {}
-    for field_name, info in fields.items():
-        description = descriptions.get(field_name, info.description)
-        annotation = _inline_choices(info.annotation)
-        if field_name in required:
-            built[field_name] = (annotation, Field(description=description))
-            continue
-        if info.default is not None and "null:" not in description:
-            description = f"{description}; null: {shown_default(info.default)}"
-        before = [m for m in info.metadata if isinstance(m, BeforeValidator)]  # e.g. CommaSeparated
-        optional = Annotated[(annotation | None, *before)] if before else annotation | None
-        built[field_name] = (optional, Field(default=None, description=description))
-    return create_model(name, __base__=base, **built)
-
-
-def _inline_choices(annotation: Any) -> Any:
-    """An Enum type as a Literal of its values, so that a tool schema lists them inline."""
-    if isinstance(annotation, type) and issubclass(annotation, Enum):
-        return Literal[tuple(member.value for member in annotation)]  # type: ignore[valid-type]
-    arguments = get_args(annotation)
-    if arguments and get_origin(annotation) in (Union, UnionType):
-        return Union[tuple(_inline_choices(a) for a in arguments)]  # type: ignore[return-value]
-    return annotation
-
-
-def shown_default(value: Any) -> str:
-    if isinstance(value, Enum):
-        return str(value.value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def field_docs(*models: type[BaseModel]) -> str:
-    """`name: description` lines for the fields of `models` (API docstrings)."""
-    lines = []
-    for model in models:
-        for name, info in model.model_fields.items():
-            lines.append(f"    {name}: {info.description}")
-    return "\n".join(lines)
-
-
-__all__ = ["Cli", "Config", "cli_of", "DEFAULT_GBS_RULE", "DEFAULT_GOODPUT", "DEFAULT_SEQ_CAP", "DEFAULT_SEQ_RULE",
-           "Estimate", "Job", "Layout", "Objective", "SEARCHED_KNOBS", "SearchOptions", "search_fields", "MemoryGiB", "ParallelConfig", "Params",
-           "Attention", "OffloadModule", "Precision", "Recompute", "RecomputeModule", "Schedule", "StepTime", "Training", "default_gbs", "default_seq",
-           "optional_model", "shown_default", "field_docs", "fields_of"]
+__all__ = ["DEFAULT_GBS_RULE", "DEFAULT_GOODPUT", "DEFAULT_SEQ_CAP", "DEFAULT_SEQ_RULE", "Job", "Layout", "Objective",
+           "SEARCHED_KNOBS", "SearchOptions", "search_fields", "ParallelConfig", "Attention", "OffloadModule", "Precision",
+           "Recompute", "RecomputeModule", "Schedule", "default_gbs", "default_seq"]

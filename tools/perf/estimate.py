@@ -1,11 +1,12 @@
-"""`estimate`: memory, time and cost of one layout, as a contract.Estimate."""
+"""`estimate`: memory, time and cost of one layout, as a results.Estimate (tools/config/results.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from trainplan.tools.hardware.catalog import load_gpu, load_model
-from trainplan.tools.config.contract import Config, Estimate, Job, Layout, MemoryGiB, Params, StepTime, Training, check_job_numbers
+from trainplan.tools.config.contract import Job, Layout, check_job_numbers
+from trainplan.tools.config.results import Config, Estimate, MemoryGiB, Params, StepTime, Training
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
 from trainplan.tools.perf.cost import BatchRamp, TrainingRun, parse_tokens, ramp_cost, training_cost
 from trainplan.tools.hardware.counting import count_params

@@ -81,11 +81,11 @@ from trainplan.tools.perf import finetune
 from trainplan.tools.perf import loss as loss_rules
 from trainplan.tools.hardware.counting import is_moe_layer
 from trainplan.tools.hardware.specs import GPUSpec, ModelSpec
-from trainplan.tools.config.contract import ParallelConfig
+from trainplan.tools.config.contract import Layout, ParallelConfig
 from trainplan.tools.perf.memory_ranks import (PARAM_KEYS, ModelParts, model_parts, per_rank_params,
                                               rank_data)
 from trainplan.tools.config.resolve import module_applies
-from trainplan.tools.core.enums import Attention, Precision, Recompute, Schedule
+from trainplan.tools.core.enums import Precision, Recompute, Schedule
 
 GIB = float(2**30)
 
@@ -376,6 +376,29 @@ Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
 
 
+_LAYOUT_CODES = {"attention": ATTENTION_CODES, "method": finetune.METHOD_CODES}
+
+
+def layout_default_code(name: str) -> int:
+    """A Layout field's default as memory_totals_vectorised codes it: its code table's entry, or the bool as 0/1."""
+    default = Layout.model_fields[name].default
+    return _LAYOUT_CODES[name][default] if name in _LAYOUT_CODES else int(default)
+
+
+VECTOR_DEFAULTS = {
+    **{name: layout_default_code(name) for name in ("sequence_parallel", "optimizer_offload", "bf16_grads",
+                                                     "bf16_moments", "fp32_params", "fp8_activations",
+                                                     "deallocate_pipeline_outputs", "save_mlp_act_output",
+                                                     "fused_kernels")},
+    "offload_modules": 0,
+    "attention": layout_default_code("attention"), "method": layout_default_code("method"),
+    "lora_rank": 0, "lora_targets": 1,
+    "loss_kernel": loss_rules.LOSS_CODES[loss_rules.LossKernel.fused], "fp32_norms": 0}
+"""The optional keys of memory_totals_vectorised and their codes when absent: the Layout default where it is
+a value (bools, attention, method); where the Layout's null means a rule, the rule's code for full training
+(no offload, rank 0, all-linear, the fused loss, no fp32 norms)."""
+
+
 def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The scalar path's worst-stage components (GiB) for many already-valid layouts at once.
 
@@ -384,11 +407,7 @@ def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, n
     memory_breakdown. Returns weights, gradients, optimizer, activations, other, total and
     worst_stage arrays; ``gpu`` is accepted for symmetry (capacity is gpu.memory_gib).
     """
-    defaults = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0, "bf16_moments": 0, "fp32_params": 0,
-                "fp8_activations": 0, "deallocate_pipeline_outputs": 1, "save_mlp_act_output": 1,
-                "fused_kernels": 1, "offload_modules": 0,
-                "attention": ATTENTION_CODES[Attention.flash], "method": 0, "lora_rank": 0, "lora_targets": 1,
-                "loss_kernel": loss_rules.LOSS_CODES[loss_rules.LossKernel.fused], "fp32_norms": 0}
+    defaults = VECTOR_DEFAULTS
     given = {key: arrays.get(key, defaults.get(key)) for key in (*VECTOR_KEYS, *defaults)}
     if given["recompute"] is not None:
         default_mask = np.where(np.asarray(given["recompute"]) == _SELECTIVE, recompute_rules.DEFAULT_MASK, 0)

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainplan.tools.config.codes import RECOMPUTE_CODES, SCHEDULE_CODES
-from trainplan.tools.config.contract import SEARCH_FIXED_KNOBS, Layout
+from trainplan.tools.config.contract import Layout
+from trainplan.tools.config.fields import knob_names
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
 from trainplan.tools.hardware.specs import ClusterSpec, GPUSpec, ModelSpec
@@ -46,7 +47,7 @@ MAX_MBS = 8
 KNOBS = ("gpus", "tp", "pp", "cp", "ep", "vpp", "zero", "dp_shard", "mbs", "recompute", "modules", "schedule")
 """Columns of a layout table (recompute and schedule as codes.py's integer codes, modules as a
 recompute.MODULE_BITS mask, 0 unless recompute is selective)."""
-STORAGE_KNOBS = ("bf16_moments", "fp8_activations")
+STORAGE_KNOBS = knob_names(Layout, stored=True)
 """Memory-only Layout knobs the search may set per layout (search_recipes.storage_variants): columns
 a scored table carries beside KNOBS."""
 
@@ -55,7 +56,14 @@ _S = {sched: SCHEDULE_CODES[sched] for sched in Schedule}
 _1F1B, _INTER, _ZB, _DUAL = (_S[s] for s in (Schedule.one_f_one_b, Schedule.interleaved, Schedule.zb_h1,
                                              Schedule.dualpipe))
 
-FIXED_KNOBS = tuple(name for name in SEARCH_FIXED_KNOBS if name not in ("gbs", "seq", "precision"))
+
+
+def fixed_knobs(layout: type[Layout] = Layout) -> tuple[str, ...]:
+    """The Layout knobs a search takes as given (not searched), less those it takes once for the job (Knob.job_wide)."""
+    return knob_names(layout, searched=False, job_wide=False)
+
+
+FIXED_KNOBS = fixed_knobs()
 """The Layout knobs a search does not vary beyond gbs, seq and precision (attention, sequence
 parallelism, offload, recompute modules, ...): every one the contract defines, each applied to every
 layout the same way on both paths (search_score.fixed_knobs)."""
