@@ -32,8 +32,9 @@ from trainplan.tools.core.output import write_output
 from trainplan.tools.core import safe_json
 from trainplan.tools.core.errors import InputError
 
-from .planner import (calls_from_messages, grounding_of, offline_report, report_from_conversation,
-                      resolve_backend, run_llm)
+from .llm_backend import calls_from_messages, grounding_of, report_from_conversation, run_llm
+from .offline_plan import offline_report
+from .planner import resolve_backend
 from .prose import neutralise_line, strip_terminal_controls
 from .report import PlanReport, summary_line
 from .request import PlanRequest, merge, parse_partial

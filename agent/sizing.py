@@ -45,7 +45,7 @@ BEYOND = 4
 """What would meet a deadline is looked for up to BEYOND x max(DEFAULT_MAX_GPUS, the request's count)."""
 
 Search = Callable[[dict, int, bool, float, int | None], SearchResult]
-"""planner._search: (job, top_k, with_limits, headroom_gib, max_gpus) -> search result; with max_gpus
+"""agent/plan_search.py search_job: (job, top_k, with_limits, headroom_gib, max_gpus) -> search result; with max_gpus
 the search tries the ladder of counts below it itself (tools.search.gpu_counts)."""
 
 

@@ -35,11 +35,11 @@ def test_the_engine_enum_names_the_registry_engines_in_order():
 
 
 def test_the_planner_engines_are_the_registry_flags():
-    from trainplan.agent import planner
+    from trainplan.agent import offline_plan, planner
 
-    assert (planner.DEFAULT_ENGINE, planner.ADAPTER_ENGINE) == (DEFAULT_ENGINE, ADAPTER_ENGINE) == ("megatron", "axolotl")
+    assert (planner.DEFAULT_ENGINE, offline_plan.ADAPTER_ENGINE) == (DEFAULT_ENGINE, ADAPTER_ENGINE) == ("megatron", "axolotl")
     assert planner.LAUNCH_FALLBACK == LAUNCH_FALLBACK == ("torchtitan", "deepspeed", "accelerate")
-    assert planner.PLAN_ENGINES == PLAN_ENGINES == ("megatron", "torchtitan")
+    assert offline_plan.PLAN_ENGINES == PLAN_ENGINES == ("megatron", "torchtitan")
     assert DEFAULT_ENGINE not in LAUNCH_FALLBACK
 
 

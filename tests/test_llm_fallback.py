@@ -10,8 +10,9 @@ import openai
 import pytest
 
 from openai_server import reply, tool_calls
-from trainplan.agent import planner
-from trainplan.agent.planner import plan, report_from_conversation
+from trainplan.agent import llm_backend, planner
+from trainplan.agent.llm_backend import report_from_conversation
+from trainplan.agent.planner import plan
 from trainplan.agent.request import parse_partial
 from trainplan.tools.core.errors import InputError
 
@@ -61,14 +62,14 @@ def test_a_submitted_model_the_tools_refuse_on_re_evaluation_falls_back(openai_s
 ])
 def test_a_tool_failing_on_the_submitted_layout_falls_back(openai_server, offline, monkeypatch, failure, says):
     openai_server.script(tool_calls(("submit_plan", {"layout": {**JOB, "tp": 2}})), reply("Done: TP2."))
-    real, failed = planner._evaluate, []
+    real, failed = llm_backend.evaluate_for_job, []
 
     def evaluate(config, job, timeline=False):
         if timeline and not failed:   # the submitted layout's re-evaluation, the first with a timeline
             failed.append(config["tp"])
             raise failure
         return real(config, job, timeline)
-    monkeypatch.setattr(planner, "_evaluate", evaluate)
+    monkeypatch.setattr(llm_backend, "evaluate_for_job", evaluate)
     report = llm_plan(openai_server)
     assert failed == [2], "the LLM's layout was re-evaluated first"
     assert_labelled_offline(report, offline, says)

@@ -292,7 +292,7 @@ def test_report_text_says_the_tables_bubble_and_names_the_palm_count():
 
 
 def test_a_plan_naming_no_engine_is_scored_and_launched_by_the_engine_whose_best_layout_wins():
-    from trainplan.agent.planner import PLAN_ENGINES, plan_offline
+    from trainplan.agent.offline_plan import PLAN_ENGINES, plan_offline
     from trainplan.agent.request import parse_partial
     from trainplan.tools.config.engines import ENGINE_ATTENTION
 

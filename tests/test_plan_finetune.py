@@ -120,7 +120,7 @@ def test_one_gpu_in_words_is_a_count_of_one(text, gpus):
 
 def test_adapter_plans_launch_with_a_peft_trainer(qlora_70b, lora_8b):
     """Megatron's arguments carry no adapters: a LoRA/QLoRA plan with no engine named is searched over
-    and launched with planner.ADAPTER_ENGINE (data parallel + ZeRO/FSDP, as PEFT fine-tunes run)."""
+    and launched with offline_plan.ADAPTER_ENGINE (data parallel + ZeRO/FSDP, as PEFT fine-tunes run)."""
     for report, method in ((qlora_70b, "qlora"), (lora_8b, "lora")):
         assert report.launch.engine == "axolotl" and report.launch.error is None
         assert f"adapter: {method}" in report.launch.content

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainplan.agent.planner import complete_request, plan
+from trainplan.agent.job_defaults import complete_request
+from trainplan.agent.planner import plan
 from trainplan.agent.request import merge, parse_partial
 from trainplan.tools.core.enums import Schedule
 from trainplan.tools.core.errors import InputError

@@ -1,0 +1,154 @@
+"""The job a plan request becomes: every field the tools need, the request's defaults filled in, each
+default stated as an assumption of the report.
+
+Defaults when the request does not say: seq: the model's default capped at 8192; gbs:
+tools/config/plan_defaults.py default_gbs; tokens: 20 per parameter; a fine-tune (is_fine_tune) instead: seq
+FINETUNE_SEQ, gbs default_finetune_gbs, and no token count (no cost) unless given; precision: bf16; price: the
+GPU's catalog price; goodput: tools/config/plan_defaults.py DEFAULT_GOODPUT; the GPU of a solve=gpu request: the
+cheapest catalog GPU on which its leanest layout fits.
+"""
+
+from __future__ import annotations
+
+from trainplan.prompts import DEFAULT_SEQ_CAP, DEFAULT_TOKENS_PER_PARAM
+from trainplan.tools.hardware import catalog
+from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
+from trainplan.tools.hardware.counting import count_params
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, is_lora
+from trainplan.tools.core.enums import LoraTargets, Method
+from trainplan.tools.config.contract import default_seq
+from trainplan.tools.config.plan_defaults import FINETUNE_SOURCE, default_gbs_reason, default_gbs
+
+from .request import PINS, PlanRequest, require_complete, resolve_gbs
+
+__all__ = ["OBJECTIVE", "complete_request", "is_fine_tune", "default_gbs_note", "shown_job"]
+
+OBJECTIVE = "throughput"
+"""The objective of a request that names none and leaves no limit open to optimise (_default_objective)."""
+
+
+def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
+    """Every field the tools need, defaults filled in, and the assumptions that names them."""
+    require_complete(request)
+    assumptions = []
+    if request.solve is not None and request.gpus is None and request.max_gpus is None and \
+            request.deadline_days is None and request.budget_usd is None:
+        request = request.model_copy(update={"gpus": 1})
+        assumptions.append("GPU count not given: one GPU, as the limit asked is one GPU's")
+    if request.solve == "gpu" and request.gpu is None:
+        request = request.model_copy(update={"gpu": _cheapest_gpu(request, assumptions)})
+    spec = catalog.load_model(request.model)
+    gpu = catalog.load_gpu(request.gpu)
+    if request.model_from_size:
+        assumptions.append(f"model: '{request.model_from_size}' read as {request.model}, the catalog's one model of "
+                           "that size; name the model to plan another")
+    if request.gpus_at_least and request.gpus is not None:
+        assumptions.append(f"'at least {request.gpus:,} GPUs' was planned at {request.gpus:,}: the search tries "
+                           "no larger counts; say 'up to N GPUs' to let it choose the count")
+    fine_tune = is_fine_tune(request)
+    seq = request.seq
+    if seq is None and fine_tune:
+        seq = default_seq(spec.max_seq_len, fine_tune=True)
+        assumptions.append(f"seq not given: {seq} tokens, a fine-tuning default ({FINETUNE_SOURCE})")
+    elif seq is None:
+        seq = default_seq(spec.max_seq_len)
+        assumptions.append(f"seq not given: {seq} tokens, the model's default ({spec.max_seq_len}) capped at "
+                           f"{DEFAULT_SEQ_CAP}")
+    gbs, how = resolve_gbs(request, seq)
+    gbs_given = gbs is not None
+    if how:
+        assumptions.append(f"global batch from the request: {how}")
+    params = count_params(spec).total
+    if gbs is None and request.gpus is not None:
+        gbs = default_gbs(seq, request.gpus, params, fine_tune)
+        assumptions.append(default_gbs_note(seq, request.gpus, params, fine_tune))
+    tokens = request.tokens
+    if tokens is None and fine_tune:
+        assumptions.append("tokens not given: a fine-tune's token count is its data set's (tokens x epochs), so no "
+                           "cost or duration is estimated; give it (e.g. \"for 100M tokens\") to get them")
+    elif tokens is None:
+        tokens = float(DEFAULT_TOKENS_PER_PARAM * params)
+        assumptions.append(f"tokens not given: {tokens:.4g}, {DEFAULT_TOKENS_PER_PARAM} per parameter "
+                           "(compute-optimal, Hoffmann et al. 2022)")
+    method, lora_rank, lora_targets = request.method, request.lora_rank, request.lora_targets
+    if method is None and lora_targets is not None:
+        method = Method.lora.value
+        assumptions.append("method not given: LoRA (bf16 base), since the request names the adapters' targets")
+    elif fine_tune and method is None:
+        method = Method.full.value
+        assumptions.append("method not given: full fine-tuning (every weight trains); say LoRA or QLoRA for adapters")
+    if method is not None and is_lora(method) and lora_rank is None:
+        lora_rank = DEFAULT_LORA_RANK
+        assumptions.append(f"LoRA rank not given: {lora_rank}")
+    if method is not None and is_lora(method) and lora_targets is None:
+        lora_targets = LoraTargets.all_linear.value
+        assumptions.append(f"LoRA targets not given: adapters on every linear layer of the blocks ({lora_targets});"
+                           " say 'attention only' for the attention projections")
+    precision = request.precision or "bf16"
+    if request.precision is None:
+        assumptions.append("precision not given: bf16")
+    price = request.price
+    if price is None:
+        price = gpu.price
+        assumptions.append(f"price not given: ${price:.2f} per GPU-hour, the {gpu.name} catalog price")
+    goodput = request.goodput if request.goodput is not None else DEFAULT_GOODPUT
+    if request.goodput is None:
+        assumptions.append(f"goodput {goodput:.0%}: the share of wall-clock time that trains (Llama 3 reports "
+                           "more than 90% effective training time)")
+    objective = request.objective or _default_objective(request)
+    if request.objective is None and objective != OBJECTIVE:
+        assumptions.append(f"objective not given: {objective}, since the request bounds the "
+                           f"{'time' if request.deadline_days else 'cost'} and leaves the GPU count open")
+    full = {"model": request.model, "gpu": request.gpu, "gpus": request.gpus, "max_gpus": request.max_gpus,
+            "gpus_per_node": request.gpus_per_node, "tokens": tokens, "seq": seq, "gbs": gbs, "gbs_given": gbs_given,
+            "precision": precision, "price": price, "goodput": goodput, "objective": objective,
+            "deadline_days": request.deadline_days, "budget_usd": request.budget_usd,
+            "method": method, "lora_rank": lora_rank, "lora_targets": lora_targets, "fine_tune": fine_tune,
+            **{pin: getattr(request, pin) for pin in PINS}}
+    return full, assumptions
+
+
+def _cheapest_gpu(request: PlanRequest, assumptions: list[str]) -> str:
+    """The catalog GPU a solve=gpu request runs on: the cheapest on which its leanest layout fits (data parallel,
+    ZeRO-3 across GPUs, full recompute, micro-batch 1), as tools/search/limits.py finds it."""
+    from trainplan.tools.search.limits import solve
+
+    gpus = request.gpus or 1
+    lean = {"zero": 3 if gpus > 1 else 0, "recompute": "full", "mbs": 1}
+    fields = {k: getattr(request, k) for k in ("seq", "precision", "method", "lora_rank", "lora_targets")
+              if getattr(request, k) is not None}
+    answer = solve("gpu", request.model, gpus=gpus, **fields, **lean)
+    if not answer["fits_on"]:
+        raise InputError(f"{request.model} fits on no catalog GPU with {gpus} GPU(s), even with ZeRO-3, full "
+                         "recompute and micro-batch 1: use more GPUs, LoRA or QLoRA, or a shorter sequence")
+    assumptions.append(f"GPU not given: the cheapest catalog GPU on which the leanest layout fits, "
+                       f"{answer['cheapest']} (smallest: {answer['smallest']}; {len(answer['fits_on'])} fit)")
+    return answer["cheapest"]
+
+
+def shown_job(job: dict) -> dict:
+    """The job as the report shows it (without the planner's own bookkeeping)."""
+    return {k: v for k, v in job.items() if k not in ("gbs_given", "fine_tune")}
+
+
+def is_fine_tune(request: PlanRequest) -> bool:
+    """A fine-tune: the request says so ("fine-tune", "SFT") or names LoRA/QLoRA. It gets the fine-tuning
+    defaults of tools/config/plan_defaults.py, not the pre-training ones."""
+    return (bool(request.fine_tuning) or (request.method is not None and is_lora(request.method))
+            or request.lora_targets is not None)
+
+
+def default_gbs_note(seq: int, gpus: int, params: float, fine_tune: bool = False) -> str:
+    return f"gbs not given: {default_gbs_reason(seq, gpus, params, fine_tune)}"
+
+
+def _default_objective(request: PlanRequest) -> str:
+    """With the GPU count open: a deadline asks for the cheapest plan that meets it (the fewest GPUs), a
+    budget alone for the fastest it buys; otherwise throughput."""
+    if request.gpus is None and request.deadline_days:
+        return "cost"
+    if request.gpus is None and request.budget_usd:
+        return "time"
+    return OBJECTIVE
+

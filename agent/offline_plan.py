@@ -1,0 +1,215 @@
+"""The offline planner: a complete request in, a PlanReport out, with no LLM and no network.
+
+It fills the defaults (agent/job_defaults.py, stated as assumptions), sizes an open GPU count
+(agent/sizing.py), searches the layouts through the constraint-relaxation ladder (agent/plan_search.py;
+only layouts the requested engine runs, when one is named), re-runs `estimate` with timeline=True on the
+winner (the simplest within plan_defaults.SIMPLER_MARGIN of the best) and on the best structurally different
+layouts (search_choice.FAMILIES), and writes the report. offline_report picks the engine the plan is scored and
+launched for.
+"""
+
+from __future__ import annotations
+
+from trainplan.prompts import render
+from trainplan.tools.hardware import catalog
+from trainplan.tools.hardware.counting import count_params
+from trainplan.tools.config.resolve import is_lora
+from trainplan.tools.config import engines as engine_registry
+from trainplan.tools.search.results import SearchResult
+from trainplan.agent.registry import estimate_kwargs
+
+from . import sizing, tradeoffs
+from .job_defaults import OBJECTIVE, complete_request, default_gbs_note, is_fine_tune, shown_job
+from .plan_search import (ALTERNATIVES, PLAN_HEADROOM, evaluate_for_job, search_job, search_relaxing,
+                          search_summary)
+from .report import PlanReport, build_report
+from .request import PlanRequest
+
+__all__ = ["ADAPTER_ENGINE", "PLAN_ENGINES", "distinct_results", "offline_report", "plan_offline"]
+
+PLAN_ENGINES = engine_registry.PLAN_ENGINES
+"""A request that names no engine is planned once for each of these, each scored with its own kernels
+and limits (Megatron-LM: Transformer Engine attention, bf16 parameters; torchtitan: SDPA's
+FlashAttention-2, FSDP2's fp32 parameters; tools/config/engines.py plan_candidate), and the engine whose best layout wins
+by the objective carries the plan: one engine per plan, end to end."""
+ADAPTER_ENGINE = engine_registry.ADAPTER_ENGINE
+"""The engine of a LoRA/QLoRA request that names none: the offline search keeps the layouts it runs
+(data parallel with ZeRO/FSDP, as practitioners fine-tune with PEFT) when one fits, and the plan carries
+its launch settings (Megatron's arguments have no adapters)."""
+
+
+def _limit_of(request: PlanRequest, recommended: dict) -> dict | None:
+    """The limit the request asked (request.solve), tools/search/limits.py's answer: the GPUs the recommended layout fits
+    on; the longest seq (at micro-batch 1) or the largest mbs of the recommended layout with full recompute, the
+    recompute that fits the most (the pins of the request kept)."""
+    if request.solve is None or recommended is None:
+        return None
+    from trainplan.tools.search.limits import solve
+
+    config = estimate_kwargs(recommended["config"])
+    config.pop("gpu", None)
+    model, gpus = config.pop("model"), config.pop("gpus")
+    if request.solve in ("seq", "mbs") and request.recompute is None:
+        config.update(recompute="full", recompute_modules=None)
+    if request.solve == "seq" and request.mbs is None:
+        config["mbs"] = 1
+    answer = solve(request.solve, model, recommended["config"]["gpu"], gpus, **config)
+    if request.solve != "gpu":
+        answer["layout"] = (f"the recommended layout with recompute {config['recompute']}"
+                            + (f" and micro-batch {config['mbs']}" if request.solve == "seq" else ""))
+    return answer
+
+
+def _rationale(recommended: dict, search: dict | None, alternatives: list[dict], choice_notes: list[str] = ()) -> str:
+    comm_s = sum(v for k, v in recommended.get("time", {}).get("breakdown", {}).items() if k.startswith("comm/"))
+    return render("rationale.md.j2", r=recommended, config=recommended["config"], search=search,
+                  alternatives=alternatives, objective=OBJECTIVE, comm_s=comm_s,
+                  choice_notes=list(choice_notes)).strip()
+
+
+def _alternatives(result: SearchResult, job: dict, recommended: dict) -> tuple[list[dict], list[str]]:
+    """The best layout of each structurally different family (search_choice), re-evaluated and
+    labelled with its family, then runners-up up to ALTERNATIVES; and the notes on families with no
+    feasible layout and on a simpler layout preferred."""
+    out, notes = [], [n for n in result.notes if n.startswith("preferred the simpler")]
+    if result.evidence:
+        notes.insert(0, result.evidence)
+    for alt in result.alternatives:
+        if alt.candidate is None:
+            notes.append(alt.why)
+        elif len(out) < ALTERNATIVES:
+            out.append({**evaluate_for_job(alt.candidate["config"], job), "family": alt.family})
+    runners = [evaluate_for_job(c["config"], job) for c in result.candidates[1:]]
+    out = distinct_results(out + runners, recommended)[:max(ALTERNATIVES, len(out))]
+    return out, notes
+
+
+def distinct_results(results: list[dict], exclude: dict | None) -> list[dict]:
+    seen = [] if exclude is None else [exclude["config"]]
+    out = []
+    for result in results:
+        if result["config"] not in seen:
+            seen.append(result["config"])
+            out.append(result)
+    return out
+
+
+def plan_offline(request: PlanRequest, request_text: str = "", engine: str | None = None) -> PlanReport:
+    """Parse, search, re-evaluate the winner with its timeline, and report.
+
+    A request that leaves the GPU count open (an upper bound, a deadline or a budget) gets the count
+    agent/sizing.py chooses. The search first asks for layouts that leave PLAN_HEADROOM of the GPU's
+    memory free and meet the deadline and budget; when none does, it drops the deadline and budget (a
+    risk, with the GPU count that would meet them), then half the headroom, then all of it (an
+    assumption), and reports the best that fits (agent/plan_search.py search_relaxing). With an engine, only
+    layouts it runs."""
+    engine = engine or request.engine  # an explicit engine (trainplan plan --engine) wins over the text
+    job, assumptions = complete_request(request)
+    capacity = catalog.load_gpu(job["gpu"]).memory_gib
+    headroom = PLAN_HEADROOM * capacity
+    risks = []
+
+    def search_fn(j: dict, top_k: int, with_limits: bool, headroom_gib: float, max_gpus: int | None) -> SearchResult:
+        return search_job(j, top_k, with_limits=with_limits, headroom_gib=headroom_gib, max_gpus=max_gpus, engine=engine)
+
+    counted = job["gpus"] is not None
+    table = tradeoffs.Table(job, sizing.best_at(search_fn, headroom))
+    trade = None
+    if not counted:
+        gpus, how, met, trade = sizing.choose_count(search_fn, job, headroom, table)
+        (assumptions if met else risks).append(how)
+        job = sizing.at_count(job, gpus)
+        if not job["gbs_given"]:
+            params = count_params(catalog.load_model(job["model"])).total
+            assumptions.append(default_gbs_note(job["seq"], job["gpus"], params, is_fine_tune(request)))
+    if engine is not None:
+        assumptions.append(f"only layouts {engine} can run were searched")
+    relaxed = search_relaxing(job, search_fn, counted=counted, capacity_gib=capacity, engine=engine)
+    result = relaxed.result
+    assumptions += relaxed.assumptions
+    risks += relaxed.risks
+    if result.chosen:
+        assumptions.append(f"chosen by the search where the request left it open: {result.chosen}")
+    search = search_summary(result)
+    candidates = result.candidates
+    shown = shown_job(job)
+    if not candidates:
+        rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"
+        would = sizing.what_would_meet(search_fn, {**job, "deadline_days": None, "budget_usd": None}, headroom)
+        shorter = sizing.shorter_seq_that_fits(search_fn, job, headroom)
+        adapters = None
+        if request.fine_tuning and not is_lora(job["method"] or "full"):
+            adapters = sizing.adapters_that_fit(job)
+        would = "; ".join(w for w in (adapters, shorter, would) if w) or None
+        risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); "
+                     + (f"{would}; else use" if would else "use more GPUs,") + " GPUs with more memory"
+                     + ("" if shorter else " or a shorter sequence"))
+        return build_report(backend="offline", request_text=request_text, request=shown, recommended=None,
+                            alternatives=[], rationale="", assumptions=assumptions, search=search,
+                            extra_risks=risks, not_understood=request.unparsed or [])
+    recommended = evaluate_for_job(candidates[0]["config"], job, timeline=True)
+    alternatives, choice_notes = _alternatives(result, job, recommended)
+    rows = []
+    constrained = not counted or bool(job["deadline_days"] or job["budget_usd"] or job["max_gpus"])
+    if recommended.get("training") and (constrained or request.tokens is not None):
+        top = job["max_gpus"] or max(job["gpus"] * 4, sizing.DEFAULT_MAX_GPUS if not counted else 0)
+        rows = tradeoffs.plan_rows(table, job, constrained, sizing.ladder(job, top)[0], top)
+        alternatives += tradeoffs.neighbours(rows, job["gpus"], ALTERNATIVES - len(alternatives))
+    return build_report(backend="offline", request_text=request_text, request=shown, recommended=recommended,
+                        alternatives=alternatives,
+                        rationale=_rationale(recommended, search, alternatives, choice_notes),
+                        assumptions=assumptions, search=search, extra_risks=risks, objective=job["objective"],
+                        not_understood=request.unparsed or [], limit=_limit_of(request, recommended),
+                        tradeoffs=tradeoffs.shown(rows), tradeoff_note=trade)
+
+
+def offline_report(request: PlanRequest, text: str, engine: str | None = None) -> PlanReport:
+    """The offline planner's plan, as every path makes it (plan, the LLM's fallbacks, the chat), with
+    the engine it is scored and launched for: the named one; for LoRA/QLoRA naming none, ADAPTER_ENGINE's
+    layouts when one fits; else the PLAN_ENGINES engine whose best layout wins."""
+    engine = engine or request.engine
+    if engine is None and request.method is not None and is_lora(request.method):
+        report = plan_offline(request, text, engine=ADAPTER_ENGINE)
+        return report.model_copy(update={"engine": ADAPTER_ENGINE}) if report.recommended else plan_offline(request, text)
+    if engine is None:
+        report, engine = _best_engine_plan(request, text)
+        return report.model_copy(update={"engine": engine})
+    return plan_offline(request, text, engine=engine).model_copy(update={"engine": engine})
+
+
+def _best_engine_plan(parsed: PlanRequest, text: str) -> tuple[PlanReport, str | None]:
+    """The plan of the PLAN_ENGINES engine whose recommended layout wins by the request's objective,
+    and that engine; when none fits, the plan over every engine's layouts (and None)."""
+    from trainplan.tools.core.enums import Objective
+    from trainplan.tools.search.rank import result_objective
+
+    plans = {engine: plan_offline(parsed, text, engine=engine) for engine in PLAN_ENGINES}
+    fitting = {engine: report for engine, report in plans.items() if report.recommended}
+    if not fitting:
+        return plan_offline(parsed, text), None
+
+    def score(report: PlanReport) -> float:
+        request = report.request
+        tokens = request.get("tokens")
+        return result_objective(Objective(request.get("objective") or OBJECTIVE), report.recommended,
+                                request.get("price") or 0.0, tokens)
+
+    winner = min(fitting, key=lambda engine: score(fitting[engine]))
+    report = fitting[winner]
+    others = [f"{engine}'s best {_objective_phrase(plans[engine])}" if plans[engine].recommended
+              else f"{engine} fits no layout" for engine in PLAN_ENGINES if engine != winner]
+    report.assumptions.append(
+        f"no engine named: planned for {', '.join(PLAN_ENGINES)}, each with its own kernels and limits; {winner}'s "
+        f"best layout wins ({_objective_phrase(report)}; {'; '.join(others)}), so the plan is scored and launched "
+        f"as {winner} runs it")
+    return report, winner
+
+
+def _objective_phrase(report: PlanReport) -> str:
+    r = report.recommended
+    objective = report.request.get("objective") or OBJECTIVE
+    if objective == "cost" and r.get("training"):
+        return f"${r['training']['cost_usd']:,.0f}"
+    if objective == "time" and r.get("training"):
+        return f"{r['training']['days']:.1f} days"
+    return f"{r['time']['tokens_per_s']:,.0f} tokens/s, MFU {r['time']['mfu']:.1%}"
