@@ -32,6 +32,7 @@ from trainplan.tools.core.output import write_output
 from trainplan.tools.core import safe_json
 from trainplan.tools.core.errors import InputError
 
+from .config import LlmEndpoint
 from .llm_backend import calls_from_messages, grounding_of, report_from_conversation, run_llm
 from .offline_plan import offline_report
 from .planner import resolve_backend
@@ -344,8 +345,8 @@ class ChatSession:
         before = len(self.messages)
         status.start()
         try:
-            result = run_llm(line, llm_model=self.llm_model, client=self.client, stream=True, on_event=on_event,
-                             history=self.messages, require_submit=require_submit)
+            result = run_llm(line, endpoint=LlmEndpoint(client=self.client, model=self.llm_model), stream=True,
+                             on_event=on_event, history=self.messages, require_submit=require_submit)
         except AgentError as exc:
             # A turn that fails changes nothing: the conversation, the request and the plan stay as they were.
             if streamed["text"]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from trainplan.tools.core.errors import InputError
 
@@ -46,6 +47,17 @@ class Settings:
     deadline_s: float = DEFAULT_DEADLINE_S  # TRAINPLAN_LLM_DEADLINE_S
     max_tokens: int = DEFAULT_MAX_TOKENS  # TRAINPLAN_LLM_MAX_TOKENS
     max_retries: int = DEFAULT_MAX_RETRIES  # TRAINPLAN_LLM_MAX_RETRIES
+
+
+@dataclass(frozen=True)
+class LlmEndpoint:
+    """Which LLM one run talks to (agent/llm.py run_agent, `plan`): an openai client (None: one made from the
+    settings), the chat model's name (None: settings.model) and the settings (None: load_settings(), read from
+    the environment)."""
+
+    client: Any = None
+    model: str | None = None
+    settings: Settings | None = None
 
 
 MAX_DEADLINE_S = 86400.0

@@ -48,12 +48,13 @@ import openai
 from trainplan.tools.core import safe_json
 from trainplan.tools.core.errors import InputError
 
-from .config import Settings, llm_configured, load_settings
+from .config import LlmEndpoint, llm_configured, load_settings
 from .grounding import GroundingReport, GroundingTimeout, RequestText, check_grounding, mark_ungrounded
 from .llm_client import (AgentError, DeadlineExceeded, Event, MaxTurnsExceeded, deadline_line, error_kind,
                          error_line, is_context_overflow, make_client, request_completion)
 
-__all__ = ["AgentError", "MaxTurnsExceeded", "DeadlineExceeded", "AgentResult", "run_agent", "make_client",
+__all__ = ["AgentError", "MaxTurnsExceeded", "DeadlineExceeded", "AgentResult", "AgentToolset", "run_agent",
+           "make_client",
            "REASK_PREFIX", "NO_TOOLS_REASK", "is_reask", "TRUNCATION_NOTICE"]
 
 REASK_PREFIX = "These numbers are not in any tool result:"
@@ -69,6 +70,19 @@ MAX_CALLS_PER_REPLY = 16
 """Tool calls run from one reply; any more are answered with an error without running (a plan needs a
 handful: search, estimate, cost, submit)."""
 _REASK_PREFIXES = (REASK_PREFIX, NO_TOOLS_REASK.split(",")[0], "You did not call ")
+
+
+@dataclass(frozen=True)
+class AgentToolset:
+    """The tools one run_agent call offers: their schemas, `dispatch(name, arguments_json)` (a JSON-able result,
+    never raising), the tool the model must call before it answers (None: none), and the leaner schemas and
+    view of results for a server whose context is small (run_agent)."""
+
+    tools: list[dict]
+    dispatch: Callable[[str, str], Any]
+    require_tool: str | None = None
+    small_context_tools: list[dict] | None = None
+    small_context_view: Callable[[Any], Any] | None = None
 
 
 @dataclass
@@ -96,28 +110,25 @@ def run_agent(
     user_request: str,
     *,
     system_prompt: str,
-    tools: list[dict],
-    dispatch: Callable[[str, str], Any],
-    client: openai.OpenAI | None = None,
-    model: str | None = None,
+    toolset: AgentToolset,
+    endpoint: LlmEndpoint = LlmEndpoint(),
     max_turns: int = 12,
     stream: bool = False,
     on_event: Event | None = None,
     history: list[dict] | None = None,
-    settings: Settings | None = None,
-    require_tool: str | None = None,
-    small_context_tools: list[dict] | None = None,
-    small_context_view: Callable[[Any], Any] | None = None,
 ) -> AgentResult:
     """Answer `user_request` with the model, calling tools through `dispatch` (module docstring).
 
-    `dispatch(name, arguments_json)` returns a JSON-able result and never raises. `history` is a
-    previous AgentResult.messages (its system message is replaced by `system_prompt`). `settings`
-    gives the deadline, max_tokens and (when no client is given) the endpoint. `small_context_tools`:
+    `toolset.dispatch(name, arguments_json)` returns a JSON-able result and never raises. `history` is a
+    previous AgentResult.messages (its system message is replaced by `system_prompt`). `endpoint.settings`
+    gives the deadline, max_tokens and (when no client is given) the endpoint. `toolset.small_context_tools`:
     a leaner tool set to retry with when the server says the request exceeds its context and no
-    earlier tool result is left to leave out; from then on, `small_context_view(result)` is what the
+    earlier tool result is left to leave out; from then on, `toolset.small_context_view(result)` is what the
     model gets of each tool result (the grounding check keeps the full result).
     """
+    tools, dispatch, require_tool = toolset.tools, toolset.dispatch, toolset.require_tool
+    small_context_tools, small_context_view = toolset.small_context_tools, toolset.small_context_view
+    client, model, settings = endpoint.client, endpoint.model, endpoint.settings
     if client is None and not llm_configured():
         raise AgentError("no LLM configured: set OPENAI_API_KEY or OPENAI_BASE_URL, or use --backend offline",
                          "config")

@@ -21,6 +21,7 @@ from trainplan.tools.core.errors import InputError
 from trainplan.tools.core.file_access import user_named_files
 from trainplan.agent.registry import dispatch
 
+from .config import LlmEndpoint
 from .job_defaults import complete_request, shown_job
 from .offline_plan import distinct_results, offline_report
 from .plan_search import ALTERNATIVES, evaluate_for_job
@@ -183,33 +184,34 @@ def _report_of_submission(request_text: str, partial: PlanRequest, submitted: tu
     return report.model_copy(update={"llm_status": "submitted", "truncated": truncated})
 
 
-def run_llm(request_text: str, *, llm_model: str | None = None, client: Any = None, stream: bool = False,
+def run_llm(request_text: str, *, endpoint: LlmEndpoint = LlmEndpoint(), stream: bool = False,
             on_event: Callable[[str, dict], None] | None = None, history: list[dict] | None = None,
-            max_turns: int = 16, require_submit: bool = True, settings: Any = None) -> Any:
+            max_turns: int = 16, require_submit: bool = True) -> Any:
     """One run of the function-calling loop with the system prompt and the registry's tools."""
     from .config import load_settings
-    from .llm import run_agent
+    from .llm import AgentToolset, run_agent
 
-    settings = settings or load_settings()
+    settings = endpoint.settings or load_settings()
     # The LLM's tool calls may open the files the user's own words named (this request and earlier
     # turns); any other file only under the allowed roots (tools/core/file_access.py).
     user_text = [request_text, *(m.get("content") for m in history or ()
                                  if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str))]
     with user_named_files([path for text in user_text for path in json_paths_in(text)]):
-        return run_agent(request_text, system_prompt=system_prompt(), tools=agent_tools(strict=True),
-                         dispatch=dispatch, client=client, model=llm_model or settings.model,
-                         max_turns=max_turns, stream=stream, on_event=on_event, history=history, settings=settings,
-                         require_tool=SUBMIT_PLAN if require_submit else None,
-                         small_context_tools=lean_agent_tools(strict=True), small_context_view=lean_result)
+        toolset = AgentToolset(tools=agent_tools(strict=True), dispatch=dispatch,
+                               require_tool=SUBMIT_PLAN if require_submit else None,
+                               small_context_tools=lean_agent_tools(strict=True), small_context_view=lean_result)
+        return run_agent(request_text, system_prompt=system_prompt(), toolset=toolset,
+                         endpoint=LlmEndpoint(client=endpoint.client, model=endpoint.model or settings.model,
+                                              settings=settings),
+                         max_turns=max_turns, stream=stream, on_event=on_event, history=history)
 
 
-def plan_openai(request_text: str, partial: PlanRequest, *, llm_model: str | None = None, client: Any = None,
+def plan_openai(request_text: str, partial: PlanRequest, *, endpoint: LlmEndpoint = LlmEndpoint(),
                 stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
                 history: list[dict] | None = None, engine: str | None = None) -> tuple[PlanReport, Any]:
     """Run the agent and build the report from its submit_plan call; returns (report, AgentResult). engine: the
     offline plan's, should the tools refuse the submitted layout."""
-    result = run_llm(request_text, llm_model=llm_model, client=client, stream=stream, on_event=on_event,
-                     history=history)
+    result = run_llm(request_text, endpoint=endpoint, stream=stream, on_event=on_event, history=history)
     grounding = grounding_of(result.grounding, result.reasked, called_tools=bool(result.tool_calls))
     report = report_from_conversation(request_text, partial, text=result.text, calls=result.tool_calls,
                                       grounding=grounding, llm_model=result.model, truncated=result.truncated,

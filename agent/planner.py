@@ -21,6 +21,7 @@ from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.config import engines as engine_registry
 
+from .config import LlmEndpoint
 from .llm_backend import failure_text, offline_after_llm_failure, plan_openai
 from .offline_plan import ADAPTER_ENGINE, offline_report
 from .report import PlanReport, launch_settings
@@ -61,13 +62,13 @@ def _request_from(request_text: str | None, request: PlanRequest | None, fields:
     return merge(base, PlanRequest(**given)) if given else base
 
 
-
-def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: str | None = None,
-         client: Any = None, stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
+def plan(request_text: str | None = None, *, backend: str = "auto", endpoint: LlmEndpoint = LlmEndpoint(),
+         stream: bool = False, on_event: Callable[[str, dict], None] | None = None,
          request: PlanRequest | None = None, engine: str | None = None, **fields: Any) -> PlanReport:
     """Plan a training run from plain language (and/or the contract's fields, tools/config/contract.py: model=, gpu=, gpus=, ...).
 
-    backend: 'offline', 'openai' or 'auto' (openai when an LLM is configured). engine (megatron,
+    backend: 'offline', 'openai' or 'auto' (openai when an LLM is configured); endpoint: the LLM's client and
+    model (agent/config.py LlmEndpoint; empty: from the environment). engine (megatron,
     deepspeed, torchtitan, accelerate): the offline search keeps only layouts it runs, and the report
     carries its launch settings; None: any layout, DEFAULT_ENGINE's launch settings (a LoRA/QLoRA
     request: ADAPTER_ENGINE's layouts when one fits). Raises InputError when
@@ -77,6 +78,7 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
     """
     from .llm import AgentError
 
+    client, llm_model = endpoint.client, endpoint.model
     chosen = resolve_backend(backend, client)
     parsed = require_complete(_request_from(request_text, request, fields))  # before any time goes to the LLM
     text = request_text or _describe(parsed)
@@ -97,8 +99,8 @@ def plan(request_text: str | None = None, *, backend: str = "auto", llm_model: s
             _settings_model()   # the LLM's configuration (environment values) is checked first: one line
         failure: Exception | None = None
         try:
-            report, _ = plan_openai(text, parsed, llm_model=llm_model, client=client, stream=stream,
-                                    on_event=on_event, engine=engine)
+            report, _ = plan_openai(text, parsed, endpoint=endpoint, stream=stream, on_event=on_event,
+                                    engine=engine)
             if report.recommended:
                 _add_launch(report, engine, adapters)   # a launch failing on the LLM's layout falls back too
         except AgentError as exc:

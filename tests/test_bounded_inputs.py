@@ -283,7 +283,8 @@ def test_the_deadline_holds_between_tool_calls(openai_server):
     from openai_server import tool_calls
     from test_llm_agent import settings_for
 
-    from trainplan.agent.llm import DeadlineExceeded, make_client, run_agent
+    from trainplan.agent.config import LlmEndpoint
+    from trainplan.agent.llm import AgentToolset, DeadlineExceeded, make_client, run_agent
 
     openai_server.script(tool_calls(*[("estimate_cost", {"tokens": 1e12})] * 10))
     settings = settings_for(openai_server, deadline_s=2.0)
@@ -295,8 +296,8 @@ def test_the_deadline_holds_between_tool_calls(openai_server):
         return {"ok": 1}
 
     with pytest.raises(DeadlineExceeded):
-        run_agent("plan", system_prompt="s", tools=[], dispatch=dispatch_slowly, client=make_client(settings),
-                  settings=settings)
+        run_agent("plan", system_prompt="s", toolset=AgentToolset(tools=[], dispatch=dispatch_slowly),
+                  endpoint=LlmEndpoint(client=make_client(settings), settings=settings))
     assert len(slow) < 10
 
 

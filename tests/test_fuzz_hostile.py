@@ -221,8 +221,8 @@ SLOTS = ["body.choices", "choice.message", "choice.finish_reason", "message.cont
 @example("function.arguments", [1, 2], False, "")
 @example("function.arguments", [1, 2], True, "")
 def test_fuzz_hostile_server_replies(hostile_server, slot, value, stream, garbage):
-    from trainplan.agent.config import Settings
-    from trainplan.agent.llm import AgentError, run_agent
+    from trainplan.agent.config import LlmEndpoint, Settings
+    from trainplan.agent.llm import AgentError, AgentToolset, run_agent
 
     body = _completion(slot, value)
     if stream:
@@ -237,8 +237,8 @@ def test_fuzz_hostile_server_replies(hostile_server, slot, value, stream, garbag
     settings = Settings(api_key="t", base_url=hostile_server.base_url, model="m", deadline_s=20.0, max_retries=0)
     client = openai.OpenAI(base_url=hostile_server.base_url, api_key="t", max_retries=0)
     try:
-        result = run_agent("plan", system_prompt="s", tools=[], dispatch=dispatch, client=client, stream=stream,
-                           settings=settings, max_turns=2)
+        result = run_agent("plan", system_prompt="s", toolset=AgentToolset(tools=[], dispatch=dispatch),
+                           endpoint=LlmEndpoint(client=client, settings=settings), stream=stream, max_turns=2)
     except AgentError as exc:
         assert str(exc).strip() and "\n" not in str(exc), str(exc)
     else:

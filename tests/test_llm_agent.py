@@ -18,8 +18,9 @@ from openai_server import (
     stall,
     tool_calls,
 )
-from trainplan.agent.config import DEFAULT_MODEL, Settings, llm_configured, load_settings
+from trainplan.agent.config import DEFAULT_MODEL, LlmEndpoint, Settings, llm_configured, load_settings
 from trainplan.agent.llm import (
+    AgentToolset,
     NO_TOOLS_REASK,
     REASK_PREFIX,
     AgentError,
@@ -64,11 +65,12 @@ def settings_for(server: ScriptedServer, **limits) -> Settings:
 
 
 def agent(server: ScriptedServer, request: str = "Plan llama3-70b on 64 H100s.", *, limits: dict | None = None,
-          **kwargs):
+          require_tool: str | None = None, **kwargs):
     """run_agent through the real openai client that make_client builds (SDK retries, the no-retry hook)."""
     settings = settings_for(server, **(limits or {}))
-    return run_agent(request, system_prompt="You plan training runs.", tools=TOOLS, dispatch=dispatch,
-                     client=make_client(settings), settings=settings, **kwargs)
+    return run_agent(request, system_prompt="You plan training runs.",
+                     toolset=AgentToolset(tools=TOOLS, dispatch=dispatch, require_tool=require_tool),
+                     endpoint=LlmEndpoint(client=make_client(settings), settings=settings), **kwargs)
 
 
 def tool_messages(body: dict) -> list[dict]:
@@ -301,8 +303,8 @@ def test_a_stream_that_breaks_off_is_not_retried(openai_server):
     client.chat.completions.create = broken
     tokens = []
     with pytest.raises(AgentError, match="stream broke off after 1 text pieces") as caught:
-        run_agent("hi", system_prompt="s", tools=TOOLS, dispatch=dispatch, client=client, settings=settings,
-                  stream=True, on_event=lambda kind, data: tokens.append(data["text"]) if kind == "token" else None)
+        run_agent("hi", system_prompt="s", toolset=AgentToolset(tools=TOOLS, dispatch=dispatch),
+                  endpoint=LlmEndpoint(client=client, settings=settings), stream=True, on_event=lambda kind, data: tokens.append(data["text"]) if kind == "token" else None)
     assert caught.value.kind == "stream" and tokens == ["Use "]
     assert len(openai_server.requests) == 1
 
@@ -312,8 +314,9 @@ def test_a_context_overflow_is_retried_once_without_earlier_tool_results(openai_
     settings = settings_for(openai_server)
 
     def run(request: str, history=None, on_event=None):
-        return run_agent(request, system_prompt="s", tools=TOOLS, dispatch=lambda name, arguments: big,
-                         client=make_client(settings), settings=settings, history=history, on_event=on_event)
+        return run_agent(request, system_prompt="s", toolset=AgentToolset(tools=TOOLS, dispatch=lambda name, arguments: big),
+                         endpoint=LlmEndpoint(client=make_client(settings), settings=settings), history=history,
+                         on_event=on_event)
 
     openai_server.script(tool_calls(("estimate_cost", {"tokens": 15.6e12})), reply("41.2 days."),
                          reply("It costs $2.47M."))
@@ -365,8 +368,8 @@ def test_server_down_is_one_clear_line():
     port = _closed_port()
     settings = Settings(api_key="test", base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=0)
     with pytest.raises(AgentError) as caught:
-        run_agent("hi", system_prompt="s", tools=TOOLS, dispatch=dispatch, client=make_client(settings),
-                  settings=settings)
+        run_agent("hi", system_prompt="s", toolset=AgentToolset(tools=TOOLS, dispatch=dispatch),
+                  endpoint=LlmEndpoint(client=make_client(settings), settings=settings))
     message = str(caught.value)
     assert message.startswith(f"cannot reach the LLM server at http://127.0.0.1:{port}/v1: ")
     assert message.endswith("; check OPENAI_BASE_URL or use --backend offline")
@@ -442,7 +445,7 @@ def test_settings_and_client_from_environment(monkeypatch):
     assert not llm_configured()
     assert load_settings().model == DEFAULT_MODEL
     with pytest.raises(AgentError, match="no LLM configured"):
-        run_agent("hi", system_prompt="s", tools=[], dispatch=dispatch)
+        run_agent("hi", system_prompt="s", toolset=AgentToolset(tools=[], dispatch=dispatch))
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("TRAINPLAN_MODEL", "qwen2.5-7b-instruct")
     assert llm_configured()
@@ -469,7 +472,7 @@ def test_default_endpoint_is_unreachable_in_tests(monkeypatch):
     monkeypatch.setenv("TRAINPLAN_LLM_MAX_RETRIES", "0")
     pattern = r"^cannot reach the LLM server at https://api\.openai\.com/v1: .*blocked"
     with pytest.raises(AgentError, match=pattern):
-        run_agent("hi", system_prompt="s", tools=[], dispatch=dispatch)
+        run_agent("hi", system_prompt="s", toolset=AgentToolset(tools=[], dispatch=dispatch))
 
 
 def test_real_network_is_blocked():

@@ -11,6 +11,7 @@ import pytest
 
 from openai_server import reply, tool_calls
 from trainplan.agent import llm_backend, planner
+from trainplan.agent.config import LlmEndpoint
 from trainplan.agent.llm_backend import report_from_conversation
 from trainplan.agent.planner import plan
 from trainplan.agent.request import parse_partial
@@ -31,7 +32,7 @@ def offline():
 
 def llm_plan(server):
     client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
-    return plan(SMALL, backend="openai", client=client, llm_model="scripted-model")
+    return plan(SMALL, backend="openai", endpoint=LlmEndpoint(client=client, model="scripted-model"))
 
 
 def assert_labelled_offline(report, offline, says: str) -> None:

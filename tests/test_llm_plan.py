@@ -12,6 +12,7 @@ from cli_inprocess import run_cli as in_process
 import pytest
 
 from openai_server import CONTEXT_ERROR, PARSE_ERROR, hang, http_error, reply, tool_calls
+from trainplan.agent.config import LlmEndpoint
 from trainplan.agent.planner import plan
 from trainplan.tools.core.errors import InputError
 
@@ -26,7 +27,7 @@ def offline():
 
 def llm_plan(server, text: str = SMALL, **kwargs):
     client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
-    return plan(text, backend="openai", client=client, llm_model="scripted-model", **kwargs)
+    return plan(text, backend="openai", endpoint=LlmEndpoint(client=client, model="scripted-model"), **kwargs)
 
 
 def test_the_layout_is_the_submitted_one_whatever_the_prose_names(openai_server):

@@ -128,11 +128,14 @@ def plan(
     """A PlanReport for a plain-language request and/or its fields (offline planner unless an LLM is
     configured; backend: auto, offline or openai; engine: whose launch settings the report carries).
     `options` go to trainplan.agent.planner.plan (client, stream, on_event, request)."""
+    from trainplan.agent.config import LlmEndpoint
     from trainplan.agent.planner import plan as _plan
 
     fields = {k: v for k, v in locals().items()
-              if k not in ("request_text", "backend", "llm_model", "engine", "options", "_plan") and v is not None}
-    return _plan(request_text, backend=backend, llm_model=llm_model, engine=engine, **options, **fields)
+              if k not in ("request_text", "backend", "llm_model", "engine", "options", "_plan", "LlmEndpoint")
+              and v is not None}
+    endpoint = LlmEndpoint(client=options.pop("client", None), model=llm_model)
+    return _plan(request_text, backend=backend, endpoint=endpoint, engine=engine, **options, **fields)
 
 
 def limits(solve: str, model: str, gpu: str | None = None, gpus: int = 1, **fields: Any) -> dict:

@@ -94,6 +94,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Plan a training run from plain language: layout, memory, step time, MFU, days and cost."""
         from trainplan.agent.llm import AgentError
+        from trainplan.agent.config import LlmEndpoint
         from trainplan.agent.planner import plan, resolve_backend
 
         allow_data_dirs(data_dir)
@@ -103,7 +104,7 @@ def register(app: typer.Typer) -> None:
         with err.status("planning with the LLM agent..." if chosen == "openai" else "searching layouts...") as status:
             on_event = _progress(status, to_lines=not sys.stderr.isatty())
             try:
-                report = plan(request, backend=chosen, llm_model=llm_model, on_event=on_event, engine=engine.value if engine else None)
+                report = plan(request, backend=chosen, endpoint=LlmEndpoint(model=llm_model), on_event=on_event, engine=engine.value if engine else None)
             except AgentError as exc:
                 from trainplan.agent.prose import neutralise_line
 
