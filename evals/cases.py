@@ -2,7 +2,7 @@
 
 - prediction: trainplan.estimate on the published layout, each published figure compared with the
   matching result key (QUANTITIES); relative error = predicted / published - 1.
-- planning: the planner (search, or the agent once it exists) gets only the request; the plan is
+- planning: the planner (agent/planner.py, offline or openai backend) gets only the request; the plan is
   scored on fit, throughput against the published layout's predicted throughput, GPU-hours and
   cost against the published figures, structure, and the share of grounded numbers. The published
   layout is also ranked against the search's best for its own job and recipe (expert_vs_best: the
@@ -16,7 +16,6 @@ unless the YAML sets one) and the case passes when all of its checks are inside 
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 import time
@@ -25,9 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trainplan
+from trainplan.agent.grounding import check_grounding
+from trainplan.agent.planner import plan as agent_plan
+from trainplan.tools.config.contract import search_fields
 from trainplan.tools.config.engines import ENGINE_DECIDED_KNOBS
 from trainplan.tools.config.contract import Layout
 from trainplan.tools.config.results import Estimate
+from trainplan.tools.perf.pipeline import simulate
+from trainplan.tools.perf.pipeline_closed_form import StageTimes
 
 from .dataset import Case, Dataset
 
@@ -167,38 +171,6 @@ def evaluate_prediction(case: Case, dataset: Dataset | None = None) -> CaseResul
 # ---------------------------------------------------------------------------------------------
 # planning
 
-class PlannerUnavailable(Exception):
-    """No planner is installed yet for the chosen backend."""
-
-
-# Where each backend's planner lives: (module, function), tried in order. The function takes the
-# request (the contract's vocabulary, tools/config/contract.py, as keyword arguments, plus `backend`) and returns a search result
-# {"candidates": [...]}, a PlanReport-like {"recommended": {...}, "markdown"?, "grounding"?}, or
-# one estimate object. Both backends go through the product's planner (agent/planner.py).
-PLANNERS: dict[str, tuple[tuple[str, str], ...]] = {
-    "offline": (("trainplan.agent.planner", "plan"),),
-    "openai": (("trainplan.agent.planner", "plan"),),
-}
-
-
-def resolve_planner(backend: str) -> Callable[..., Any]:
-    """The planner function for a backend, or PlannerUnavailable naming what was looked for."""
-    if backend not in PLANNERS:
-        raise PlannerUnavailable(f"unknown backend '{backend}': use {', '.join(PLANNERS)}")
-    tried = []
-    for module_name, attr in PLANNERS[backend]:
-        tried.append(f"{module_name}.{attr}")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue
-            raise
-        if hasattr(module, attr):
-            return getattr(module, attr)
-    raise PlannerUnavailable(f"planner not available for backend '{backend}' (looked for {', '.join(tried)})")
-
-
 def _plain(obj: Any) -> Any:
     return obj.model_dump(mode="json") if hasattr(obj, "model_dump") else obj
 
@@ -219,8 +191,6 @@ def normalise_plan(raw: Any) -> tuple[dict, float | None]:
     else:
         best = plan
     if share is None and isinstance(plan, dict) and plan.get("markdown") and plan.get("tool_results") is not None:
-        from trainplan.agent.grounding import check_grounding
-
         share = check_grounding(plan["markdown"], [plan["tool_results"], plan.get("request", {})]).share_grounded
     return best, share
 
@@ -248,8 +218,6 @@ def expert_vs_best(reference: dict) -> dict:
     no memory headroom (the published run used its GPUs' memory as it saw fit). Returns the ratio of
     tokens/s, the rank among the search's EXPERT_TOP_K best distinct layouts (EXPERT_TOP_K + 1: below
     all of them), the best layout and whether the published one fits in the memory model."""
-    from trainplan.tools.config.contract import search_fields
-
     fields = search_fields()
     job = {k: v for k, v in reference.items() if k in fields and k not in EXPERT_SEARCHED}
     result = trainplan.search(**job, headroom_gib=0.0, top_k=EXPERT_TOP_K)
@@ -279,13 +247,8 @@ STRUCTURE_CHECKS: dict[str, Callable[[dict], bool]] = {
 def evaluate_planning(case: Case, dataset: Dataset, planner: Callable[..., Any] | None = None,
                       backend: str = "offline") -> CaseResult:
     out = _new(case)
-    if planner is None:
-        try:
-            planner = resolve_planner(backend)
-        except PlannerUnavailable as exc:
-            out.status = "skipped"
-            out.message = str(exc)
-            return out
+    if planner is None:   # the product's planner (agent/planner.py) for either backend
+        planner = agent_plan
     request = case.kwargs()
     accepts = inspect.signature(planner).parameters
     extra = {"backend": backend} if "backend" in accepts or any(
@@ -427,9 +390,6 @@ def claim_min_gpus_for_states(params: float, gpu_memory_gb: float) -> tuple[dict
 
 
 def claim_pipeline_bubble(schedule: str, pp: int, m: int, vpp: int = 1) -> tuple[dict, list[str]]:
-    from trainplan.tools.perf.pipeline import simulate
-    from trainplan.tools.perf.pipeline_closed_form import StageTimes
-
     sim = simulate(schedule, pp, m, vpp=vpp, stages=StageTimes(forward_s=1.0, backward_s=2.0), p2p_s=0.0,
                    record_timeline=False)
     ratio = sim.bubble_fraction / (1 - sim.bubble_fraction)

@@ -17,10 +17,10 @@ UPPER_CASE = re.compile(r"^_?[A-Z][A-Z0-9_]*$")
 
 ALLOWED = {
     # bounds on inputs and loops
-    "tools/hardware/hf.py:MAX_LAYERS": "bound on a config field read from Hugging Face",
-    "tools/hardware/hf.py:MAX_DIMENSION": "bound on a config field read from Hugging Face",
-    "tools/hardware/hf.py:MAX_EXPERTS": "bound on a config field read from Hugging Face",
-    "tools/hardware/hf.py:MAX_POSITIONS": "bound on a config field read from Hugging Face",
+    "tools/hardware/hf_fields.py:MAX_LAYERS": "bound on a config field read from Hugging Face",
+    "tools/hardware/hf_fields.py:MAX_DIMENSION": "bound on a config field read from Hugging Face",
+    "tools/hardware/hf_fields.py:MAX_EXPERTS": "bound on a config field read from Hugging Face",
+    "tools/hardware/hf_fields.py:MAX_POSITIONS": "bound on a config field read from Hugging Face",
     "tools/hardware/specs.py:MAX_TFLOPS": "bound on a GPUSpec field",
     "tools/hardware/specs.py:MAX_MEMORY_GIB": "bound on a GPUSpec field",
     "tools/hardware/specs.py:MAX_BANDWIDTH_GB_S": "bound on a GPUSpec/ClusterSpec field",

@@ -15,7 +15,7 @@ from trainplan.cli import load_command
 from trainplan.cli_export import export_from_options
 from trainplan.tools.core.enums import LoraTargets, Method
 from trainplan.tools.core.enums import LossKernel
-from trainplan.agent import registry
+from trainplan.agent import registry, tool_args
 from trainplan.tools.config.contract import DEFAULT_SEQ_CAP, SEARCHED_KNOBS, Job, Layout, ParallelConfig, SearchOptions, search_fields
 from trainplan.tools.config.results import Estimate
 from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, Precision, Recompute, RecomputeModule, Schedule
@@ -46,11 +46,11 @@ def test_cli_options_and_tool_arguments_derive_from_the_fields():
     assert set(_cli_options("search")) >= set(search_fields())
     export = _cli_options("export")
     assert set(Layout.model_fields) <= set(export) and {"model", "gpu", "gpus", "gpus_per_node"} <= set(export)
-    assert set(Layout.model_fields) <= set(registry.LayoutArgs.model_fields)
+    assert set(Layout.model_fields) <= set(tool_args.LayoutArgs.model_fields)
     for name, info in Layout.model_fields.items():      # one description, everywhere
-        assert registry.LayoutArgs.model_fields[name].description.startswith(info.description)
+        assert tool_args.LayoutArgs.model_fields[name].description.startswith(info.description)
         assert estimate[name].help.startswith(info.description.split("; null:")[0])
-    assert set(SearchOptions.model_fields) - {"pareto"} <= set(registry.SearchArgs.model_fields)
+    assert set(SearchOptions.model_fields) - {"pareto"} <= set(tool_args.SearchArgs.model_fields)
 
 
 def test_searched_knobs_are_the_search_pins():

@@ -18,8 +18,7 @@ from typer.testing import CliRunner
 
 import trainplan
 from trainplan.cli import app
-from trainplan.evals import cases as cases_module
-from trainplan.evals.cases import CLAIM_CHECKS, QUANTITIES, STRUCTURE_CHECKS, PlannerUnavailable, resolve_planner
+from trainplan.evals.cases import CLAIM_CHECKS, QUANTITIES, STRUCTURE_CHECKS
 from trainplan.evals.dataset import RUNS_DIR, Dataset, calibration_unknown_cases, load_dataset
 from trainplan.evals.report import render_markdown, text_plot
 from trainplan.evals.runner import crashed, finite_errors, run_eval
@@ -265,26 +264,12 @@ def test_planning_grounding_share_is_scored(dataset: Dataset) -> None:
     assert case["checks"]["grounded_share"] is False and case["pass"] is False
 
 
-def test_planning_skips_when_no_planner(dataset: Dataset, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(cases_module.PLANNERS, "offline", (("trainplan.no_such_planner", "plan"),))
-    with pytest.raises(PlannerUnavailable):
-        resolve_planner("offline")
-    report = run_eval(dataset, kind="planning")
-    assert {c["status"] for c in report["cases"]} == {"skipped"}
-    assert all("not available" in c["message"] for c in report["cases"])
-    assert not crashed(report)
-
-
 @pytest.mark.slow
 def test_full_planning_eval(dataset: Dataset, request: pytest.FixtureRequest) -> None:
-    """The real planner on every planning case: opt in with `pytest -m slow`; skipped until the planner exists."""
+    """The real planner on every planning case: opt in with `pytest -m slow`."""
     markexpr = request.config.getoption("markexpr") or ""
     if "slow" not in markexpr or "not slow" in markexpr:
         pytest.skip("slow: run with pytest -m slow")
-    try:
-        resolve_planner("offline")
-    except PlannerUnavailable as exc:
-        pytest.skip(str(exc))
     report = run_eval(dataset, kind="planning")
     assert not crashed(report), [c["message"] for c in report["cases"]]
     assert finite_errors(report)

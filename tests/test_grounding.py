@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainplan.agent.grounding import UNGROUNDED_MARK, RequestText, check_grounding, extract_numbers, mark_ungrounded
+from trainplan.agent.grounding import UNGROUNDED_MARK, RequestText, check_grounding, mark_ungrounded
+from trainplan.agent.number_mentions import extract_numbers
 
 RESULT = {
     "params": {"total": 70_553_706_496, "active": 70_553_706_496},

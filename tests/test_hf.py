@@ -13,7 +13,8 @@ import pytest
 from trainplan.tools.hardware.catalog import load_model
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.hardware.hf import READERS, spec_from_config
+from trainplan.tools.hardware.hf import spec_from_config
+from trainplan.tools.hardware.hf_readers import READERS
 
 
 def total(config: dict, name: str = "test") -> int:

@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field
 
 from trainplan import cli_common
-from trainplan.agent import registry, request
+from trainplan.agent import request, tool_args
 from trainplan.tools.config.contract import Job, Layout, SearchOptions, search_fields
 from trainplan.tools.config.fields import NOT_LEAN, Knob, asked_names, fields_of, knob_names, lean_dropped
 from trainplan.tools.search import space
@@ -38,8 +38,8 @@ def test_cli_options_offer_the_new_knobs():
 
 
 def test_tool_schemas_take_the_new_knobs():
-    one_step = registry.layout_args_model(layout=LayoutWithNewKnobs).model_json_schema()["properties"]
-    search = registry.search_args_model(layout=LayoutWithNewKnobs).model_json_schema()["properties"]
+    one_step = tool_args.layout_args_model(layout=LayoutWithNewKnobs).model_json_schema()["properties"]
+    search = tool_args.search_args_model(layout=LayoutWithNewKnobs).model_json_schema()["properties"]
     assert set(NEW) <= set(one_step) and set(NEW) <= set(search)
     assert search["xp"]["description"].startswith("pin the x-parallel size")
 

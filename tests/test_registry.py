@@ -11,10 +11,11 @@ import pytest
 from pydantic import Field
 
 import trainplan
-from trainplan.agent import registry
+from trainplan.agent import registry, tool_args
 from trainplan.tools.hardware.catalog import load_model
 from trainplan.tools.hardware.counting import count_params
-from trainplan.agent.registry import TOOLS, Tool, ToolArgs, default_gbs, dispatch, openai_tools
+from trainplan.agent.registry import TOOLS, Tool, default_gbs, dispatch, openai_tools
+from trainplan.agent.tool_args import ToolArgs
 
 NAMES = ["list_catalog", "describe_model", "calculate_memory", "find_limit", "estimate_step_time", "simulate_pipeline",
          "estimate_cost", "search_configs", "submit_plan"]
@@ -94,8 +95,8 @@ def test_non_strict_schema_keeps_required_only_for_required():
 
 
 def test_vocabulary_names():
-    fields = set(registry.MemoryArgs.model_fields) | set(registry.SearchArgs.model_fields) | set(
-        registry.CostArgs.model_fields)
+    fields = set(tool_args.MemoryArgs.model_fields) | set(tool_args.SearchArgs.model_fields) | set(
+        tool_args.CostArgs.model_fields)
     assert {"model", "gpu", "gpus", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute",
             "schedule", "precision", "tokens", "price"} <= fields
 
@@ -111,7 +112,7 @@ def test_calculate_memory_matches_estimate():
 
 
 def test_strict_nulls_resolve_to_defaults():
-    nulls = {name: None for name in registry.StepArgs.model_fields if name not in JOB}
+    nulls = {name: None for name in tool_args.StepArgs.model_fields if name not in JOB}
     result = dispatch("estimate_step_time", json.dumps({**JOB, **nulls, "seq": 8192}))
     reference = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=64, seq=8192,
                                    gbs=default_gbs(8192, 64, count_params(load_model("llama3-8b")).total)).model_dump(mode="json")

@@ -43,7 +43,7 @@ def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:
 
 def learned_positions(model: ModelSpec) -> int:
     """Positions a learned-position model can run (0: no learned table): its max_seq_len, which the table's
-    rows hold (OPT's table has 2 rows more, an offset, tools/hardware/hf.py)."""
+    rows hold (OPT's table has 2 rows more, an offset, tools/hardware/hf_readers.py)."""
     return model.max_seq_len if model.learned_position_embeddings else 0
 
 
