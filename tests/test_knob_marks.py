@@ -1,7 +1,7 @@
 """The knob lists derived from contract.Knob marks equal the hand lists they replaced, names and order
 (the golden test, the prompt and the planner's request order read them)."""
 
-from trainplan.agent import registry, request
+from trainplan.agent import request, tool_args
 from trainplan.tools.config import contract
 from trainplan.tools.search import space
 
@@ -27,7 +27,7 @@ def test_request_lists_are_the_former_literals():
 
 
 def test_tool_and_search_lists_are_the_former_literals():
-    assert registry._NOT_FOR_ONE_STEP == ("tokens", "price", "goodput", "ramp_start_gbs", "ramp_tokens")
+    assert tool_args._NOT_FOR_ONE_STEP == ("tokens", "price", "goodput", "ramp_start_gbs", "ramp_tokens")
     assert space.STORAGE_KNOBS == ("bf16_moments", "fp8_activations")
     assert space.FIXED_KNOBS == tuple(n for n in contract.SEARCH_FIXED_KNOBS if n not in ("gbs", "seq", "precision"))
 

@@ -18,7 +18,7 @@ Data flow (ARCHITECTURE.md draws it):
 What derives from these fields (nothing else lists the knobs):
 - the CLI options of `estimate`, `export` and `search` (trainplan/cli_common.py `options`),
 - the tool argument models of `calculate_memory`, `estimate_step_time`, `search_configs`, `submit_plan`
-  (agent/registry.py builds them with `optional_model`) and the planner's PlanRequest (agent/request.py),
+  (agent/tool_args.py builds them with `optional_model`) and the planner's PlanRequest (agent/request.py),
 - the `config` echoed in every result (`Config` below), `estimate --from` / `export --from`, the
   report's launch settings and `trainplan estimate`'s readable view,
 - the `trainplan.estimate` / `trainplan.search` / `trainplan.plan` keyword parameters (written out for
