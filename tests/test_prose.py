@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from openai_server import reply, tool_calls
+from trainplan.agent.config import LlmEndpoint
 from trainplan.agent.planner import plan
 from trainplan.agent.prose import neutralise, neutralise_line, strip_terminal_controls
 
@@ -90,7 +91,7 @@ def hostile_report(openai_server):
     openai_server.script(tool_calls(("submit_plan", {"layout": job})), reply(HOSTILE))
     client = openai.OpenAI(base_url=openai_server.base_url, api_key="test", max_retries=0)
     return plan("Llama 3 8B on 64 H100s for 100B tokens, seq 4096, global batch 256", backend="openai",
-                client=client, llm_model="scripted`model\x1b[31m")
+                endpoint=LlmEndpoint(client=client, model="scripted`model\x1b[31m"))
 
 
 def test_the_report_holds_no_raw_markup_from_the_llm(hostile_report):
