@@ -37,7 +37,7 @@ from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.contract import SEARCH_CHOSEN_KNOBS, check_job_numbers, default_gbs, default_seq
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import evaluate
-from trainplan.tools.config.engines import ENGINES, engine_knobs, runs
+from trainplan.tools.config.engines import check_engine, engine_knobs, runs
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.config.contract import Layout
 from trainplan.tools.config.layout import check_moe_a2a_overlap_job, resolve_config
@@ -143,8 +143,8 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
     if evidence_margin is not None and (isinstance(evidence_margin, bool) or not isinstance(
             evidence_margin, (int, float)) or not 0 <= evidence_margin <= 10):
         raise InputError(f"evidence_margin={evidence_margin!r} must be a share from 0 to 10 (0.05: 5%)")
-    if engine is not None and getattr(engine, "value", engine) not in ENGINES:
-        raise InputError(f"engine='{engine}' is not one of: {', '.join(ENGINES)}")
+    if engine is not None:
+        check_engine(getattr(engine, "value", engine))
     if max_gpus is not None and max_gpus < gpus:
         raise InputError(f"max_gpus={max_gpus} is below gpus={gpus}: max_gpus is the most GPUs to try")
     try:
