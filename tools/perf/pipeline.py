@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 from trainplan.tools.core.errors import InputError
@@ -134,7 +135,34 @@ class _Plan:
     durations: tuple[list[float], ...]   # per op kind (_F, _B, _I, _W): seconds per virtual stage
     paired: list[float] | None       # seconds of a combined op per virtual stage; None: its F + B
     owner: list[int]                 # owner[mb * V + vs]: the rank that runs it
-    orders: list[list[tuple]]        # per rank, ops (kind, mb, vs, mb2, vs2) in issue order
+    orders: tuple[tuple[tuple, ...], ...]   # per rank, ops (kind, mb, vs, mb2, vs2) in issue order
+
+
+MAX_CACHED_UNITS = 2**17
+"""Shapes up to this many units (pp x micro-batches x vpp; at most about 30 MB of op tuples each, 16 shapes
+kept) keep their op orders in memory; larger ones are built each time."""
+
+
+def _orders(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[tuple[tuple, ...], ...]:
+    """Each rank's op order, from the cache where the shape is small enough (MAX_CACHED_UNITS)."""
+    build = _cached_orders if pp * m * vpp <= MAX_CACHED_UNITS else _cached_orders.__wrapped__
+    return build(s, pp, m, vpp, combined)
+
+
+@lru_cache(maxsize=16)
+def _cached_orders(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[tuple[tuple, ...], ...]:
+    """Each rank's op order: a pure function of the schedule's shape, built once per shape (the search
+    simulates many layouts of one shape with other durations)."""
+    if s is Schedule.dualpipe:
+        orders = [_order_dualpipe(pp, m, r) for r in range(pp)]
+    elif s is Schedule.interleaved:
+        orders = [_order_interleaved(pp, m, vpp, r, combined) for r in range(pp)]
+    elif s is Schedule.one_f_one_b:
+        orders = [_order_1f1b(pp, m, r, combined) for r in range(pp)]
+    else:
+        build = {Schedule.gpipe: _order_gpipe, Schedule.zb_h1: _order_zb_h1}[s]
+        orders = [build(pp, m, r) for r in range(pp)]
+    return tuple(tuple(order) for order in orders)
 
 
 def _plan(s: Schedule, pp: int, m: int, vpp: int, fwd: list[float], bwd: list[float],
@@ -147,7 +175,6 @@ def _plan(s: Schedule, pp: int, m: int, vpp: int, fwd: list[float], bwd: list[fl
         num_virtual, f_d, b_d, w_d = pp, fwd, bwd, wgt
         combined = False   # DualPipe's FB op takes F + B (module doc)
         owner = [vs if mb < m // 2 else pp - 1 - vs for mb in range(m) for vs in range(pp)]
-        orders = [_order_dualpipe(pp, m, r) for r in range(pp)]
     else:
         # pp * vpp virtual stages; virtual stage vs is chunk vs // pp of rank vs % pp, 1/vpp of its stage.
         num_virtual = pp * vpp
@@ -155,13 +182,7 @@ def _plan(s: Schedule, pp: int, m: int, vpp: int, fwd: list[float], bwd: list[fl
         b_d = [bwd[vs % pp] / vpp for vs in range(num_virtual)]
         w_d = [wgt[vs % pp] / vpp for vs in range(num_virtual)]
         owner = [vs % pp for vs in range(num_virtual)] * m
-        if s is Schedule.interleaved:
-            orders = [_order_interleaved(pp, m, vpp, r, combined) for r in range(pp)]
-        elif s is Schedule.one_f_one_b:
-            orders = [_order_1f1b(pp, m, r, combined) for r in range(pp)]
-        else:
-            build = {Schedule.gpipe: _order_gpipe, Schedule.zb_h1: _order_zb_h1}[s]
-            orders = [build(pp, m, r) for r in range(pp)]
+    orders = _orders(s, pp, m, vpp, combined)
     i_d = [b - w for b, w in zip(b_d, w_d)]
     x_d = [paired[vs % pp] / vpp for vs in range(num_virtual)] if combined else None
     return _Plan(num_virtual, (f_d, b_d, i_d, w_d), x_d, owner, orders)
@@ -253,20 +274,39 @@ def _run(plan: _Plan, pp: int, m: int, p2p_s: float, record_timeline: bool) -> t
     return free, raw
 
 
-def _busy_and_peak(plan: _Plan, pp: int, unit: int) -> tuple[list[float], list[float]]:
-    """Per rank: compute seconds, and the most micro-batches whose forward activations are held at
-    once (module doc), counting `unit` chunks as one micro-batch; walked in each rank's op order."""
+def _busy(plan: _Plan, pp: int) -> list[float]:
+    """Per rank: compute seconds, summed in the rank's op order."""
     dur, x_d = plan.durations, plan.paired
     f_d, b_d = dur[_F], dur[_B]
-    busy, peak = [], []
+    busy = []
     for r in range(pp):
-        total, held, top = 0.0, 0, 0
+        total = 0.0
         for kind, mb, vs, mb2, vs2 in plan.orders[r]:
             if kind == _X:
                 total += f_d[vs] + b_d[vs2] if x_d is None else x_d[vs]
             else:
                 total += dur[kind][vs]
-            if kind == _X and x_d is not None:
+        busy.append(total)
+    return busy
+
+
+def _peak_held(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[float, ...]:
+    """_held_peaks, from the cache where the shape is small enough (MAX_CACHED_UNITS)."""
+    find = _held_peaks if pp * m * vpp <= MAX_CACHED_UNITS else _held_peaks.__wrapped__
+    return find(s, pp, m, vpp, combined)
+
+
+@lru_cache(maxsize=64)
+def _held_peaks(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[float, ...]:
+    """Per rank: the most micro-batches whose forward activations are held at once (module doc), counting
+    vpp chunks as one micro-batch (dualpipe: one); walked in each rank's op order, so it depends on the
+    schedule's shape alone."""
+    unit = 1 if s is Schedule.dualpipe else vpp
+    peak = []
+    for order in _orders(s, pp, m, vpp, combined):
+        held, top = 0, 0
+        for kind, *_ in order:
+            if kind == _X and combined:
                 # Megatron's combined step frees the backward's layers as the forward fills its own (forward
                 # layer i beside backward layer L-1-i): at chunk granularity the held count does not rise.
                 continue
@@ -275,9 +315,8 @@ def _busy_and_peak(plan: _Plan, pp: int, unit: int) -> tuple[list[float], list[f
                 top = max(top, held)
             if kind != _F and kind != _I:    # B, W and FB free a micro-batch's activations
                 held -= 1
-        busy.append(total)
         peak.append(top / unit)
-    return busy, peak
+    return tuple(peak)
 
 
 def _events(s: Schedule, pp: int, m: int, raw: list[list[tuple]]) -> list[PipelineEvent]:
@@ -326,7 +365,8 @@ def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int 
         paired = _per_stage("paired_s", paired_s, pp)
     plan = _plan(s, pp, m, vpp, fwd, bwd, wgt, paired)
     free, raw = _run(plan, pp, m, p2p_s, record_timeline)
-    busy, peak = _busy_and_peak(plan, pp, unit=1 if s is Schedule.dualpipe else vpp)
+    busy = _busy(plan, pp)
+    peak = list(_peak_held(s, pp, m, vpp, plan.paired is not None))
     makespan = max(free)
     return PipelineResult(
         schedule=s.value, pp=pp, num_microbatches=m, vpp=vpp, makespan_s=makespan,
