@@ -30,7 +30,7 @@ SCALAR_SAMPLE = 60
 def scalar_rate(kwargs: dict, sample: int = SCALAR_SAMPLE) -> float:
     """Layouts per second of the exact scalar path on a random sample of the valid layouts."""
     kw = {k: v for k, v in kwargs.items() if k not in ("max_gpus", "pareto")}
-    job, _, _ = prepare(**kw)
+    job, _, _ = prepare(SearchRequest.of(**kw))
     space = enumerate_space(job.model, kw["gpus"], job.gbs, job.seq, job.node, False, job.pins)
     reason, _, _ = validity(job.model, space, job.gbs, job.seq, job.node, False)
     valid = np.nonzero(reason < 0)[0]

@@ -13,7 +13,7 @@ from trainplan.tools.config.engines import ENGINES, FP32_PARAM_ENGINES, stores_f
 from trainplan.tools.perf.finetune import model_states_sentence
 from trainplan.tools.config.layout import resolve_config
 from trainplan.tools.perf.memory import GIB, MASTER_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, memory_breakdown
-from trainplan.tools.search.driver import prepare, search
+from trainplan.tools.search.driver import SearchRequest, prepare, search
 
 H100 = load_gpu("h100-sxm-80gb")
 MODEL = load_model("llama3-8b")
@@ -97,10 +97,10 @@ def test_the_engines_store_their_parameters_as_the_knob_says():
 
 
 def test_a_search_for_an_engine_takes_its_parameter_storage():
-    torchtitan, _, _ = prepare("llama3-8b", "h100", 8, gbs=64, seq=4096, engine="torchtitan")
-    megatron, _, _ = prepare("llama3-8b", "h100", 8, gbs=64, seq=4096, engine="megatron")
-    anyone, _, _ = prepare("llama3-8b", "h100", 8, gbs=64, seq=4096)
-    pinned, _, _ = prepare("llama3-8b", "h100", 8, gbs=64, seq=4096, engine="torchtitan", fp32_params=False)
+    torchtitan, _, _ = prepare(SearchRequest.of("llama3-8b", "h100", 8, gbs=64, seq=4096, engine="torchtitan"))
+    megatron, _, _ = prepare(SearchRequest.of("llama3-8b", "h100", 8, gbs=64, seq=4096, engine="megatron"))
+    anyone, _, _ = prepare(SearchRequest.of("llama3-8b", "h100", 8, gbs=64, seq=4096))
+    pinned, _, _ = prepare(SearchRequest.of("llama3-8b", "h100", 8, gbs=64, seq=4096, engine="torchtitan", fp32_params=False))
     assert torchtitan.fp32_params and not megatron.fp32_params and not anyone.fp32_params
     assert not pinned.fp32_params
 

@@ -22,7 +22,7 @@ from trainplan.tools.config.codes import RECOMPUTE_BY_CODE as _RECOMPUTE_BY_CODE
 from trainplan.tools.config.codes import SCHEDULE_CODES as _S
 from trainplan.tools.perf.pipeline_closed_form import StageTimes
 from trainplan.tools.perf.pipeline_closed_form import makespan_closed_form as pipeline_makespan
-from trainplan.tools.search.driver import R_SCALAR_INVALID, prepare, scalar_policy_reason, search, search_scalar
+from trainplan.tools.search.driver import R_SCALAR_INVALID, SearchRequest, prepare, scalar_policy_reason, search, search_scalar
 from trainplan.tools.search.score import dp_optimizer_p2p, stage_counts as _stage_counts, work_pieces as _work_pieces
 from trainplan.tools.search.space import (
     KNOBS, R_BUDGET, R_DEADLINE, R_MEMORY, REASONS, Pins, enumerate_space, gpu_counts, validity,
@@ -184,7 +184,7 @@ def _scalar_valid(job, row) -> bool:
     ("deepseek-v2-lite", 16, 32, 4096, {"dp_shard": [2, 3]}),  # hybrid sharding: dp, zero and expert rules
 ])
 def test_validity_masks_match_resolve_config(model, gpus, gbs, seq, pins):
-    job, _, _ = prepare(model, "h100", gpus, gbs=gbs, seq=seq, **pins)
+    job, _, _ = prepare(SearchRequest.of(model, "h100", gpus, gbs=gbs, seq=seq, **pins))
     space = enumerate_space(job.model, gpus, gbs, seq, job.node, False, job.pins)
     reason, _, _ = validity(job, space)
     assert space["tp"].size > 50
@@ -202,7 +202,7 @@ def test_validity_masks_match_resolve_config(model, gpus, gbs, seq, pins):
 ])
 def test_stage_pieces_and_dp_terms_match_step(model, gpu, gpus, gbs, seq, precision):
     """The vectorised time model's building blocks equal step.py's, stage by stage."""
-    job, _, _ = prepare(model, gpu, gpus, gbs=gbs, seq=seq, precision=precision)
+    job, _, _ = prepare(SearchRequest.of(model, gpu, gpus, gbs=gbs, seq=seq, precision=precision))
     cluster = job.cluster(gpus)
     rng = np.random.default_rng(0)
     space = enumerate_space(job.model, gpus, gbs, seq, job.node, False, Pins())

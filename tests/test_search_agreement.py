@@ -10,7 +10,7 @@ import pytest
 from trainplan.tools.config.codes import RECOMPUTE_BY_CODE, SCHEDULE_BY_CODE
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.layout import resolve_config
-from trainplan.tools.search.driver import exact, prepare, scalar_policy_reason
+from trainplan.tools.search.driver import SearchRequest, exact, prepare, scalar_policy_reason
 from trainplan.tools.search.score import fixed_knobs, vector_memory, vector_times
 from trainplan.tools.search.space import REASONS, enumerate_space, row, validity
 from trainplan.tools.config.validity import RULES, Knobs
@@ -72,7 +72,7 @@ def _messages(job, layout: dict, reason: str) -> set[str]:
 @pytest.mark.parametrize("case", range(len(JOBS)))
 def test_vectorised_and_scalar_paths_agree_on_random_layouts(case):
     model, gpu, gpus, gbs, seq, precision, fixed = JOBS[case]
-    job, _, _ = prepare(model, gpu, gpus, gbs=gbs, seq=seq, precision=precision, **fixed)
+    job, _, _ = prepare(SearchRequest.of(model, gpu, gpus, gbs=gbs, seq=seq, precision=precision, **fixed))
     space = enumerate_space(job.model, gpus, gbs, seq, job.node, True, job.pins)   # tp across nodes too
     reason, dp, m = validity(job, space)
     rng = np.random.default_rng(case)
@@ -105,7 +105,7 @@ def test_vectorised_and_scalar_paths_agree_on_random_layouts(case):
 
 def test_the_scalar_refusal_names_the_rule_the_masks_apply():
     """resolve_config raises the message of the very rule the search counts the layout under."""
-    job, _, _ = prepare("llama3-8b", "h100", 16, gbs=48, seq=4096, tp=[1, 2, 16], vpp=[1, 3])
+    job, _, _ = prepare(SearchRequest.of("llama3-8b", "h100", 16, gbs=48, seq=4096, tp=[1, 2, 16], vpp=[1, 3]))
     space = enumerate_space(job.model, 16, 48, 4096, job.node, False, job.pins)
     reason, _, _ = validity(job, space)
     seen = set()

@@ -10,7 +10,7 @@ import pytest
 import trainplan
 from trainplan.tools.config.codes import RECOMPUTE_CODES
 from trainplan.tools.perf.recompute import DEFAULT_MASK, mask_of, modules_of
-from trainplan.tools.search.driver import exact, prepare, search, search_scalar
+from trainplan.tools.search.driver import SearchRequest, exact, prepare, search, search_scalar
 from trainplan.tools.search.recipes import recompute_choices, recompute_costs
 from trainplan.tools.search.score import fit_recipes
 from trainplan.tools.search.space import R_MEMORY, enumerate_space, validity
@@ -26,7 +26,7 @@ def _rate(costs, key):
 
 
 def test_the_ladder_climbs_by_price_and_stops_where_full_recompute_is_cheaper():
-    job, _, _ = prepare(**DSV3)
+    job, _, _ = prepare(SearchRequest.of(**DSV3))
     costs = recompute_costs(job)
     ladder = job.recompute_ladder
     assert ladder[0] == (_NONE, 0)
@@ -48,7 +48,7 @@ def test_the_ladder_climbs_by_price_and_stops_where_full_recompute_is_cheaper():
 
 
 def test_named_modules_and_pinned_modes_bound_the_choice():
-    job, _, _ = prepare(**DSV3, recompute_modules="layernorm,moe_act")
+    job, _, _ = prepare(SearchRequest.of(**DSV3, recompute_modules="layernorm,moe_act"))
     given = mask_of([RecomputeModule.layernorm, RecomputeModule.moe_act])
     # Naming modules asks for selective recompute of them (as estimate reads it): no 'none' that drops them.
     assert job.recompute_ladder == ((_SELECTIVE, given),)
@@ -56,18 +56,18 @@ def test_named_modules_and_pinned_modes_bound_the_choice():
     result = search(model="llama3-70b", gpu="mi300x", gpus=64, recompute_modules="mlp", top_k=3)
     assert [(c["config"]["recompute"], c["config"]["recompute_modules"]) for c in result.candidates] == \
         [("selective", ["mlp"])] * len(result.candidates)
-    job, _, _ = prepare(**DSV3, recompute="full")
+    job, _, _ = prepare(SearchRequest.of(**DSV3, recompute="full"))
     assert recompute_choices(job, None) == ((), ((_FULL, 0),))
-    job, _, _ = prepare(**DSV3, recompute="none")
+    job, _, _ = prepare(SearchRequest.of(**DSV3, recompute="none"))
     assert job.recompute_ladder == ((_NONE, 0),)
 
 
 def test_low_precision_storage_is_tried_only_with_fp8_and_only_when_open():
-    fp8, _, _ = prepare(**DSV3)
+    fp8, _, _ = prepare(SearchRequest.of(**DSV3))
     assert fp8.storage_variants == ((), (("bf16_moments", True), ("fp8_activations", True)))
-    bf16, _, _ = prepare(**{**DSV3, "precision": "bf16"})
+    bf16, _, _ = prepare(SearchRequest.of(**{**DSV3, "precision": "bf16"}))
     assert bf16.storage_variants == ((),)
-    pinned, _, _ = prepare(**DSV3, bf16_moments=False)
+    pinned, _, _ = prepare(SearchRequest.of(**DSV3, bf16_moments=False))
     assert pinned.storage_variants == ((), (("fp8_activations", True),))
     assert "bf16_moments" not in pinned.chosen
 
@@ -75,7 +75,7 @@ def test_low_precision_storage_is_tried_only_with_fp8_and_only_when_open():
 def test_each_layout_keeps_the_cheapest_choice_that_fits():
     """fit_recipes: a row that fits as enumerated keeps it; one that does not climbs to the first
     (step, storage) that fits, and every earlier choice does not fit."""
-    job, _, _ = prepare("deepseek-v2-lite", "h800", 16, gbs=64, seq=4096, precision="fp8", headroom_gib=40.0)
+    job, _, _ = prepare(SearchRequest.of("deepseek-v2-lite", "h800", 16, gbs=64, seq=4096, precision="fp8", headroom_gib=40.0))
     space = enumerate_space(job.model, 16, job.gbs, job.seq, job.node, False, job.pins, job.recompute_options)
     reason, dp, m = validity(job, space)
     live = np.nonzero(reason < 0)[0]

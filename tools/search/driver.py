@@ -49,6 +49,7 @@ from trainplan.tools.search.explain import explain_runner_up, label, no_feasible
 from trainplan.tools.search.rank import best_rows, collapse_twins, objective_of, pareto_front, result_key
 from trainplan.tools.core.enums import Objective
 from trainplan.tools.search.recipes import chosen_note, recompute_choices, storage_variants
+from trainplan.tools.search.request import SearchRequest
 from trainplan.tools.search.results import SearchJobSummary, SearchResult
 from trainplan.tools.search.score import evaluate_count, fixed_knobs
 from trainplan.tools.search.space import (
@@ -59,7 +60,7 @@ from trainplan.tools.search.space import (
 from trainplan.tools.core.enums import Precision, Recompute, Schedule
 from trainplan.tools.config.validity import Knobs, broken_policy
 
-__all__ = ["CALCULON_LAYOUTS_PER_S", "KNOBS", "Objective", "Pins", "REASONS", "enumerate_space", "exact",
+__all__ = ["CALCULON_LAYOUTS_PER_S", "KNOBS", "Objective", "Pins", "REASONS", "SearchRequest", "enumerate_space", "exact",
            "explain_runner_up", "label", "no_feasible_hint", "prepare", "search", "search_scalar", "validity"]
 
 RESCORE_MIN = 32
@@ -113,40 +114,33 @@ def names_lora(method: object) -> bool:
         return False
 
 
-def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int | None = None,
-            tokens: str | float | None = None, price: float | None = None, precision: str | None = None,
-            objective: str | None = None, top_k: int | None = None, tp=None, pp=None, cp=None, ep=None, vpp=None,
-            zero=None, dp_shard=None, mbs=None, recompute=None, schedule=None, max_gpus: int | None = None,
-            deadline_days: float | None = None, budget_usd: float | None = None, headroom_gib: float | None = None,
-            allow_cross_node_tp: bool | None = None, pareto: bool | None = None, goodput: float | None = None,
-            gpus_per_node: int | None = None, intra_node_bw: float | None = None,
-            inter_node_bw: float | None = None, engine: str | None = None, evidence_margin: float | None = None,
-            **fixed) -> tuple[SearchJob, Objective, list[int]]:
+def prepare(request: SearchRequest) -> tuple[SearchJob, Objective, list[int]]:
     """Check a search request (InputError on bad input) -> (job, objective, GPU counts to try)."""
-    model_spec, gpu_spec = load_model(model), load_gpu(gpu)
+    r = request
+    model_spec, gpu_spec = load_model(r.model), load_gpu(r.gpu)
     # None means the shared default (contract.py): seq and gbs by their rules, the search options below.
-    objective, top_k = objective or Objective.throughput, top_k or 5
-    precision = precision or Precision.bf16
-    allow_cross_node_tp, pareto = bool(allow_cross_node_tp), bool(pareto)
-    for name, value in (("gpus", gpus), ("gbs", gbs), ("top_k", top_k), ("max_gpus", max_gpus), ("seq", seq),
-                        ("gpus_per_node", gpus_per_node)):
+    objective, top_k = r.objective or Objective.throughput, r.top_k or 5
+    precision = r.precision or Precision.bf16
+    allow_cross_node_tp, pareto = bool(r.allow_cross_node_tp), bool(r.pareto)
+    for name, value in (("gpus", r.gpus), ("gbs", r.gbs), ("top_k", top_k), ("max_gpus", r.max_gpus), ("seq", r.seq),
+                        ("gpus_per_node", r.gpus_per_node)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0):
             raise InputError(f"{name}={value!r} must be a positive whole number")
-    if headroom_gib is None:
-        headroom_gib = DEFAULT_HEADROOM * gpu_spec.memory_gib
-    check_job_numbers({"price": price, "deadline_days": deadline_days, "budget_usd": budget_usd,
-                       "intra_node_bw": intra_node_bw, "inter_node_bw": inter_node_bw, "headroom_gib": headroom_gib,
-                       "goodput": goodput, "tokens": tokens, "gpus": gpus, "max_gpus": max_gpus, "gbs": gbs,
-                       "seq": seq, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp, "mbs": mbs,
-                       "dp_shard": dp_shard},
+    headroom_gib = DEFAULT_HEADROOM * gpu_spec.memory_gib if r.headroom_gib is None else r.headroom_gib
+    check_job_numbers({"price": r.price, "deadline_days": r.deadline_days, "budget_usd": r.budget_usd,
+                       "intra_node_bw": r.intra_node_bw, "inter_node_bw": r.inter_node_bw, "headroom_gib": headroom_gib,
+                       "goodput": r.goodput, "tokens": r.tokens, "gpus": r.gpus, "max_gpus": r.max_gpus, "gbs": r.gbs,
+                       "seq": r.seq, "tp": r.tp, "pp": r.pp, "cp": r.cp, "ep": r.ep, "vpp": r.vpp, "mbs": r.mbs,
+                       "dp_shard": r.dp_shard},
                       gpu_spec.memory_gib)
-    if evidence_margin is not None and (isinstance(evidence_margin, bool) or not isinstance(
-            evidence_margin, (int, float)) or not 0 <= evidence_margin <= 10):
-        raise InputError(f"evidence_margin={evidence_margin!r} must be a share from 0 to 10 (0.05: 5%)")
+    margin = r.evidence_margin
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin <= 10):
+        raise InputError(f"evidence_margin={margin!r} must be a share from 0 to 10 (0.05: 5%)")
+    engine = getattr(r.engine, "value", r.engine)
     if engine is not None:
-        check_engine(getattr(engine, "value", engine))
-    if max_gpus is not None and max_gpus < gpus:
-        raise InputError(f"max_gpus={max_gpus} is below gpus={gpus}: max_gpus is the most GPUs to try")
+        check_engine(engine)
+    if r.max_gpus is not None and r.max_gpus < r.gpus:
+        raise InputError(f"max_gpus={r.max_gpus} is below gpus={r.gpus}: max_gpus is the most GPUs to try")
     try:
         objective_enum = Objective(getattr(objective, "value", objective))
     except ValueError:
@@ -156,36 +150,38 @@ def prepare(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int
     except ValueError:
         raise InputError(f"precision='{precision}' is not one of: bf16, fp8") from None
     gpu_spec.peak_tflops(precision_enum)    # InputError when the GPU has no FP8
-    tokens_value = parse_tokens(tokens)
-    for name, value in (("deadline_days", deadline_days), ("budget_usd", budget_usd), ("pareto", pareto or None)):
+    tokens_value = parse_tokens(r.tokens)
+    for name, value in (("deadline_days", r.deadline_days), ("budget_usd", r.budget_usd), ("pareto", pareto or None)):
         if value is not None and tokens_value is None:
             raise InputError(f"{name} needs the training tokens: pass tokens (e.g. 15.6T)")
     pins = Pins(
-        tp=_ints("tp", tp, 1), pp=_ints("pp", pp, 1), cp=_ints("cp", cp, 1), ep=_ints("ep", ep, 1),
-        vpp=_ints("vpp", vpp, 1), zero=_ints("zero", zero, 0, 3), dp_shard=_ints("dp_shard", dp_shard, 1),
-        mbs=_ints("mbs", mbs, 1),
-        recompute=_codes("recompute", Recompute, recompute, _R), schedule=_codes("schedule", Schedule, schedule, _S),
+        tp=_ints("tp", r.tp, 1), pp=_ints("pp", r.pp, 1), cp=_ints("cp", r.cp, 1), ep=_ints("ep", r.ep, 1),
+        vpp=_ints("vpp", r.vpp, 1), zero=_ints("zero", r.zero, 0, 3), dp_shard=_ints("dp_shard", r.dp_shard, 1),
+        mbs=_ints("mbs", r.mbs, 1),
+        recompute=_codes("recompute", Recompute, r.recompute, _R),
+        schedule=_codes("schedule", Schedule, r.schedule, _S),
     )
+    fixed = dict(r.fixed)
     if engine is not None:   # as the engine stores its parameters and runs attention, unless the request says
-        for name, value in engine_knobs(getattr(engine, "value", engine)).items():
+        for name, value in engine_knobs(engine).items():
             if fixed.get(name) is None:
                 fixed[name] = value
     fine_tune = names_lora(fixed.get("method"))
-    seq = int(seq or default_seq(model_spec.max_seq_len, fine_tune))
-    gbs = int(gbs or default_gbs(seq, int(gpus), count_params(model_spec).total, fine_tune))
+    seq = int(r.seq or default_seq(model_spec.max_seq_len, fine_tune))
+    gbs = int(r.gbs or default_gbs(seq, int(r.gpus), count_params(model_spec).total, fine_tune))
     job = SearchJob(model=model_spec, gpu=gpu_spec, gbs=gbs, seq=seq,
-               precision=precision_enum, tokens=tokens_value, price=gpu_spec.price if price is None else price,
-               goodput=DEFAULT_GOODPUT if goodput is None else goodput, headroom_gib=float(headroom_gib),
-               allow_cross_node_tp=allow_cross_node_tp, deadline_days=deadline_days, budget_usd=budget_usd,
-               gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, pins=pins,
-               engine=getattr(engine, "value", engine),
-               evidence_margin=EVIDENCE_MARGIN if evidence_margin is None else float(evidence_margin),
+               precision=precision_enum, tokens=tokens_value, price=gpu_spec.price if r.price is None else r.price,
+               goodput=DEFAULT_GOODPUT if r.goodput is None else r.goodput, headroom_gib=float(headroom_gib),
+               allow_cross_node_tp=allow_cross_node_tp, deadline_days=r.deadline_days, budget_usd=r.budget_usd,
+               gpus_per_node=r.gpus_per_node, intra_node_bw=r.intra_node_bw, inter_node_bw=r.inter_node_bw,
+               pins=pins, engine=engine,
+               evidence_margin=EVIDENCE_MARGIN if margin is None else float(margin),
                fixed=_fixed(model_spec, seq, precision_enum, gpu_spec, fixed))
     given = {k: v for k, v in fixed.items() if v is not None}
     ladder, options = recompute_choices(job, job.recompute_modules if "recompute_modules" in given else None)
     job = replace(job, storage_variants=storage_variants(job, given), recompute_ladder=ladder,
                   recompute_options=options, chosen=tuple(k for k in SEARCH_CHOSEN_KNOBS if k not in given))
-    return job, objective_enum, gpu_counts(int(gpus), max_gpus, job.node, min_gpus(model_spec, gpu_spec))
+    return job, objective_enum, gpu_counts(int(r.gpus), r.max_gpus, job.node, min_gpus(model_spec, gpu_spec))
 
 
 def _fixed(model, seq: int, precision: Precision, gpu, given: dict) -> dict:
@@ -291,31 +287,25 @@ OFFLOAD_NOTE = ("no layout fits in GPU memory alone: the search offloaded the op
 
 
 def search(model: str, gpu: str, gpus: int, **kwargs) -> SearchResult:
-    """The best layouts for a job (_search_once). When none fits in GPU memory and the request left
-    optimizer_offload open, the search runs again with the optimizer states and step on the CPU
-    (ZeRO-Offload, timed by tools/perf/offload.py) and says so in its notes: offload is what fits, so an
-    expert would run it rather than give up."""
-    result = _search_once(model, gpu, gpus, **kwargs)
-    if result.candidates or kwargs.get("optimizer_offload") is not None or R_MEMORY not in result.rejected:
+    """The best layouts for a job (_search_once); the keywords are SearchRequest's (tools/search/request.py),
+    made into one request here. When none fits in GPU memory and the request left optimizer_offload open,
+    the search runs again with the optimizer states and step on the CPU (ZeRO-Offload, timed by
+    tools/perf/offload.py) and says so in its notes: offload is what fits, so an expert would run it
+    rather than give up."""
+    request = SearchRequest.of(model, gpu, gpus, **kwargs)
+    result = _search_once(request)
+    if result.candidates or request.fixed.get("optimizer_offload") is not None or R_MEMORY not in result.rejected:
         return result
     # Every engine runs ZeRO-Offload inside a ZeRO stage (tools/config/engines.py ENGINE_REFUSALS): stage 1 or more.
-    zero = kwargs.get("zero") if kwargs.get("zero") is not None else [1, 2, 3]
-    offloaded = _search_once(model, gpu, gpus, **{**kwargs, "zero": zero}, optimizer_offload=True)
+    zero = request.zero if request.zero is not None else [1, 2, 3]
+    offloaded = _search_once(replace(request, zero=zero, fixed={**request.fixed, "optimizer_offload": True}))
     if not offloaded.candidates:
         return result
     offloaded.notes = [OFFLOAD_NOTE, *offloaded.notes]
     return offloaded
 
 
-def _search_once(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq: int | None = None, tokens: str | float | None = None,
-           price: float | None = None, precision: str = "bf16", objective: str = "throughput", top_k: int = 5,
-           tp=None, pp=None, cp=None, ep=None, vpp=None, zero=None, dp_shard=None, mbs=None, recompute=None,
-           schedule=None, max_gpus: int | None = None, deadline_days: float | None = None,
-           budget_usd: float | None = None,
-           headroom_gib: float | None = None, allow_cross_node_tp: bool = False, pareto: bool = False,
-           goodput: float | None = None, gpus_per_node: int | None = None, intra_node_bw: float | None = None,
-           inter_node_bw: float | None = None, engine: str | None = None, evidence_margin: float | None = None,
-           **fixed) -> SearchResult:
+def _search_once(request: SearchRequest) -> SearchResult:
     """The best layouts for a job, best first; a pin (tp=8, schedule='1f1b', or a list of values)
     fixes a knob, None leaves it free. See the module docstring for the space, rules and time model.
     headroom_gib None keeps plan_defaults.DEFAULT_HEADROOM of the GPU's memory free; engine keeps only
@@ -328,13 +318,8 @@ def _search_once(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq
     the knobs the request left open, search_recipes; None: nothing), notes, wall_s, layouts_per_s[, pareto].
     """
     start = _time.perf_counter()
-    job, objective_enum, counts = prepare(
-        model, gpu, gpus, gbs=gbs, seq=seq, tokens=tokens, price=price, precision=precision, objective=objective,
-        top_k=top_k, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero=zero, dp_shard=dp_shard, mbs=mbs, recompute=recompute,
-        schedule=schedule, max_gpus=max_gpus, deadline_days=deadline_days, budget_usd=budget_usd,
-        headroom_gib=headroom_gib, allow_cross_node_tp=allow_cross_node_tp, pareto=pareto, goodput=goodput,
-        gpus_per_node=gpus_per_node, intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw, engine=engine,
-        evidence_margin=evidence_margin, **fixed)
+    job, objective_enum, counts = prepare(request)
+    top_k, pareto = request.top_k, request.pareto
 
     rejected: dict[str, int] = {}
     evaluated = 0
@@ -370,7 +355,7 @@ def _search_once(model: str, gpu: str, gpus: int, *, gbs: int | None = None, seq
             rejected[failure] = rejected.get(failure, 0) + 1
         else:
             scored.append(result)
-    out = {"job": _job_summary(job, gpus, max_gpus, counts, top_k), "objective": objective_enum.value,
+    out = {"job": _job_summary(job, request.gpus, request.max_gpus, counts, top_k), "objective": objective_enum.value,
            "candidates": [], "evaluated": int(evaluated), "feasible": feasible, "rejected": rejected}
     space = {k: np.concatenate([sp[k] for sp in spaces]) for k in KNOBS}
     return _finish(job, objective_enum, out, scored, top_k, pareto, start, (space, np.concatenate(reasons)))
@@ -386,8 +371,9 @@ def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> SearchResult:
     Same arguments and result shape as search; slow (tens of layouts per second); for tests and
     benchmarks. Invalid layouts count under R_SCALAR_INVALID, search's policies under theirs."""
     start = _time.perf_counter()
-    top_k, pareto = kwargs.get("top_k", 5), kwargs.get("pareto", False)
-    job, objective_enum, counts = prepare(model, gpu, gpus, **kwargs)
+    request = SearchRequest.of(model, gpu, gpus, **kwargs)
+    top_k, pareto = request.top_k, request.pareto
+    job, objective_enum, counts = prepare(request)
     rejected: dict[str, int] = {}
     evaluated, scored = 0, []
     for n in counts:
@@ -411,7 +397,7 @@ def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> SearchResult:
                 scored.append(result)
     if not evaluated:
         _no_split(job, counts)
-    out = {"job": _job_summary(job, gpus, kwargs.get("max_gpus"), counts, top_k), "objective": objective_enum.value,
+    out = {"job": _job_summary(job, gpus, request.max_gpus, counts, top_k), "objective": objective_enum.value,
            "candidates": [], "evaluated": evaluated, "feasible": len(scored), "rejected": rejected}
     return _finish(job, objective_enum, out, scored, top_k, pareto, start)
 
