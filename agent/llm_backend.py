@@ -10,6 +10,7 @@ offline plan (agent/offline_plan.py) is returned, labelled with the failure.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,7 @@ from .job_defaults import complete_request, shown_job
 from .offline_plan import distinct_results, offline_report
 from .plan_search import ALTERNATIVES, evaluate_for_job
 from .prose import neutralise, neutralise_line
-from .report import Grounding, PlanReport, build_report
+from .report import Grounding, LayoutChoice, PlanReport, ReportNotes, ReportOrigin, build_report
 from .request_rules import json_paths_in
 from .request import PlanRequest, require_complete
 from .toolset import SUBMIT_PLAN, agent_tools, lean_agent_tools, lean_result, submitted_layout
@@ -131,8 +132,9 @@ def report_from_conversation(request_text: str, partial: PlanRequest, *, text: s
             "assumptions": [*report.assumptions, f"{said}: the recommended layout and every number in this "
                             "report are the offline planner's (search + estimate)"]})
     try:
-        return _report_of_submission(request_text, partial, submitted, text=text, calls=calls, tool_calls=tool_calls,
-                                     grounding=grounding, llm_model=llm_model, truncated=truncated)
+        return _report_of_submission(request_text, partial, submitted,
+                                     LlmTurn(text=text, calls=calls, tool_calls=tool_calls, grounding=grounding,
+                                             llm_model=llm_model, truncated=truncated))
     except Exception as exc:   # whatever the tools refuse or break on, the request still gets its plan
         return _offline_after_submission(request_text, partial, exc, text=text, tool_calls=tool_calls,
                                          grounding=grounding, llm_model=llm_model, engine=engine)
@@ -161,27 +163,40 @@ def _offline_after_submission(request_text: str, partial: PlanRequest, exc: Exce
     return report.model_copy(update={"llm_answer": text, "grounding": grounding, "tool_calls": tool_calls})
 
 
-def _report_of_submission(request_text: str, partial: PlanRequest, submitted: tuple[dict, dict], *, text: str,
-                          calls: list[dict], tool_calls: list[dict], grounding: Grounding | None,
-                          llm_model: str | None, truncated: bool) -> PlanReport:
+@dataclasses.dataclass(frozen=True)
+class LlmTurn:
+    """What the LLM's conversation gave: its text, its raw tool calls and their parsed arguments
+    (tool_calls), the grounding check of its text, the model that answered, and whether it was cut short."""
+    text: str
+    calls: list[dict]
+    tool_calls: list[dict]
+    grounding: Grounding | None
+    llm_model: str | None
+    truncated: bool
+
+
+def _report_of_submission(request_text: str, partial: PlanRequest, submitted: tuple[dict, dict],
+                          turn: LlmTurn) -> PlanReport:
     """The report of an accepted submit_plan call, its layout re-evaluated with the tools."""
     arguments, result = submitted
     config = result["config"]
     job, assumptions = complete_request(_job_from_submission(partial, config, arguments))
     recommended = evaluate_for_job(config, job, timeline=True)
     others = []
-    for _, _, other in _configs_in(calls):
+    for _, _, other in _configs_in(turn.calls):
         if other != config and all(other.get(k) == job[k] for k in ("seq", "gbs")):
             try:
                 others.append(evaluate_for_job(other, job))
             except InputError:
                 continue
     others = distinct_results(sorted(others, key=lambda r: -r.get("time", {}).get("tokens_per_s", 0.0)), recommended)
-    report = build_report(backend="openai", llm_model=neutralise_line(llm_model) or None, request_text=request_text,
-                          request=shown_job(job), recommended=recommended, alternatives=others[:ALTERNATIVES],
-                          rationale=neutralise(text),
-                          assumptions=assumptions, grounding=grounding, tool_calls=tool_calls)
-    return report.model_copy(update={"llm_status": "submitted", "truncated": truncated})
+    report = build_report(ReportOrigin(backend="openai", request_text=request_text,
+                                       llm_model=neutralise_line(turn.llm_model) or None, tool_calls=turn.tool_calls,
+                                       grounding=turn.grounding),
+                          LayoutChoice(request=shown_job(job), recommended=recommended,
+                                       alternatives=others[:ALTERNATIVES]),
+                          ReportNotes(rationale=neutralise(turn.text), assumptions=assumptions))
+    return report.model_copy(update={"llm_status": "submitted", "truncated": turn.truncated})
 
 
 def run_llm(request_text: str, *, endpoint: LlmEndpoint = LlmEndpoint(), stream: bool = False,

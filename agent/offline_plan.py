@@ -22,7 +22,7 @@ from . import sizing, tradeoffs
 from .job_defaults import OBJECTIVE, complete_request, default_gbs_note, is_fine_tune, shown_job
 from .plan_search import (ALTERNATIVES, PLAN_HEADROOM, evaluate_for_job, search_job, search_relaxing,
                           search_summary)
-from .report import PlanReport, build_report
+from .report import GpuCountTradeoffs, LayoutChoice, PlanReport, ReportNotes, ReportOrigin, build_report
 from .request import PlanRequest
 
 __all__ = ["ADAPTER_ENGINE", "PLAN_ENGINES", "distinct_results", "offline_report", "plan_offline"]
@@ -144,9 +144,10 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
         risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); "
                      + (f"{would}; else use" if would else "use more GPUs,") + " GPUs with more memory"
                      + ("" if shorter else " or a shorter sequence"))
-        return build_report(backend="offline", request_text=request_text, request=shown, recommended=None,
-                            alternatives=[], rationale="", assumptions=assumptions, search=search,
-                            extra_risks=risks, not_understood=request.unparsed or [])
+        return build_report(ReportOrigin(backend="offline", request_text=request_text),
+                            LayoutChoice(request=shown, recommended=None, search=search),
+                            ReportNotes(assumptions=assumptions, extra_risks=risks,
+                                        not_understood=request.unparsed or []))
     recommended = evaluate_for_job(candidates[0]["config"], job, timeline=True)
     alternatives, choice_notes = _alternatives(result, job, recommended)
     rows = []
@@ -155,12 +156,12 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
         top = job["max_gpus"] or max(job["gpus"] * 4, sizing.DEFAULT_MAX_GPUS if not counted else 0)
         rows = tradeoffs.plan_rows(table, job, constrained, sizing.ladder(job, top)[0], top)
         alternatives += tradeoffs.neighbours(rows, job["gpus"], ALTERNATIVES - len(alternatives))
-    return build_report(backend="offline", request_text=request_text, request=shown, recommended=recommended,
-                        alternatives=alternatives,
-                        rationale=_rationale(recommended, search, alternatives, choice_notes),
-                        assumptions=assumptions, search=search, extra_risks=risks, objective=job["objective"],
-                        not_understood=request.unparsed or [], limit=_limit_of(request, recommended),
-                        tradeoffs=tradeoffs.shown(rows), tradeoff_note=trade)
+    return build_report(ReportOrigin(backend="offline", request_text=request_text),
+                        LayoutChoice(request=shown, recommended=recommended, alternatives=alternatives, search=search,
+                                     objective=job["objective"], limit=_limit_of(request, recommended)),
+                        ReportNotes(rationale=_rationale(recommended, search, alternatives, choice_notes),
+                                    assumptions=assumptions, extra_risks=risks, not_understood=request.unparsed or []),
+                        GpuCountTradeoffs(tradeoffs=tradeoffs.shown(rows), tradeoff_note=trade))
 
 
 def offline_report(request: PlanRequest, text: str, engine: str | None = None) -> PlanReport:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 import re
 from typing import Literal
 
@@ -313,21 +314,57 @@ def why_not(alt: dict, best: dict, objective: str = "throughput") -> str:
     return "; ".join(reasons)
 
 
-def build_report(*, backend: str, request_text: str, request: dict, recommended: dict | None,
-                 alternatives: list[dict], rationale: str, assumptions: list[str], search: dict | None = None,
-                 extra_risks: list[str] = (), objective: str = "throughput", llm_model: str | None = None,
-                 grounding: Grounding | None = None, tool_calls: list[dict] = (),
-                 not_understood: list[str] = (), limit: dict | None = None, tradeoffs: list[dict] = (),
-                 tradeoff_note: str | None = None) -> PlanReport:
-    """Assemble a PlanReport. `recommended` is an estimate made with timeline=True: its pipeline
+@dataclasses.dataclass(frozen=True)
+class ReportOrigin:
+    """Who made the plan and from what: the backend, the LLM and its checked tool calls (openai backend)."""
+    backend: str
+    request_text: str
+    llm_model: str | None = None
+    tool_calls: Sequence[dict] = ()
+    grounding: Grounding | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutChoice:
+    """The request as understood and the layouts the tools chose for it: `recommended` an estimate made with
+    timeline=True (None when no layout fits), the alternatives ranked on `objective`, the search's counts."""
+    request: dict
+    recommended: dict | None
+    alternatives: Sequence[dict] = ()
+    search: dict | None = None
+    objective: str = "throughput"
+    limit: dict | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportNotes:
+    """The report's words: the rationale, the assumptions, the risks found before the report (added ahead of
+    the layout's), and the parts of the request not understood."""
+    rationale: str = ""
+    assumptions: Sequence[str] = ()
+    extra_risks: Sequence[str] = ()
+    not_understood: Sequence[str] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuCountTradeoffs:
+    """GPU counts against days, dollars and MFU (agent/tradeoffs.py), and what 'cheapest' traded."""
+    tradeoffs: Sequence[dict] = ()
+    tradeoff_note: str | None = None
+
+
+def build_report(origin: ReportOrigin, choice: LayoutChoice, notes: ReportNotes = ReportNotes(),
+                 trade: GpuCountTradeoffs = GpuCountTradeoffs()) -> PlanReport:
+    """Assemble a PlanReport. `choice.recommended` is an estimate made with timeline=True: its pipeline
     record becomes the timeline, and the rest is kept as the tools returned it."""
+    request, recommended, search, objective = choice.request, choice.recommended, choice.search, choice.objective
     timeline = None
     if recommended is not None:
         recommended = dict(recommended)
         pipeline = recommended.pop("pipeline", None)
         if pipeline and pipeline.get("timeline"):
             timeline = timeline_from(pipeline)
-    risks = [*extra_risks, *(risks_of(recommended, request) if recommended else [])]
+    risks = [*notes.extra_risks, *(risks_of(recommended, request) if recommended else [])]
     evidence, band, gaps = [], None, []
     if recommended is not None:
         model = request.get("model") or recommended["config"]["model"]
@@ -340,7 +377,7 @@ def build_report(*, backend: str, request_text: str, request: dict, recommended:
         gaps = known_gaps(model, request.get("gpu") or recommended["config"]["gpu"])
         risks.extend(gaps)
     return PlanReport(
-        backend=backend, llm_model=llm_model, request_text=request_text, request=request,
+        backend=origin.backend, llm_model=origin.llm_model, request_text=origin.request_text, request=request,
         recommended=recommended,
         layout=layout_line(recommended["config"]) if recommended else None,
         memory_table=memory_rows(recommended) if recommended else [],
@@ -352,10 +389,11 @@ def build_report(*, backend: str, request_text: str, request: dict, recommended:
                                   + why_not(a, recommended, objective)
                                   + (f"; {risk}" if (risk := departures_risk(
                                       request.get("model") or a["config"]["model"], a["config"])) else ""))
-                      for a in alternatives] if recommended else [],
-        risks=risks, rationale=rationale, assumptions=list(assumptions), search=search, grounding=grounding,
-        tool_calls=list(tool_calls), not_understood=list(not_understood), limit=limit, evidence=evidence,
-        error_band=band, known_gaps=gaps, tradeoffs=list(tradeoffs), tradeoff_note=tradeoff_note,
+                      for a in choice.alternatives] if recommended else [],
+        risks=risks, rationale=notes.rationale, assumptions=list(notes.assumptions), search=search,
+        grounding=origin.grounding, tool_calls=list(origin.tool_calls), not_understood=list(notes.not_understood),
+        limit=choice.limit, evidence=evidence, error_band=band, known_gaps=gaps, tradeoffs=list(trade.tradeoffs),
+        tradeoff_note=trade.tradeoff_note,
     )
 
 

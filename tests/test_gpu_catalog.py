@@ -136,13 +136,14 @@ def test_cli_accepts_mi300x_and_names_an_unknown_gpu():
 def test_a_plan_on_a_gpu_with_assumed_efficiencies_says_so(name):
     """The plan report renders the estimate's notes: each GPU marked efficiency_basis assumed is named as
     assumed in the Markdown, and a fitted one is not."""
-    from trainplan.agent.report import build_report
+    from trainplan.agent.report import LayoutChoice, ReportOrigin, build_report
 
     result = estimate("llama3-8b", name, 8, method="lora", gbs=8, seq=1024, timeline=True).model_dump(mode="json")
-    report = build_report(backend="offline", request_text=f"LoRA on 8 {name}", request={"model": "llama3-8b",
-                          "gpu": name, "gpus": 8, "tokens": None, "seq": 1024, "gbs": 8, "precision": "bf16",
-                          "price": None, "deadline_days": None, "budget_usd": None, "max_gpus": None,
-                          "gpus_per_node": None}, recommended=result, alternatives=[], rationale="", assumptions=[])
+    request = {"model": "llama3-8b", "gpu": name, "gpus": 8, "tokens": None, "seq": 1024, "gbs": 8,
+               "precision": "bf16", "price": None, "deadline_days": None, "budget_usd": None, "max_gpus": None,
+               "gpus_per_node": None}
+    report = build_report(ReportOrigin(backend="offline", request_text=f"LoRA on 8 {name}"),
+                          LayoutChoice(request=request, recommended=result))
     said = f"{name}: GEMM and attention efficiencies are assumed" in report.to_markdown()
     assert said is (catalog.load_gpu(name).efficiency_basis == "assumed")
 
