@@ -136,6 +136,7 @@ class _Plan:
     paired: list[float] | None       # seconds of a combined op per virtual stage; None: its F + B
     owner: list[int]                 # owner[mb * V + vs]: the rank that runs it
     orders: tuple[tuple[tuple, ...], ...]   # per rank, ops (kind, mb, vs, mb2, vs2) in issue order
+    held_peaks: tuple[float, ...]    # per rank, the most micro-batches whose activations are held at once
 
 
 MAX_CACHED_UNITS = 2**17
@@ -143,16 +144,17 @@ MAX_CACHED_UNITS = 2**17
 kept) keep their op orders in memory; larger ones are built each time."""
 
 
-def _orders(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[tuple[tuple, ...], ...]:
-    """Each rank's op order, from the cache where the shape is small enough (MAX_CACHED_UNITS)."""
-    build = _cached_orders if pp * m * vpp <= MAX_CACHED_UNITS else _cached_orders.__wrapped__
+def _shape(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[tuple[tuple[tuple, ...], ...],
+                                                                             tuple[float, ...]]:
+    """Each rank's op order and held-activation peak: a pure function of the schedule's shape, built once
+    per shape where it is small enough (MAX_CACHED_UNITS); the search simulates one shape with many durations."""
+    build = _cached_shape if pp * m * vpp <= MAX_CACHED_UNITS else _cached_shape.__wrapped__
     return build(s, pp, m, vpp, combined)
 
 
 @lru_cache(maxsize=16)
-def _cached_orders(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[tuple[tuple, ...], ...]:
-    """Each rank's op order: a pure function of the schedule's shape, built once per shape (the search
-    simulates many layouts of one shape with other durations)."""
+def _cached_shape(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[tuple[tuple[tuple, ...], ...],
+                                                                                     tuple[float, ...]]:
     if s is Schedule.dualpipe:
         orders = [_order_dualpipe(pp, m, r) for r in range(pp)]
     elif s is Schedule.interleaved:
@@ -162,7 +164,8 @@ def _cached_orders(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tu
     else:
         build = {Schedule.gpipe: _order_gpipe, Schedule.zb_h1: _order_zb_h1}[s]
         orders = [build(pp, m, r) for r in range(pp)]
-    return tuple(tuple(order) for order in orders)
+    frozen = tuple(tuple(order) for order in orders)
+    return frozen, _held_peaks(frozen, combined, 1 if s is Schedule.dualpipe else vpp)
 
 
 def _plan(s: Schedule, pp: int, m: int, vpp: int, fwd: list[float], bwd: list[float],
@@ -182,10 +185,10 @@ def _plan(s: Schedule, pp: int, m: int, vpp: int, fwd: list[float], bwd: list[fl
         b_d = [bwd[vs % pp] / vpp for vs in range(num_virtual)]
         w_d = [wgt[vs % pp] / vpp for vs in range(num_virtual)]
         owner = [vs % pp for vs in range(num_virtual)] * m
-    orders = _orders(s, pp, m, vpp, combined)
+    orders, held_peaks = _shape(s, pp, m, vpp, combined)
     i_d = [b - w for b, w in zip(b_d, w_d)]
     x_d = [paired[vs % pp] / vpp for vs in range(num_virtual)] if combined else None
-    return _Plan(num_virtual, (f_d, b_d, i_d, w_d), x_d, owner, orders)
+    return _Plan(num_virtual, (f_d, b_d, i_d, w_d), x_d, owner, orders, held_peaks)
 
 
 def _run(plan: _Plan, pp: int, m: int, p2p_s: float, record_timeline: bool) -> tuple[list[float], list[list[tuple]]]:
@@ -290,20 +293,11 @@ def _busy(plan: _Plan, pp: int) -> list[float]:
     return busy
 
 
-def _peak_held(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[float, ...]:
-    """_held_peaks, from the cache where the shape is small enough (MAX_CACHED_UNITS)."""
-    find = _held_peaks if pp * m * vpp <= MAX_CACHED_UNITS else _held_peaks.__wrapped__
-    return find(s, pp, m, vpp, combined)
-
-
-@lru_cache(maxsize=64)
-def _held_peaks(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[float, ...]:
+def _held_peaks(orders: tuple[tuple[tuple, ...], ...], combined: bool, unit: int) -> tuple[float, ...]:
     """Per rank: the most micro-batches whose forward activations are held at once (module doc), counting
-    vpp chunks as one micro-batch (dualpipe: one); walked in each rank's op order, so it depends on the
-    schedule's shape alone."""
-    unit = 1 if s is Schedule.dualpipe else vpp
+    `unit` chunks as one micro-batch; walked in each rank's op order, so it depends on the order alone."""
     peak = []
-    for order in _orders(s, pp, m, vpp, combined):
+    for order in orders:
         held, top = 0, 0
         for kind, *_ in order:
             if kind == _X and combined:
@@ -366,7 +360,7 @@ def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int 
     plan = _plan(s, pp, m, vpp, fwd, bwd, wgt, paired)
     free, raw = _run(plan, pp, m, p2p_s, record_timeline)
     busy = _busy(plan, pp)
-    peak = list(_peak_held(s, pp, m, vpp, plan.paired is not None))
+    peak = list(plan.held_peaks)
     makespan = max(free)
     return PipelineResult(
         schedule=s.value, pp=pp, num_microbatches=m, vpp=vpp, makespan_s=makespan,
