@@ -131,13 +131,12 @@ def report_from_conversation(request_text: str, partial: PlanRequest, *, text: s
             "grounding": grounding, "tool_calls": tool_calls, "truncated": truncated,
             "assumptions": [*report.assumptions, f"{said}: the recommended layout and every number in this "
                             "report are the offline planner's (search + estimate)"]})
+    turn = LlmTurn(text=text, calls=calls, tool_calls=tool_calls, grounding=grounding, llm_model=llm_model,
+                   truncated=truncated)
     try:
-        return _report_of_submission(request_text, partial, submitted,
-                                     LlmTurn(text=text, calls=calls, tool_calls=tool_calls, grounding=grounding,
-                                             llm_model=llm_model, truncated=truncated))
+        return _report_of_submission(request_text, partial, submitted, turn)
     except Exception as exc:   # whatever the tools refuse or break on, the request still gets its plan
-        return _offline_after_submission(request_text, partial, exc, text=text, tool_calls=tool_calls,
-                                         grounding=grounding, llm_model=llm_model, engine=engine)
+        return _offline_after_submission(request_text, partial, exc, turn, engine)
 
 
 def failure_text(exc: Exception) -> str:
@@ -146,8 +145,7 @@ def failure_text(exc: Exception) -> str:
     return message if isinstance(exc, InputError) else f"{type(exc).__name__}: {message}"
 
 
-def _offline_after_submission(request_text: str, partial: PlanRequest, exc: Exception, *, text: str,
-                              tool_calls: list[dict], grounding: Grounding | None, llm_model: str | None,
+def _offline_after_submission(request_text: str, partial: PlanRequest, exc: Exception, turn: LlmTurn,
                               engine: str | None) -> PlanReport:
     """The labelled offline plan of a request whose submitted layout the tools could not re-evaluate; a request
     the offline planner cannot complete raises the original refusal (an InputError: one line)."""
@@ -159,8 +157,9 @@ def _offline_after_submission(request_text: str, partial: PlanRequest, exc: Exce
         raise InputError(f"the LLM's plan could not be re-evaluated ({failure_text(exc)}), and the request "
                          "lacks what the offline planner needs: name the model, the GPU and the GPU count") from None
     error = f"the tools refused the layout it submitted: {failure_text(exc)}"
-    report = offline_after_llm_failure(partial, request_text, InputError(error), llm_model, engine)
-    return report.model_copy(update={"llm_answer": text, "grounding": grounding, "tool_calls": tool_calls})
+    report = offline_after_llm_failure(partial, request_text, InputError(error), turn.llm_model, engine)
+    return report.model_copy(update={"llm_answer": turn.text, "grounding": turn.grounding,
+                                     "tool_calls": turn.tool_calls})
 
 
 @dataclasses.dataclass(frozen=True)
