@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("tools", "agent", "trainplan", "evals", "prompts")
 MAX_PARAMS = 8
-PUBLIC = {("trainplan/__init__.py", "estimate"), ("trainplan/__init__.py", "search"), ("trainplan/__init__.py", "plan")}
+PUBLIC = {("trainplan/_api.py", "estimate"), ("trainplan/_api.py", "search"), ("trainplan/_api.py", "plan")}
 STILL_OVER: set[tuple[str, str]] = set()
 """Known offenders being reworked (issue 22); a name here that no longer offends fails the test, so the list
 only shrinks."""

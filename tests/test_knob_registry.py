@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from trainplan import cli_common
+from trainplan import api_gen, cli_common
 from trainplan.agent import request, tool_args
 from trainplan.tools.config.contract import Job, Layout, SearchOptions, search_fields
 from trainplan.tools.config.fields import NOT_LEAN, Knob, asked_names, fields_of, knob_names, lean_dropped
@@ -62,3 +62,11 @@ def test_planning_request_pins_the_pinnable_knob_only():
     assert "xp" in fields and "spare_buffers" not in fields
     assert fields["xp"].description.startswith("pinned x-parallel size")
     assert asked_names(LayoutWithNewKnobs) == (*request._LAYOUT[:12], "xp", *request._LAYOUT[12:])
+
+
+def test_public_signatures_generated_from_the_layout_take_the_new_knobs():
+    source = api_gen.render(layout=LayoutWithNewKnobs)
+    estimate, search = source.split("\ndef estimate(")[1].split("\ndef search(")
+    assert "spare_buffers: bool = False," in estimate and "xp: int = 1," in estimate
+    assert "xp: Any = None," in search and "spare_buffers: bool | None = None," in search
+    assert "\n    xp:" not in api_gen.render() and "spare_buffers" not in api_gen.render()

@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 API = "trainplan (the public API)"
+PUBLIC_API_MODULE = "trainplan._api"   # the signatures trainplan/__init__.py re-exports (trainplan/api_gen.py)
 LAYERS: list[tuple[str, str]] = [
     ("trainplan.tools.core", "tools/core"),
     ("trainplan.tools.hardware", "tools/hardware"),
@@ -45,7 +46,7 @@ def _module_of(path: Path) -> str:
 
 
 def _layer_of(module: str) -> int | None:
-    if module == "trainplan":
+    if module in ("trainplan", PUBLIC_API_MODULE) or module.startswith(PUBLIC_API_MODULE + "."):
         return [package for package, _ in LAYERS].index(API)
     best = None
     for index, (package, _) in enumerate(LAYERS):

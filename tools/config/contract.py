@@ -21,8 +21,9 @@ What derives from these fields (nothing else lists the knobs):
   (agent/tool_args.py builds them with `optional_model`) and the planner's PlanRequest (agent/request.py),
 - the `config` echoed in every result (`Config` below), `estimate --from` / `export --from`, the
   report's launch settings and `trainplan estimate`'s readable view,
-- the `trainplan.estimate` / `trainplan.search` / `trainplan.plan` keyword parameters (written out for
-  IDEs; tests/test_contract.py fails when one lacks a field or disagrees with its default).
+- the `trainplan.estimate` / `trainplan.search` / `trainplan.plan` keyword parameters, written out for
+  IDEs in trainplan/_api.py, which `python -m trainplan.api_gen --write` generates from these models
+  (tests/test_api_gen.py fails when it is stale).
 
 The result models (tools/config/results.py) are read as attributes (`estimate.time.step_s`).
 
@@ -36,8 +37,8 @@ To add a knob:
 2. Make it act: validate it in `tools/config/layout.resolve_config` (which passes every Layout field through)
    and read `cfg.<name>` in the calculator it changes (memory.py, step.py, ...), and in the exporter
    that must write it.
-3. Add the keyword to `trainplan.estimate` / `trainplan.search` (and `trainplan.plan` when the planner
-   takes it) in trainplan/__init__.py; tests/test_contract.py names it if you forget.
+3. Run `python -m trainplan.api_gen --write`: it regenerates the public keyword signatures
+   (trainplan/_api.py) from the fields; tests/test_api_gen.py fails if you forget. No hand edit.
 Nothing else: the CLI flag, the tool argument, `export --from` and the `config` echo follow.
 
 Defaults that every tool shares (a null means the same thing everywhere):
