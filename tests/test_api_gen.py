@@ -16,6 +16,17 @@ def test_the_generated_module_is_current():
     assert api_gen.TARGET.read_text() == api_gen.render(), f"stale: run {api_gen.COMMAND}"
 
 
+def test_the_check_command_passes_on_the_committed_file():
+    done = subprocess.run([sys.executable, "-m", "trainplan.api_gen", "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_section_comments_come_from_the_models_docstrings():
+    source = api_gen.render()
+    assert "    # Job: what to train and on what (contract.Job)." in source
+    assert "    # Layout: every parallelism, memory and kernel knob, as given (contract.Layout)." in source
+
+
 def test_check_fails_on_a_stale_file_and_says_the_fix(tmp_path, monkeypatch, capsys):
     stale = tmp_path / "_api.py"
     stale.write_text(api_gen.render().replace("tp: int = 1,", ""))

@@ -1,10 +1,12 @@
 """A knob added to Layout with its metadata (tools/config/fields.py Cli, NOT_LEAN, Knob) reaches every surface
 derived from the fields, with no other edit: the CLI options, the tool argument schemas, the lean tool set, the
-search's fixed knobs and the planning request. Each surface is built here from a Layout subclass that has the
-new knobs; a surface that kept a hand list of knob names would miss them."""
+search's fixed knobs, the planning request and the public estimate/search signatures (trainplan/api_gen.py).
+Each surface is built here from a Layout subclass that has the new knobs; a surface that kept a hand list of knob
+names would miss them."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated
 
 from pydantic import Field
@@ -70,3 +72,8 @@ def test_public_signatures_generated_from_the_layout_take_the_new_knobs():
     assert "spare_buffers: bool = False," in estimate and "xp: int = 1," in estimate
     assert "xp: Any = None," in search and "spare_buffers: bool | None = None," in search
     assert "\n    xp:" not in api_gen.render() and "spare_buffers" not in api_gen.render()
+    namespace: dict = {}
+    exec(compile(source, "<generated _api>", "exec"), namespace)   # the rendered module runs as written
+    estimate_keywords = inspect.signature(namespace["estimate"]).parameters
+    assert estimate_keywords["xp"].default == 1 and estimate_keywords["xp"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert inspect.signature(namespace["search"]).parameters["spare_buffers"].default is None

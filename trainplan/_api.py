@@ -43,7 +43,7 @@ def estimate(
     headroom_gib: float | None = None,
     ramp_start_gbs: int | None = None,
     ramp_tokens: float | str | None = None,
-    # Layout: every parallelism, memory and kernel knob (contract.Layout).
+    # Layout: every parallelism, memory and kernel knob, as given (contract.Layout).
     tp: int = 1,
     pp: int = 1,
     cp: int = 1,
@@ -105,7 +105,7 @@ def search(
     gpu: str,
     gpus: int,
     *,
-    # Job (contract.Job, less the batch ramp).
+    # Job: what to train and on what (contract.Job, less the batch ramp).
     tokens: float | str | None = None,
     price: float | None = None,
     goodput: float | None = None,
@@ -113,7 +113,8 @@ def search(
     intra_node_bw: float | None = None,
     inter_node_bw: float | None = None,
     headroom_gib: float | None = None,
-    # Layout: None searches the knob (or leaves it to its default rule); a value, or a list of values, pins it.
+    # Layout: every parallelism, memory and kernel knob, as given (contract.Layout). None searches the knob (or
+    # leaves it to its default rule); a value, or a list of values, pins it.
     tp: Any = None,
     pp: Any = None,
     cp: Any = None,
@@ -154,7 +155,8 @@ def search(
     force_balance: bool | None = None,
     grouped_gemm: GroupedGemm | str | None = None,
     moe_a2a_overlap: bool | None = None,
-    # The search itself (contract.SearchOptions).
+    # SearchOptions: what a search optimises and may use, beyond the Job and the Layout knobs it searches
+    # (contract.SearchOptions).
     objective: Objective | str | None = None,
     top_k: int | None = None,
     max_gpus: int | None = None,

@@ -12,7 +12,10 @@ the function bodies), so `import trainplan` stays light.
 from __future__ import annotations
 
 import enum
+import inspect
+import re
 import sys
+import textwrap
 import types
 import typing
 from pathlib import Path
@@ -118,10 +121,17 @@ def _required_first(fields: dict[str, FieldInfo], enums: set[str]) -> tuple[list
     return positional, keywords
 
 
+def _section(model: type[BaseModel], note: str = "") -> str:
+    """A section comment from the model's own docstring: its first clause, then where it is defined."""
+    first = " ".join((inspect.getdoc(model) or model.__name__).split("\n\n")[0].split())
+    clause = re.split(r"(?<=[.;:])\s", first, maxsplit=1)[0].rstrip(".;:")
+    return f"{model.__name__}: {clause[:1].lower()}{clause[1:]} (contract.{model.__name__}{note})."
+
+
 def _def(name: str, positional: list[str], sections: list[tuple[str, list[str]]], result: str, body: str) -> str:
     lines = [f"def {name}(", *(f"    {p}," for p in positional), "    *,"]
     for comment, parameters in sections:
-        lines += [f"    # {comment}", *(f"    {p}," for p in parameters)]
+        lines += [*(f"    # {line}" for line in textwrap.wrap(comment, 110)), *(f"    {p}," for p in parameters)]
     return "\n".join(lines) + f"\n) -> {result}:" + body
 
 
@@ -129,8 +139,8 @@ def render_estimate(job: type[BaseModel], layout: type[BaseModel], enums: set[st
     job_positional, job_keywords = _required_first(job.model_fields, enums)
     _, layout_keywords = _required_first(layout.model_fields, enums)
     return _def("estimate", job_positional, [
-        ("Job: what to train and on what (contract.Job).", job_keywords),
-        ("Layout: every parallelism, memory and kernel knob (contract.Layout).", layout_keywords),
+        (_section(job), job_keywords),
+        (_section(layout), layout_keywords),
         ("What to return.", list(ESTIMATE_ONLY))], "Estimate", ESTIMATE_BODY)
 
 
@@ -150,10 +160,10 @@ def render_search(job: type[BaseModel], layout: type[BaseModel], options: type[B
         return [keyword(name) for name in fields if name in model.model_fields and not fields[name].is_required()]
 
     return _def("search", positional, [
-        ("Job (contract.Job, less the batch ramp).", of(job)),
-        ("Layout: None searches the knob (or leaves it to its default rule); a value, or a list of values, "
-         "pins it.", of(layout)),
-        ("The search itself (contract.SearchOptions).", of(options))], "SearchResult", SEARCH_BODY)
+        (_section(job, ", less the batch ramp"), of(job)),
+        (_section(layout) + " None searches the knob (or leaves it to its default rule); a value, or a "
+         "list of values, pins it.", of(layout)),
+        (_section(options), of(options))], "SearchResult", SEARCH_BODY)
 
 
 def render_plan(request: type[BaseModel], enums: set[str]) -> str:

@@ -39,7 +39,9 @@ To add a knob:
    that must write it.
 3. Run `python -m trainplan.api_gen --write`: it regenerates the public keyword signatures
    (trainplan/_api.py) from the fields; tests/test_api_gen.py fails if you forget. No hand edit.
-Nothing else: the CLI flag, the tool argument, `export --from` and the `config` echo follow.
+Nothing else: the CLI flag, the tool argument, `export --from` and the `config` echo follow. The hand
+edits stay in at most 3 files (this one, layout.py and the calculator or exporter it changes); trainplan/_api.py
+is rewritten by the command.
 
 Defaults that every tool shares (a null means the same thing everywhere):
 - seq: the model's maximum sequence length capped at DEFAULT_SEQ_CAP (`default_seq`);
