@@ -105,14 +105,20 @@ def test_missing_hardware_is_an_input_error():
 
 
 def test_no_layout_fits_is_a_report(monkeypatch):
-    from trainplan.tools.search import driver
+    import time
 
-    search = driver.search
+    from trainplan.tools.search import driver
+    from trainplan.tools.search.request import SearchRequest
 
     def nothing_fits(model, gpu, gpus, **kwargs):
-        found = search(model, gpu, gpus, **kwargs)
-        return found.model_copy(update={"candidates": [], "alternatives": [], "chosen": None, "evaluated": 40,
-                                        "feasible": 0, "rejected": {"does not fit in memory": 40}, "wall_s": 0.0})
+        """The search's own result for a request (prepared and checked as the search does) in which nothing fits;
+        no layout is evaluated, so the planner's walk over every rung and engine stays cheap."""
+        request = SearchRequest.of(model, gpu, gpus, **kwargs)
+        job, objective, counts = driver.prepare(request)
+        out = {"job": driver._job_summary(job, gpus, request.max_gpus, counts, request.top_k),
+               "objective": objective.value, "candidates": [], "evaluated": 40, "feasible": 0,
+               "rejected": {"does not fit in memory": 40}}
+        return driver._finish(job, objective, out, [], request.top_k, request.pareto, time.perf_counter())
 
     monkeypatch.setattr("trainplan.tools.search.driver.search", nothing_fits)
     report = plan("llama3-405b on 8 A100 40GB for 1T tokens", backend="offline")
