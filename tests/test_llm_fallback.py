@@ -25,8 +25,9 @@ LLAMA3_8B_CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]
                     "rope_theta": 500000.0, "tie_word_embeddings": False}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def offline():
+    """The offline plan of SMALL, planned once per module (the tests compare with it and never change it)."""
     return plan(SMALL, backend="offline")
 
 

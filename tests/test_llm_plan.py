@@ -20,8 +20,9 @@ SMALL = "Llama 3 8B on 64 H100s for 100B tokens, seq 4096, global batch 256"
 JOB = {"model": "llama3-8b", "gpu": "h100-sxm-80gb", "gpus": 64, "seq": 4096, "gbs": 256}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def offline():
+    """The offline plan of SMALL, planned once per module (the tests compare with it and never change it)."""
     return plan(SMALL, backend="offline")
 
 
