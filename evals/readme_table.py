@@ -259,13 +259,14 @@ def _finetune_speed_error(cases: Cases) -> str:
     within = sum(abs(cases.error(c["id"])) <= 0.20 for c in rows)
     rtx_rows = ("torchtune-llama31-8b-lora-4090", "torchtune-llama31-8b-qlora-4090")
     rtx = [cases.error(i) for i in rtx_rows]
-    short = sorted(cases.error(c["id"]) for c in cases.of_runs("qwen-finetune-speed") if cases.error(c["id"]) > 0.20)
+    long = sorted(cases.error(c["id"]) for c in cases.of_runs("qwen-finetune-speed") if cases.error(c["id"]) < -0.20)
     worse = {c["id"] for c in rows if abs(cases.error(c["id"])) >= min(abs(e) for e in rtx)} - set(rtx_rows)
-    expect(all(cases.error(i) in short for i in worse), "the worst fine-tuning speed rows are the 4090 and short Qwen rows")
-    return (f"{mape_text(cases, rows)} (20.2% before the adapters, NF4 dequantisation and their host ops were timed), "
-            f"{within} of {len(rows)} within 20%; worst the 4090 rows ({pct(rtx[0])}, {pct(rtx[1])}: their published "
-            f"speed needs about 90% of the card's peak) and short Qwen sequences ({pct(short[0])} to {pct(short[-1])}: "
-            "the host floor overshoots)")
+    expect(all(cases.error(i) in long for i in worse), "the worst fine-tuning speed rows are the 4090 and long Qwen-1.8B rows")
+    tail = (f" and Qwen 1.8B at 2,048 tokens and more ({pct(long[0])} to {pct(long[-1])}: predicted too fast)"
+            if long else "")
+    return (f"{mape_text(cases, rows)} (17.0% before Qwen-1's fused c_attn was adapted as one module, 20.2% before the "
+            f"adapters, NF4 dequantisation and their host ops were timed), {within} of {len(rows)} within 20%; worst the "
+            f"4090 rows ({pct(rtx[0])}, {pct(rtx[1])}: their published speed needs about 90% of the card's peak){tail}")
 
 
 def _fixed(text: str) -> Callable[[Cases], str]:

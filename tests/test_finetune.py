@@ -185,3 +185,15 @@ def test_the_offline_planner_plans_qlora_as_qlora():
     report = trainplan.plan("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq 1024", backend="offline")
     config = report.model_dump(mode="json")["recommended"]["config"]
     assert config["method"] == "qlora" and config["gpus"] == 2
+
+
+def test_a_fused_qkv_projection_carries_one_adapter():
+    """Qwen-1's c_attn makes q, k and v in one Linear: PEFT adapts it as one module (QwenLM/Qwen finetune.py targets
+    c_attn), so all-linear is 5 adapters a block, not 7, and the adapter on c_attn is r (h + 3 h)."""
+    qwen = load_model(str(Path(__file__).parents[1] / "evals/runs/models/qwen-1.8b.json"))
+    assert qwen.fused_qkv and not load_model("llama3-8b").fused_qkv
+    linears = finetune.targeted_linears(qwen, False, "all-linear")
+    assert [lin.name for lin in linears][:2] == ["c_attn", "o_proj"] and len(linears) == 5
+    h, r = qwen.hidden_size, 64
+    dense, _ = finetune.adapter_params(qwen, False, r, "attention")
+    assert dense == r * (h + 3 * h) + r * (h + h)

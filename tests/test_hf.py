@@ -54,6 +54,12 @@ SYNTHETIC = {
         llama_like("mixtral", num_local_experts=MOE_E, num_experts_per_tok=MOE_K),
         2 * V * H + H + L * (GQA_ATTN + MOE_E * (3 * H * F + H) + 2 * H),
     ),
+    # Qwen-1: fused c_attn with bias (3 H wide, MHA), c_proj and the MLP without bias, intermediate_size = 2 x w1's width
+    "qwen": (
+        {"model_type": "qwen", "vocab_size": V, "hidden_size": H, "num_hidden_layers": L, "num_attention_heads": A,
+         "kv_channels": D, "intermediate_size": 2 * F, "seq_length": 512, "no_bias": True},
+        2 * V * H + H + L * (3 * H * H + 3 * H + H * H + GATED + 2 * H),
+    ),
     "qwen2": (llama_like("qwen2"), 2 * V * H + H + L * (GQA_ATTN + (A + 2 * KV) * D + GATED + 2 * H)),
     "qwen2_moe": (
         llama_like(

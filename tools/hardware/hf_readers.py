@@ -67,6 +67,27 @@ def _qwen2(c: ConfigFields) -> dict:
     )
 
 
+def _qwen(c: ConfigFields) -> dict:
+    """QWenLMHeadModel (Qwen-1, QwenLM/Qwen modeling_qwen.py): one c_attn Linear(h, 3 h) with bias makes q, k and v
+    (fused_qkv), c_proj without bias (no_bias); the MLP's w1 and w2 are Linear(h, intermediate_size / 2) and its
+    c_proj Linear(intermediate_size / 2, h), none with a bias; RMSNorm; MHA (kv_channels per head)."""
+    h = c.size("hidden_size")
+    a = c.size("num_attention_heads")
+    return dict(
+        hidden_size=h,
+        num_layers=c.size("num_hidden_layers"),
+        num_attention_heads=a,
+        num_kv_heads=a,
+        head_dim=c.size("kv_channels", default=h // a),
+        vocab_size=c.size("vocab_size"),
+        intermediate_size=c.size("intermediate_size") // 2,
+        max_seq_len=c.max_seq_len("seq_length", "max_position_embeddings", default=2048),
+        qkv_bias=True,
+        fused_qkv=True,
+        tie_word_embeddings=c.flag("tie_word_embeddings", False),
+    )
+
+
 def _sparse_step_layers(c: ConfigFields, num_layers: int) -> tuple[int, ...]:
     """Qwen MoE rule: layer i is MoE when i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0."""
     step = c.size("decoder_sparse_step", default=1)
@@ -337,6 +358,7 @@ READERS: dict[str, Callable[[ConfigFields], dict]] = {
     "phi3": _llama,
     "mistral": _mistral,
     "mixtral": _mixtral,
+    "qwen": _qwen,
     "qwen2": _qwen2,
     "qwen2_moe": _qwen2_moe,
     "qwen3": _qwen3,

@@ -43,6 +43,8 @@ class ModelSpec(BaseModel):
     qkv_bias: bool = Field(default=False, description="q/k/v projections carry biases")
     o_bias: bool = Field(default=False, description="output projection carries a bias")
     qk_norm: bool = Field(default=False, description="per-head RMSNorm on q and k (Qwen3)")
+    fused_qkv: bool = Field(default=False, description="one Linear makes q, k and v (Qwen-1 c_attn): LoRA adapts it "
+                                                       "as one module")
     q_lora_rank: int | None = Field(default=None, description="MLA query compression rank (None: no compression)")
     kv_lora_rank: int = Field(default=0, description="MLA key/value compression rank")
     qk_nope_head_dim: int = Field(default=0, description="MLA per-head q/k width without rotary")

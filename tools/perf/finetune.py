@@ -106,6 +106,8 @@ def _attention_linears(model) -> list[Linear]:
                     Linear("kv_b_proj", model.kv_lora_rank, a * (model.qk_nope_head_dim + model.v_head_dim)),
                     Linear("o_proj", a * model.v_head_dim, h, row_parallel=True)]
     d, g = model.head_dim, model.num_kv_heads
+    if model.fused_qkv:     # one module, one adapter: PEFT adapts Qwen-1's c_attn whole (QwenLM/Qwen finetune.py)
+        return [Linear("c_attn", h, (a + 2 * g) * d), Linear("o_proj", a * d, h, row_parallel=True)]
     return [Linear("q_proj", h, a * d), Linear("k_proj", h, g * d), Linear("v_proj", h, g * d),
             Linear("o_proj", a * d, h, row_parallel=True)]
 
