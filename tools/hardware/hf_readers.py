@@ -71,16 +71,11 @@ def _qwen(c: ConfigFields) -> dict:
     """QWenLMHeadModel (Qwen-1, QwenLM/Qwen modeling_qwen.py): one c_attn Linear(h, 3 h) with bias makes q, k and v
     (fused_qkv), c_proj without bias (no_bias); the MLP's w1 and w2 are Linear(h, intermediate_size / 2) and its
     c_proj Linear(intermediate_size / 2, h), none with a bias; RMSNorm; MHA (kv_channels per head)."""
-    h = c.size("hidden_size")
-    a = c.size("num_attention_heads")
+    core = _decoder_core(c)   # no num_key_value_heads: MHA; no hidden_act: SiLU
     return dict(
-        hidden_size=h,
-        num_layers=c.size("num_hidden_layers"),
-        num_attention_heads=a,
-        num_kv_heads=a,
-        head_dim=c.size("kv_channels", default=h // a),
-        vocab_size=c.size("vocab_size"),
-        intermediate_size=c.size("intermediate_size") // 2,
+        core,
+        head_dim=c.size("kv_channels", default=core["hidden_size"] // core["num_attention_heads"]),
+        intermediate_size=core["intermediate_size"] // 2,
         max_seq_len=c.max_seq_len("seq_length", "max_position_embeddings", default=2048),
         qkv_bias=True,
         fused_qkv=True,
