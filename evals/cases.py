@@ -220,8 +220,12 @@ def expert_vs_best(reference: dict) -> dict:
     all of them), the best layout and whether the published one fits in the memory model."""
     fields = search_fields()
     job = {k: v for k, v in reference.items() if k in fields and k not in EXPERT_SEARCHED}
-    result = trainplan.search(**job, headroom_gib=0.0, top_k=EXPERT_TOP_K)
     theirs = trainplan.estimate(**reference).model_dump(mode="json")
+    if theirs["config"].get("recompute_modules") and "recompute_modules" in fields:
+        # A run that set recompute=selective recomputed what its engine's selective recompute does
+        # (Megatron: core_attn); that is its recipe too, not a knob for the search to pick per layout.
+        job.setdefault("recompute_modules", ",".join(theirs["config"]["recompute_modules"]))
+    result = trainplan.search(**job, headroom_gib=0.0, top_k=EXPERT_TOP_K)
     speed = theirs["time"]["tokens_per_s"]
     candidates = result.candidates
     if not candidates:
