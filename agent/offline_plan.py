@@ -15,6 +15,7 @@ from trainplan.tools.hardware import catalog
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.config import engines as engine_registry
+from trainplan.tools.search.memo import layout_memo
 from trainplan.tools.search.results import SearchResult
 from trainplan.agent.registry import estimate_kwargs
 
@@ -168,6 +169,11 @@ def offline_report(request: PlanRequest, text: str, engine: str | None = None) -
     """The offline planner's plan, as every path makes it (plan, the LLM's fallbacks, the chat), with
     the engine it is scored and launched for: the named one; for LoRA/QLoRA naming none, ADAPTER_ENGINE's
     layouts when one fits; else the PLAN_ENGINES engine whose best layout wins."""
+    with layout_memo():   # one plan meets the same layouts again (counts, engines, limits): each evaluated once
+        return _offline_report(request, text, engine)
+
+
+def _offline_report(request: PlanRequest, text: str, engine: str | None) -> PlanReport:
     engine = engine or request.engine
     if engine is None and request.method is not None and is_lora(request.method):
         report = plan_offline(request, text, engine=ADAPTER_ENGINE)

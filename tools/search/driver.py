@@ -49,6 +49,7 @@ from trainplan.tools.search.explain import explain_runner_up, label, no_feasible
 from trainplan.tools.search.rank import best_rows, collapse_twins, objective_of, pareto_front, result_key
 from trainplan.tools.core.enums import Objective
 from trainplan.tools.search.recipes import chosen_note, recompute_choices, storage_variants
+from trainplan.tools.search.memo import remembered
 from trainplan.tools.search.request import SearchRequest
 from trainplan.tools.search.results import SearchJobSummary, SearchResult
 from trainplan.tools.search.score import evaluate_count, fixed_knobs
@@ -449,8 +450,9 @@ def exact(job: SearchJob, layout: dict) -> dict:
                          seq=job.seq, recompute=recompute, schedule=SCHEDULE_BY_CODE[layout["schedule"]],
                          precision=job.precision, fp8_supported=job.gpu.fp8_tflops is not None,
                          **fixed_knobs(job, layout["tp"], recompute, layout.get("modules"), storage))
-    return evaluate(job.model, job.cluster(layout["gpus"]), cfg, TrainingRun(job.tokens, job.price, job.goodput),
-                    headroom_gib=job.headroom_gib).model_dump(mode="json")
+    cluster, run = job.cluster(layout["gpus"]), TrainingRun(job.tokens, job.price, job.goodput)
+    return remembered((repr(job.model), repr(cluster), repr(cfg), repr(run), job.headroom_gib), lambda: evaluate(
+        job.model, cluster, cfg, run, headroom_gib=job.headroom_gib).model_dump(mode="json"))
 
 
 def _no_split(job: SearchJob, counts: list[int]) -> None:
