@@ -156,6 +156,8 @@ def _check(kind: str, size_bytes, n: int) -> np.ndarray:
         raise InputError(f"unknown collective '{kind}': use one of {', '.join(KINDS)}")
     if n < 1:
         raise InputError(f"group size {n} must be a positive number of ranks")
+    if isinstance(size_bytes, (int, float)) and math.isfinite(size_bytes) and size_bytes >= 0:
+        return np.float64(size_bytes)   # the common scalar call, without building a 0-d array (same values)
     sizes = np.asarray(size_bytes, dtype=float)
     if not np.all(np.isfinite(sizes)) or np.any(sizes < 0):
         raise InputError("size_bytes must be finite and non-negative")
