@@ -185,8 +185,8 @@ def plan(
     # How to plan.
     backend: str = "auto",
     llm_model: str | None = None,
-    # The request's fields (agent/request.py PlanRequest); given ones override what the text says,
-    # None leaves them to the text or the defaults.
+    # The request's fields (agent/request.py PlanRequest); given ones override what the text says, None leaves them
+    # to the text or the defaults.
     batch_tokens: float | None = None,
     gpus_at_least: bool | None = None,
     model_from_size: str | None = None,

@@ -86,24 +86,24 @@ PLAN_BODY = '''
 '''
 
 
-def _type_text(annotation, enums: set[str], loose: bool) -> str:
-    """Source text of an annotation. loose: an enum also takes its value as a string, a Literal is a str."""
+def _type_text(annotation, enums: set[str]) -> str:
+    """Source text of an annotation as the public API takes it: an enum also takes its value as a string, a
+    Literal is a str, a tuple also takes a comma-separated string."""
     origin = typing.get_origin(annotation)
     if annotation is type(None):
         return "None"
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         enums.add(annotation.__name__)
-        return f"{annotation.__name__} | str" if loose else annotation.__name__
+        return f"{annotation.__name__} | str"
     if origin is typing.Literal:
         return "str"
     if origin in (typing.Union, types.UnionType):
-        parts = [_type_text(arg, enums, loose) for arg in typing.get_args(annotation)]
+        parts = [_type_text(arg, enums) for arg in typing.get_args(annotation)]
         return " | ".join(dict.fromkeys(part for text in parts for part in text.split(" | ")))
     if origin is tuple:
-        item = _type_text(typing.get_args(annotation)[0], enums, loose)
-        return f"tuple[{item}, ...] | str" if loose else f"tuple[{item}, ...]"   # str: a comma-separated list
+        return f"tuple[{_type_text(typing.get_args(annotation)[0], enums)}, ...] | str"
     if origin is list:
-        return f"list[{_type_text(typing.get_args(annotation)[0], enums, loose)}]"
+        return f"list[{_type_text(typing.get_args(annotation)[0], enums)}]"
     return annotation.__name__
 
 
@@ -112,13 +112,21 @@ def _default_text(info: FieldInfo) -> str:
     return repr(default.value if isinstance(default, enum.Enum) else default)
 
 
-def _required_first(fields: dict[str, FieldInfo], enums: set[str]) -> tuple[list[str], list[str]]:
-    """(the positional parameters: required fields, the keyword-only rest: as each field states it)."""
-    positional = [f"{name}: {_type_text(info.annotation, enums, True)}"
-                  for name, info in fields.items() if info.is_required()]
-    keywords = [f"{name}: {_type_text(info.annotation, enums, True)} = {_default_text(info)}"
-                for name, info in fields.items() if not info.is_required()]
-    return positional, keywords
+def _positional(fields: dict[str, FieldInfo], enums: set[str]) -> list[str]:
+    """The required fields, positional."""
+    return [f"{name}: {_type_text(info.annotation, enums)}" for name, info in fields.items() if info.is_required()]
+
+
+def _with_defaults(fields: dict[str, FieldInfo], enums: set[str]) -> list[str]:
+    """The optional fields, keyword-only, each with the default its field states."""
+    return [f"{name}: {_type_text(info.annotation, enums)} = {_default_text(info)}"
+            for name, info in fields.items() if not info.is_required()]
+
+
+def _nullable(name: str, info: FieldInfo, enums: set[str]) -> str:
+    """A keyword that None leaves to the field's default rule."""
+    text = _type_text(info.annotation, enums)
+    return f"{name}: {text if text.endswith('None') else text + ' | None'} = None"
 
 
 def _section(model: type[BaseModel], note: str = "") -> str:
@@ -128,38 +136,38 @@ def _section(model: type[BaseModel], note: str = "") -> str:
     return f"{model.__name__}: {clause[:1].lower()}{clause[1:]} (contract.{model.__name__}{note})."
 
 
-def _def(name: str, positional: list[str], sections: list[tuple[str, list[str]]], result: str, body: str) -> str:
+def _def(name: str, positional: list[str], sections: list[tuple[str, list[str]]], result: str, body: str,
+         rest: str | None = None) -> str:
+    """The source of one function: positional parameters, then keyword-only sections each under its comment,
+    then `rest` (a **keywords parameter) if any."""
     lines = [f"def {name}(", *(f"    {p}," for p in positional), "    *,"]
     for comment, parameters in sections:
         lines += [*(f"    # {line}" for line in textwrap.wrap(comment, 110)), *(f"    {p}," for p in parameters)]
+    if rest:
+        lines.append(f"    {rest},")
     return "\n".join(lines) + f"\n) -> {result}:" + body
 
 
 def render_estimate(job: type[BaseModel], layout: type[BaseModel], enums: set[str]) -> str:
-    job_positional, job_keywords = _required_first(job.model_fields, enums)
-    _, layout_keywords = _required_first(layout.model_fields, enums)
-    return _def("estimate", job_positional, [
-        (_section(job), job_keywords),
-        (_section(layout), layout_keywords),
+    return _def("estimate", _positional(job.model_fields, enums), [
+        (_section(job), _with_defaults(job.model_fields, enums)),
+        (_section(layout), _with_defaults(layout.model_fields, enums)),
         ("What to return.", list(ESTIMATE_ONLY))], "Estimate", ESTIMATE_BODY)
 
 
 def render_search(job: type[BaseModel], layout: type[BaseModel], options: type[BaseModel], enums: set[str]) -> str:
     fields = search_fields(job, layout, options)
     searched = set(knob_names(layout, searched=True))
-    positional = [f"{name}: {_type_text(info.annotation, enums, True)}"
-                  for name, info in fields.items() if info.is_required()]
 
     def keyword(name: str) -> str:
         if name in searched:
             return f"{name}: Any = None"                            # a value or a list of values pins it
-        text = _type_text(fields[name].annotation, enums, True)
-        return f"{name}: {text if text.endswith('None') else text + ' | None'} = None"
+        return _nullable(name, fields[name], enums)
 
     def of(model: type[BaseModel]) -> list[str]:
         return [keyword(name) for name in fields if name in model.model_fields and not fields[name].is_required()]
 
-    return _def("search", positional, [
+    return _def("search", _positional(fields, enums), [
         (_section(job, ", less the batch ramp"), of(job)),
         (_section(layout) + " None searches the knob (or leaves it to its default rule); a value, or a "
          "list of values, pins it.", of(layout)),
@@ -167,17 +175,12 @@ def render_search(job: type[BaseModel], layout: type[BaseModel], options: type[B
 
 
 def render_plan(request: type[BaseModel], enums: set[str]) -> str:
-    fields = {name: info for name, info in request.model_fields.items() if name not in PLAN_NOT_A_KEYWORD}
-    keywords = []
-    for name, info in fields.items():
-        text = _type_text(info.annotation, enums, True)
-        keywords.append(f"{name}: {text if text.endswith('None') else text + ' | None'} = None")
-    lines = ["def plan(", "    request_text: str | None = None,", "    *,", "    # How to plan.",
-             *(f"    {p}," for p in PLAN_ONLY_HEAD),
-             "    # The request's fields (agent/request.py PlanRequest); given ones override what the text says,",
-             "    # None leaves them to the text or the defaults.",
-             *(f"    {p}," for p in keywords), "    **options: Any,"]
-    return "\n".join(lines) + "\n) -> PlanReport:" + PLAN_BODY
+    keywords = [_nullable(name, info, enums) for name, info in request.model_fields.items()
+                if name not in PLAN_NOT_A_KEYWORD]
+    return _def("plan", ["request_text: str | None = None"], [
+        ("How to plan.", list(PLAN_ONLY_HEAD)),
+        ("The request's fields (agent/request.py PlanRequest); given ones override what the text says, None "
+         "leaves them to the text or the defaults.", keywords)], "PlanReport", PLAN_BODY, rest="**options: Any")
 
 
 def render(job: type[BaseModel] = Job, layout: type[BaseModel] = Layout, options: type[BaseModel] = SearchOptions,

@@ -32,8 +32,9 @@ def layout_memo() -> Iterator[None]:
 def remembered(key: tuple, compute: Callable[[], dict]) -> dict:
     """compute() once per key inside layout_memo(), a deep copy each time (callers may edit their result);
     outside it, compute() every time."""
-    if _memo is None:
+    memo = _memo   # read once: a plan ending on another thread sets the module's memo back to None
+    if memo is None:
         return compute()
-    if key not in _memo:
-        _memo[key] = compute()
-    return copy.deepcopy(_memo[key])
+    if key not in memo:
+        memo[key] = compute()
+    return copy.deepcopy(memo[key])
