@@ -26,7 +26,7 @@ from .plan_search import (ALTERNATIVES, PLAN_HEADROOM, evaluate_for_job, search_
 from .report import GpuCountTradeoffs, LayoutChoice, PlanReport, ReportNotes, ReportOrigin, build_report
 from .request import PlanRequest
 
-__all__ = ["ADAPTER_ENGINE", "PLAN_ENGINES", "distinct_results", "offline_report", "plan_offline"]
+__all__ = ["ADAPTER_ENGINE", "ADAPTER_FALLBACK", "PLAN_ENGINES", "distinct_results", "offline_report", "plan_offline"]
 
 PLAN_ENGINES = engine_registry.PLAN_ENGINES
 """A request that names no engine is planned once for each of these, each scored with its own kernels
@@ -37,6 +37,7 @@ ADAPTER_ENGINE = engine_registry.ADAPTER_ENGINE
 """The engine of a LoRA/QLoRA request that names none: the offline search keeps the layouts it runs
 (data parallel with ZeRO/FSDP, as practitioners fine-tune with PEFT) when one fits, and the plan carries
 its launch settings (Megatron's arguments have no adapters)."""
+ADAPTER_FALLBACK = engine_registry.ADAPTER_FALLBACK
 
 
 def _limit_of(request: PlanRequest, recommended: dict) -> dict | None:
@@ -137,7 +138,7 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     if not candidates:
         rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"
         would = sizing.what_would_meet(search_fn, {**job, "deadline_days": None, "budget_usd": None}, headroom)
-        shorter = sizing.shorter_seq_that_fits(search_fn, job, headroom)
+        shorter = sizing.shorter_seq_that_fits(search_fn, job)
         adapters = None
         if request.fine_tuning and not is_lora(job["method"] or "full"):
             adapters = sizing.adapters_that_fit(job)
@@ -168,7 +169,8 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
 def offline_report(request: PlanRequest, text: str, engine: str | None = None) -> PlanReport:
     """The offline planner's plan, as every path makes it (plan, the LLM's fallbacks, the chat), with
     the engine it is scored and launched for: the named one; for LoRA/QLoRA naming none, ADAPTER_ENGINE's
-    layouts when one fits; else the PLAN_ENGINES engine whose best layout wins."""
+    layouts when one fits, else ADAPTER_FALLBACK's (_adapter_plan); else the PLAN_ENGINES engine whose best
+    layout wins."""
     with layout_memo():   # one plan meets the same layouts again (counts, engines, limits): each evaluated once
         return _offline_report(request, text, engine)
 
@@ -176,12 +178,41 @@ def offline_report(request: PlanRequest, text: str, engine: str | None = None) -
 def _offline_report(request: PlanRequest, text: str, engine: str | None) -> PlanReport:
     engine = engine or request.engine
     if engine is None and request.method is not None and is_lora(request.method):
-        report = plan_offline(request, text, engine=ADAPTER_ENGINE)
-        return report.model_copy(update={"engine": ADAPTER_ENGINE}) if report.recommended else plan_offline(request, text)
+        return _adapter_plan(request, text)
     if engine is None:
         report, engine = _best_engine_plan(request, text)
         return report.model_copy(update={"engine": engine})
     return plan_offline(request, text, engine=engine).model_copy(update={"engine": engine})
+
+
+def _adapter_plan(request: PlanRequest, text: str) -> PlanReport:
+    """A LoRA/QLoRA request naming no engine: ADAPTER_ENGINE's plan when a layout fits; else the first of
+    ADAPTER_FALLBACK's that fits, scored and launched as that engine runs it, with ADAPTER_ENGINE's reason
+    stated; else ADAPTER_ENGINE's report of what would fit. Never a layout that the launching engine refuses."""
+    report = plan_offline(request, text, engine=ADAPTER_ENGINE)
+    if report.recommended:
+        return report.model_copy(update={"engine": ADAPTER_ENGINE})
+    own = _what_would_fit(report)
+    advice = []
+    for engine in ADAPTER_FALLBACK:
+        fallback = plan_offline(request, text, engine=engine)
+        would = _what_would_fit(fallback)
+        if would and would != own and would not in advice:
+            advice.append(would)
+            report.risks.append(f"with {engine}, which runs the layouts {ADAPTER_ENGINE} cannot: {would}")
+        if fallback.recommended:
+            fallback.assumptions.append(
+                f"no engine named: {ADAPTER_ENGINE}, which runs data-parallel layouts only, fits none on these GPUs; "
+                f"{engine} runs this layout, so the plan is scored and launched as {engine} runs it (its launch "
+                "settings carry no adapters: the training script applies PEFT's LoraConfig)")
+            return fallback.model_copy(update={"engine": engine})
+    return report.model_copy(update={"engine": ADAPTER_ENGINE})
+
+
+def _what_would_fit(report: PlanReport) -> str | None:
+    """What a no-fit report says would fit (the clauses after its rejection counts), else None."""
+    risk = next((r for r in report.risks if r.startswith("no layout fits")), None)
+    return risk.split("); ", 1)[1] if risk and "); " in risk else None
 
 
 def _best_engine_plan(parsed: PlanRequest, text: str) -> tuple[PlanReport, str | None]:

@@ -270,13 +270,15 @@ SHORTEST_SEQ_TRIED = 256
 """The shortest sequence `shorter_seq_that_fits` tries (halving from the job's)."""
 
 
-def shorter_seq_that_fits(search: Search, job: dict, headroom_gib: float) -> str | None:
+def shorter_seq_that_fits(search: Search, job: dict) -> str | None:
     """When no layout fits on the job's GPUs: the longest sequence, halving from the job's down to
     SHORTEST_SEQ_TRIED, at which one does (activations shrink with the sequence; the model states do
-    not), as a sentence; None when none does."""
+    not), as a sentence; None when none does. It fits as the plan at that sequence would: with the memory
+    headroom the planner's last rung relaxes to (none; agent/plan_search.py search_relaxing), so the sentence
+    never names a sequence whose plan then finds no layout."""
     seq = job["seq"] // 2
     while seq >= SHORTEST_SEQ_TRIED:
-        result = search({**job, "seq": seq}, 1, False, headroom_gib, None)
+        result = search({**job, "seq": seq}, 1, False, 0.0, None)
         if result.candidates:
             return f"at seq {seq} it fits on the same {job['gpus']:,} GPUs ({_outcome(result.candidates[0])})"
         seq //= 2

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainplan.tools.config.engines import (ADAPTER_ENGINE, DEFAULT_ENGINE, ENGINE_LIST, ENGINE_PROFILES,
+from trainplan.tools.config.engines import (ADAPTER_ENGINE, ADAPTER_FALLBACK, DEFAULT_ENGINE, ENGINE_LIST, ENGINE_PROFILES,
                                             ENGINE_REFUSALS, ENGINES, LAUNCH_FALLBACK, PLAN_ENGINES, spoken)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +41,8 @@ def test_the_planner_engines_are_the_registry_flags():
     assert planner.LAUNCH_FALLBACK == LAUNCH_FALLBACK == ("torchtitan", "deepspeed", "accelerate")
     assert offline_plan.PLAN_ENGINES == PLAN_ENGINES == ("megatron", "torchtitan")
     assert DEFAULT_ENGINE not in LAUNCH_FALLBACK
+    assert offline_plan.ADAPTER_FALLBACK == ADAPTER_FALLBACK == ("deepspeed", "accelerate")
+    assert ADAPTER_ENGINE not in ADAPTER_FALLBACK
 
 
 def test_each_engine_refusal_is_its_own():

@@ -98,9 +98,10 @@ def test_a_fine_tune_with_tokens_gets_its_cost():
 def test_no_fit_says_which_shorter_sequence_and_gpu_count_would_fit():
     report = plan("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq 8192", backend="offline")
     assert report.recommended is None
-    risk = next(r for r in report.risks if r.startswith("no layout fits"))
+    risk = next(r for r in report.risks if r.startswith("no layout fits"))   # axolotl's: data parallel only
     seq = int(re.search(r"at seq (\d+) it fits on the same 2 GPUs", risk).group(1))
-    gpus = int(re.search(r"(\d+) GPUs fit it in memory", risk).group(1))
+    tensor_parallel = next(r for r in report.risks if r.startswith("with deepspeed, which runs the layouts axolotl"))
+    gpus = int(re.search(r"(\d+) GPUs fit it in memory", tensor_parallel).group(1))
     assert seq < 8192 and 2 < gpus < 64   # the ladder's floor counts the NF4 base, not 18 B/param
     shorter = plan(f"fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq {seq}", backend="offline")
     more = plan(f"fine-tune Llama 3 70B with QLoRA on {gpus} RTX 4090s, seq 8192", backend="offline")
@@ -125,6 +126,27 @@ def test_adapter_plans_launch_with_a_peft_trainer(qlora_70b, lora_8b):
         assert report.launch.engine == "axolotl" and report.launch.error is None
         assert f"adapter: {method}" in report.launch.content
         assert report.recommended["config"]["tp"] == report.recommended["config"]["pp"] == 1
+
+
+def test_an_adapter_plan_the_peft_trainer_cannot_fit_launches_with_an_engine_that_runs_it():
+    """QLoRA 70B on two 24 GB cards at 1,024 tokens: no data-parallel layout fits, so axolotl's launch settings
+    would refuse the recommendation. The plan is searched, scored and launched with the first ADAPTER_FALLBACK
+    engine that fits (its refusals checked by the search), and says why."""
+    from trainplan.agent.offline_plan import ADAPTER_ENGINE, ADAPTER_FALLBACK
+    from trainplan.tools.engines.support import knobs_of, runs
+    from trainplan.tools.config.contract import Layout
+    from trainplan.tools.config.layout import resolve_config
+    from trainplan.tools.hardware import catalog
+
+    report = plan("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq 1024", backend="offline")
+    config = report.recommended["config"]
+    assert report.engine in ADAPTER_FALLBACK and report.launch.engine == report.engine
+    assert report.launch.error is None
+    spec = catalog.load_model("llama3-70b")
+    knobs = knobs_of(resolve_config(spec, config["gpus"], **{k: config.get(k) for k in Layout.model_fields}))
+    assert not runs(ADAPTER_ENGINE, spec, knobs) and runs(report.engine, spec, knobs)
+    assert any(a.startswith(f"no engine named: {ADAPTER_ENGINE}, which runs data-parallel layouts only, fits none")
+               and f"{report.engine} runs this layout" in a for a in report.assumptions)
 
 
 def test_the_recommended_layout_says_what_is_trained(qlora_70b, lora_8b):
