@@ -23,7 +23,7 @@ from trainplan.tools.config import engines as engine_registry
 
 from .config import LlmEndpoint
 from .llm_backend import failure_text, offline_after_llm_failure, plan_openai
-from .offline_plan import ADAPTER_ENGINE, offline_report
+from .offline_plan import ADAPTER_ENGINE, ADAPTER_FALLBACK, offline_report
 from .report import PlanReport, launch_settings
 from .request import PlanRequest, merge, parse_partial, require_complete
 
@@ -126,24 +126,23 @@ def plan(request_text: str | None = None, *, backend: str = "auto", endpoint: Ll
 
 
 def _add_launch(report: PlanReport, engine: str | None, adapters: bool) -> None:
-    """The launch settings of the recommended layout: `engine`'s, else ADAPTER_ENGINE's for adapters, else
-    launch_engine's."""
-    launcher = engine or (ADAPTER_ENGINE if adapters else launch_engine(report.request["model"],
-                                                                       report.recommended["config"]))
+    """The launch settings of the recommended layout: `engine`'s, else launch_engine's."""
+    launcher = engine or launch_engine(report.request["model"], report.recommended["config"], adapters)
     report.launch = launch_settings(report.request["model"], report.recommended["config"], launcher)
 
 
-def launch_engine(model: str, config: dict) -> str:
+def launch_engine(model: str, config: dict, adapters: bool = False) -> str:
     """The engine whose launch settings a plan that names none carries: DEFAULT_ENGINE when it runs the
     layout, else the first of LAUNCH_FALLBACK that does, else DEFAULT_ENGINE (whose refusal the report
-    then states)."""
+    then states). With LoRA/QLoRA adapters: ADAPTER_ENGINE, else the first of ADAPTER_FALLBACK, likewise."""
     from trainplan.tools.config.contract import Layout
     from trainplan.tools.engines.support import knobs_of, runs
     from trainplan.tools.config.layout import resolve_config
 
     spec = catalog.load_model(model)
     knobs = knobs_of(resolve_config(spec, config["gpus"], **{k: config.get(k) for k in Layout.model_fields}))
-    return next((e for e in (DEFAULT_ENGINE, *LAUNCH_FALLBACK) if bool(runs(e, spec, knobs))), DEFAULT_ENGINE)
+    order = (ADAPTER_ENGINE, *ADAPTER_FALLBACK) if adapters else (DEFAULT_ENGINE, *LAUNCH_FALLBACK)
+    return next((e for e in order if bool(runs(e, spec, knobs))), order[0])
 
 
 def _settings_model() -> str:

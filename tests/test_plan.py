@@ -280,6 +280,21 @@ def test_a_plan_naming_no_engine_launches_with_an_engine_that_runs_its_layout():
     assert launch_engine("llama3-70b", fsdp_with_pp) == "torchtitan"
 
 
+def test_an_adapter_layout_naming_no_engine_launches_with_an_adapter_engine_that_runs_it():
+    """LoRA/QLoRA: axolotl for data-parallel layouts (as PEFT fine-tunes run); a tensor-parallel one (as an LLM
+    may choose) goes to the first ADAPTER_FALLBACK engine whose refusals admit it, never to Megatron-LM (no
+    adapters) nor to axolotl (data parallel only)."""
+    from trainplan.agent.planner import launch_engine
+
+    job = dict(model="llama3-8b", gpu="h100-sxm-80gb", gpus=8, gbs=16, seq=2048, mbs=1, method="lora")
+    data_parallel = trainplan.estimate(**job, zero=3).model_dump(mode="json")["config"]
+    tensor_parallel = trainplan.estimate(**job, tp=2).model_dump(mode="json")["config"]
+    assert launch_engine("llama3-8b", data_parallel, adapters=True) == "axolotl"
+    assert launch_engine("llama3-8b", tensor_parallel, adapters=True) == "deepspeed"
+    full = trainplan.estimate(**{**job, "method": "full"}, tp=2).model_dump(mode="json")["config"]
+    assert launch_engine("llama3-8b", full) == "megatron"
+
+
 def test_report_text_says_the_tables_bubble_and_names_the_palm_count():
     """The text once called the schedule's rank-averaged idle share 'pipeline bubble' (5.4%) beside a
     table whose bubble row was 1.4% of the step, wrote 'none recompute', and showed HFU below MFU
