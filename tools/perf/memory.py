@@ -275,7 +275,15 @@ def _core(m: ModelParts, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) 
     out["other/nccl"] = NCCL_GIB_PER_GROUP * GIB * groups + 0 * first
     out["other/allocator_reserve"] = ALLOCATOR_RESERVE_FRACTION * activations
     shape = np.broadcast_shapes(t.shape, first.shape)
-    return {key: np.broadcast_to(np.asarray(v, dtype=float), shape) for key, v in out.items()}
+    return {key: _spread(v, shape) for key, v in out.items()}
+
+
+def _spread(v, shape: tuple) -> np.ndarray:
+    """v as a float array of `shape`; an array already of that shape as it is (np.broadcast_to costs
+    microseconds a call, and _core returns ~60 keys for every layout). Callers only read the result."""
+    if isinstance(v, np.ndarray) and v.shape == shape and v.dtype == np.float64:
+        return v
+    return np.broadcast_to(np.asarray(v, dtype=float), shape)
 
 
 @dataclass(frozen=True)

@@ -74,9 +74,10 @@ def mtp_param_parts(model: ModelSpec) -> dict[str, float]:
     return parts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ModelParts:
-    """What the memory core needs from a model, computed once."""
+    """What the memory core needs from a model, computed once (compared and hashed by identity: its
+    lists make it unhashable by value, and rank_data's cache keys on it)."""
 
     spec: ModelSpec
     layer_parts: list[dict[str, float]]
@@ -110,7 +111,14 @@ def model_parts(model: ModelSpec) -> ModelParts:
 
 def rank_data(m: ModelParts, pp: int, vpp: int, dualpipe: bool) -> dict[str, np.ndarray]:
     """Per-rank sums (shape (1, pp)): parameter parts, dense/MoE layer counts, first/last flags,
-    and the largest dense and MoE layer (for ZeRO transients and the recompute working set)."""
+    and the largest dense and MoE layer (for ZeRO transients and the recompute working set).
+    A fresh dict of read-only arrays, computed once per (parts, pp, vpp, dualpipe): a plan asks for the same
+    few pipeline splits thousands of times (memory_breakdown per exact layout)."""
+    return dict(_rank_data(m, pp, vpp, dualpipe))
+
+
+@lru_cache(maxsize=1024)
+def _rank_data(m: ModelParts, pp: int, vpp: int, dualpipe: bool) -> dict[str, np.ndarray]:
     rows = []
     virtual = model_layers_per_stage(m.spec, pp * vpp)   # layers of each interleaved model chunk
     chunk_layers = [max(virtual[i::pp]) for i in range(pp)]
@@ -131,6 +139,8 @@ def rank_data(m: ModelParts, pp: int, vpp: int, dualpipe: bool) -> dict[str, np.
         data[f"chunk_{kind}"] = np.array([[[sum(1 for j in range(starts[i + c * pp], starts[i + c * pp + 1])
                                                  if m.is_moe[j] == moe) for c in range(vpp)] for i in range(pp)]],
                                          dtype=float)
+    for array in data.values():
+        array.setflags(write=False)   # shared by every caller of the same split
     return data
 
 
