@@ -175,9 +175,12 @@ def _core(m: ModelParts, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) 
     grad_bytes = np.where(k["bf16_grads"] > 0, GRAD_BYTES_BF16, GRAD_BYTES)
     optimizer_bytes = np.where(k["bf16_moments"] > 0, OPTIMIZER_BYTES_BF16_MOMENTS, OPTIMIZER_BYTES)
 
+    divisors = {z: (np.where(zero >= z, group, 1), np.where(zero >= z, expert_group, 1)) for z in (1, 2, 3)}
+
     def sharded(ne, ex, min_zero):
         """Parameters per GPU once ZeRO stage >= min_zero shards them over their data-parallel group."""
-        return ne / np.where(zero >= min_zero, group, 1) + ex / np.where(zero >= min_zero, expert_group, 1)
+        over_ne, over_ex = divisors[min_zero]
+        return ne / over_ne + ex / over_ex
 
     # fp32_params (module doc): the fp32 parameters are the master copy, sharded like the optimizer states;
     # the bf16 copy is held only unsharded, and where ZeRO-3 shards over more than one rank only as the
@@ -190,13 +193,13 @@ def _core(m: ModelParts, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) 
         return WEIGHT_BYTES * sharded(ne * (1 - gathered_ne), ex * (1 - gathered_ex), 3)
 
     out: dict[str, np.ndarray] = {"weights/fp32_params": 0.0}
+    master_on_gpu, optimizer_left = fp32_params & on_gpu, optimizer_bytes - np.where(fp32_params, MASTER_BYTES, 0.0)
     for name, (ne, ex) in modules.items():
         out[f"weights/{name}"] = bf16_copy(ne, ex)
         out["weights/fp32_params"] = out["weights/fp32_params"] + np.where(
-            fp32_params & on_gpu, MASTER_BYTES * sharded(ne, ex, 1), 0.0)
+            master_on_gpu, MASTER_BYTES * sharded(ne, ex, 1), 0.0)
         out[f"gradients/{name}"] = grad_bytes * sharded(ne, ex, 2)
-        out[f"optimizer/{name}"] = np.where(on_gpu, (optimizer_bytes - np.where(fp32_params, MASTER_BYTES, 0.0))
-                                            * sharded(ne, ex, 1), 0.0)
+        out[f"optimizer/{name}"] = np.where(on_gpu, optimizer_left * sharded(ne, ex, 1), 0.0)
     # fp8: TE's fp8 weight + transpose for GEMM weights (blocks and MTP), sharded like the weights.
     gemm_ne = layers_ne - rank["norm_router"] + last * (mtp_ne - m.mtp_parts["norm_router"])
     gemm_ex = layers_ex + last * mtp_ex
