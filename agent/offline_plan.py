@@ -192,13 +192,12 @@ def _adapter_plan(request: PlanRequest, text: str) -> PlanReport:
     report = plan_offline(request, text, engine=ADAPTER_ENGINE)
     if report.recommended:
         return report.model_copy(update={"engine": ADAPTER_ENGINE})
-    own = _what_would_fit(report)
-    advice = []
+    said = [_what_would_fit(report)]
     for engine in ADAPTER_FALLBACK:
         fallback = plan_offline(request, text, engine=engine)
         would = _what_would_fit(fallback)
-        if would and would != own and would not in advice:
-            advice.append(would)
+        if would and would not in said:
+            said.append(would)
             report.risks.append(f"with {engine}, which runs the layouts {ADAPTER_ENGINE} cannot: {would}")
         if fallback.recommended:
             fallback.assumptions.append(

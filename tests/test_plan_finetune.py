@@ -133,18 +133,13 @@ def test_an_adapter_plan_the_peft_trainer_cannot_fit_launches_with_an_engine_tha
     would refuse the recommendation. The plan is searched, scored and launched with the first ADAPTER_FALLBACK
     engine that fits (its refusals checked by the search), and says why."""
     from trainplan.agent.offline_plan import ADAPTER_ENGINE, ADAPTER_FALLBACK
-    from trainplan.tools.engines.support import knobs_of, runs
-    from trainplan.tools.config.contract import Layout
-    from trainplan.tools.config.layout import resolve_config
-    from trainplan.tools.hardware import catalog
+    from trainplan.agent.report import launch_settings
 
     report = plan("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq 1024", backend="offline")
-    config = report.recommended["config"]
     assert report.engine in ADAPTER_FALLBACK and report.launch.engine == report.engine
-    assert report.launch.error is None
-    spec = catalog.load_model("llama3-70b")
-    knobs = knobs_of(resolve_config(spec, config["gpus"], **{k: config.get(k) for k in Layout.model_fields}))
-    assert not runs(ADAPTER_ENGINE, spec, knobs) and runs(report.engine, spec, knobs)
+    assert report.launch.error is None and report.launch.content
+    refused = launch_settings("llama3-70b", report.recommended["config"], ADAPTER_ENGINE)
+    assert refused.content is None and "data-parallel layouts only" in refused.error
     assert any(a.startswith(f"no engine named: {ADAPTER_ENGINE}, which runs data-parallel layouts only, fits none")
                and f"{report.engine} runs this layout" in a for a in report.assumptions)
 
