@@ -10,6 +10,8 @@ launched for.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from trainplan.prompts import render
 from trainplan.tools.hardware import catalog
 from trainplan.tools.hardware.counting import count_params
@@ -97,7 +99,53 @@ def distinct_results(results: list[dict], exclude: dict | None) -> list[dict]:
 
 
 def plan_offline(request: PlanRequest, request_text: str = "", engine: str | None = None) -> PlanReport:
-    """Parse, search, re-evaluate the winner with its timeline, and report.
+    """Parse, search, re-evaluate the winner with its timeline, and report (draft_offline, then
+    _PlanDraft.finish)."""
+    return draft_offline(request, request_text, engine).finish()
+
+
+@dataclass
+class _PlanDraft:
+    """A plan up to its recommended layout. finish() adds what only the plan that is shown needs (the
+    alternatives, the table of GPU counts: the costliest part, a search per count) and builds the report,
+    so the comparison of engines (_best_engine_plan) drafts every engine and finishes only the winner.
+    A request no layout fits is drafted as its finished report (`done`)."""
+    request: PlanRequest
+    request_text: str
+    job: dict
+    shown: dict
+    result: SearchResult | None = None
+    recommended: dict | None = None
+    table: tradeoffs.Table | None = None
+    trade: str | None = None
+    counted: bool = True
+    assumptions: list[str] = field(default_factory=list)
+    risks: list[str] = field(default_factory=list)
+    done: PlanReport | None = None
+
+    def finish(self) -> PlanReport:
+        if self.done is not None:
+            return self.done
+        request, job, recommended, result = self.request, self.job, self.recommended, self.result
+        search = search_summary(result)
+        alternatives, choice_notes = _alternatives(result, job, recommended)
+        rows = []
+        constrained = not self.counted or bool(job["deadline_days"] or job["budget_usd"] or job["max_gpus"])
+        if recommended.get("training") and (constrained or request.tokens is not None):
+            top = job["max_gpus"] or max(job["gpus"] * 4, sizing.DEFAULT_MAX_GPUS if not self.counted else 0)
+            rows = tradeoffs.plan_rows(self.table, job, constrained, sizing.ladder(job, top)[0], top)
+            alternatives += tradeoffs.neighbours(rows, job["gpus"], ALTERNATIVES - len(alternatives))
+        return build_report(
+            ReportOrigin(backend="offline", request_text=self.request_text),
+            LayoutChoice(request=self.shown, recommended=recommended, alternatives=alternatives, search=search,
+                         objective=job["objective"], limit=_limit_of(request, recommended)),
+            ReportNotes(rationale=_rationale(recommended, search, alternatives, choice_notes),
+                        assumptions=self.assumptions, extra_risks=self.risks, not_understood=request.unparsed or []),
+            GpuCountTradeoffs(tradeoffs=tradeoffs.shown(rows), tradeoff_note=self.trade))
+
+
+def draft_offline(request: PlanRequest, request_text: str = "", engine: str | None = None) -> _PlanDraft:
+    """Parse, search and re-evaluate the winner with its timeline: a plan up to its recommended layout.
 
     A request that leaves the GPU count open (an upper bound, a deadline or a budget) gets the count
     agent/sizing.py chooses. The search first asks for layouts that leave PLAN_HEADROOM of the GPU's
@@ -132,10 +180,10 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
     risks += relaxed.risks
     if result.chosen:
         assumptions.append(f"chosen by the search where the request left it open: {result.chosen}")
-    search = search_summary(result)
     candidates = result.candidates
     shown = shown_job(job)
     if not candidates:
+        search = search_summary(result)
         rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"
         would = sizing.what_would_meet(search_fn, {**job, "deadline_days": None, "budget_usd": None}, headroom)
         shorter = sizing.shorter_seq_that_fits(search_fn, job)
@@ -146,24 +194,13 @@ def plan_offline(request: PlanRequest, request_text: str = "", engine: str | Non
         risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); "
                      + (f"{would}; else use" if would else "use more GPUs,") + " GPUs with more memory"
                      + ("" if shorter else " or a shorter sequence"))
-        return build_report(ReportOrigin(backend="offline", request_text=request_text),
-                            LayoutChoice(request=shown, recommended=None, search=search),
-                            ReportNotes(assumptions=assumptions, extra_risks=risks,
-                                        not_understood=request.unparsed or []))
+        return _PlanDraft(request, request_text, job, shown, done=build_report(
+            ReportOrigin(backend="offline", request_text=request_text),
+            LayoutChoice(request=shown, recommended=None, search=search),
+            ReportNotes(assumptions=assumptions, extra_risks=risks, not_understood=request.unparsed or [])))
     recommended = evaluate_for_job(candidates[0]["config"], job, timeline=True)
-    alternatives, choice_notes = _alternatives(result, job, recommended)
-    rows = []
-    constrained = not counted or bool(job["deadline_days"] or job["budget_usd"] or job["max_gpus"])
-    if recommended.get("training") and (constrained or request.tokens is not None):
-        top = job["max_gpus"] or max(job["gpus"] * 4, sizing.DEFAULT_MAX_GPUS if not counted else 0)
-        rows = tradeoffs.plan_rows(table, job, constrained, sizing.ladder(job, top)[0], top)
-        alternatives += tradeoffs.neighbours(rows, job["gpus"], ALTERNATIVES - len(alternatives))
-    return build_report(ReportOrigin(backend="offline", request_text=request_text),
-                        LayoutChoice(request=shown, recommended=recommended, alternatives=alternatives, search=search,
-                                     objective=job["objective"], limit=_limit_of(request, recommended)),
-                        ReportNotes(rationale=_rationale(recommended, search, alternatives, choice_notes),
-                                    assumptions=assumptions, extra_risks=risks, not_understood=request.unparsed or []),
-                        GpuCountTradeoffs(tradeoffs=tradeoffs.shown(rows), tradeoff_note=trade))
+    return _PlanDraft(request, request_text, job, shown, result=result, recommended=recommended, table=table,
+                      trade=trade, counted=counted, assumptions=assumptions, risks=risks)
 
 
 def offline_report(request: PlanRequest, text: str, engine: str | None = None) -> PlanReport:
@@ -220,31 +257,31 @@ def _best_engine_plan(parsed: PlanRequest, text: str) -> tuple[PlanReport, str |
     from trainplan.tools.core.enums import Objective
     from trainplan.tools.search.rank import result_objective
 
-    plans = {engine: plan_offline(parsed, text, engine=engine) for engine in PLAN_ENGINES}
-    fitting = {engine: report for engine, report in plans.items() if report.recommended}
+    drafts = {engine: draft_offline(parsed, text, engine=engine) for engine in PLAN_ENGINES}
+    fitting = {engine: draft for engine, draft in drafts.items() if draft.recommended}
     if not fitting:
         return plan_offline(parsed, text), None
 
-    def score(report: PlanReport) -> float:
-        request = report.request
+    def score(draft: _PlanDraft) -> float:
+        request = draft.shown
         tokens = request.get("tokens")
-        return result_objective(Objective(request.get("objective") or OBJECTIVE), report.recommended,
+        return result_objective(Objective(request.get("objective") or OBJECTIVE), draft.recommended,
                                 request.get("price") or 0.0, tokens)
 
     winner = min(fitting, key=lambda engine: score(fitting[engine]))
-    report = fitting[winner]
-    others = [f"{engine}'s best {_objective_phrase(plans[engine])}" if plans[engine].recommended
+    others = [f"{engine}'s best {_objective_phrase(drafts[engine])}" if drafts[engine].recommended
               else f"{engine} fits no layout" for engine in PLAN_ENGINES if engine != winner]
+    report = fitting[winner].finish()
     report.assumptions.append(
         f"no engine named: planned for {', '.join(PLAN_ENGINES)}, each with its own kernels and limits; {winner}'s "
-        f"best layout wins ({_objective_phrase(report)}; {'; '.join(others)}), so the plan is scored and launched "
-        f"as {winner} runs it")
+        f"best layout wins ({_objective_phrase(fitting[winner])}; {'; '.join(others)}), so the plan is scored and "
+        f"launched as {winner} runs it")
     return report, winner
 
 
-def _objective_phrase(report: PlanReport) -> str:
-    r = report.recommended
-    objective = report.request.get("objective") or OBJECTIVE
+def _objective_phrase(draft: _PlanDraft) -> str:
+    r = draft.recommended
+    objective = draft.shown.get("objective") or OBJECTIVE
     if objective == "cost" and r.get("training"):
         return f"${r['training']['cost_usd']:,.0f}"
     if objective == "time" and r.get("training"):
