@@ -138,6 +138,10 @@ def dp_exchange_s(zero, params, group, cluster: ClusterSpec, window: ComputeWind
     forward_s, backward_s, num_microbatches = window.forward_s, window.backward_s, window.num_microbatches
     if group.size == 1 and replicate.size == 1:
         return np.zeros_like(np.asarray(forward_s, dtype=float)) * 0.0
+    if not np.any(params):   # none of these parameters (a dense model's experts): nothing to exchange
+        return np.zeros(np.broadcast_shapes(*(np.shape(x) for x in (
+            zero, params, forward_s, backward_s, num_microbatches, window.units, window.reduce_scatters)
+            if x is not None)))
     if not window.overlap:
         forward_s, backward_s = np.zeros_like(forward_s), np.zeros_like(backward_s)
     grads = grad_bytes_per_param * params
