@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 from trainplan.tools.perf.pipeline_closed_form import bubble_closed_form
 
@@ -20,6 +20,14 @@ class PipelineEvent:
     end_s: float
     backward_microbatch: int | None = None
     backward_chunk: int | None = None
+
+    def to_dict(self) -> dict:
+        """The event as a plain dict, its fields in order (dataclasses.asdict's result, without its deep
+        copy of each value: the fields are numbers and strings, and a timeline has thousands of events)."""
+        return {name: getattr(self, name) for name in _EVENT_FIELDS}
+
+
+_EVENT_FIELDS = tuple(f.name for f in fields(PipelineEvent))
 
 
 @dataclass
@@ -51,5 +59,5 @@ class PipelineResult:
             "peak_inflight_microbatches": list(self.peak_inflight_microbatches),
         }
         if include_timeline:
-            out["timeline"] = [asdict(e) for e in self.timeline]
+            out["timeline"] = [e.to_dict() for e in self.timeline]
         return out

@@ -37,9 +37,11 @@ from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.contract import SEARCH_CHOSEN_KNOBS, check_job_numbers, default_gbs, default_seq
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import evaluate
+from trainplan.tools.perf.memory import memory_breakdown
 from trainplan.tools.config.engines import check_engine, engine_knobs, runs
 from trainplan.tools.config.resolve import is_lora
-from trainplan.tools.config.contract import Layout
+from trainplan.tools.config.contract import Layout, ParallelConfig
+from trainplan.tools.hardware.specs import ClusterSpec
 from trainplan.tools.config.layout import check_moe_a2a_overlap_job, resolve_config
 from trainplan.tools.perf.recompute import modules_of
 from trainplan.tools.search.evidence import shape_of
@@ -410,11 +412,12 @@ def _first_fitting(job: SearchJob, layout: dict) -> tuple[dict, str | None]:
     steps = job.recompute_ladder if job.recompute_ladder[:1] == ((layout["recompute"], layout["modules"]),) \
         else ((layout["recompute"], layout["modules"]),)
     stored = {k: int(getattr(job, k)) for k in STORAGE_KNOBS}
-    for code, mask in steps:
-        for variant in job.storage_variants:
-            result = exact(job, {**layout, "recompute": code, "modules": mask, **stored, **dict(variant)})
-            if result["fits"]:
-                return result, _exact_failure(job, result)
+    tried = [{**layout, "recompute": code, "modules": mask, **stored, **dict(variant)}
+             for code, mask in steps for variant in job.storage_variants]
+    # Memory first: a step that does not fit is passed over, so only the one kept is timed (exact's fits is
+    # this same memory check). The simulator's refusals depend on pp, micro-batches and vpp, which every step shares.
+    kept = next((step for step in tried if _fits_exact(job, step)), tried[-1])
+    result = exact(job, kept)
     return result, _exact_failure(job, result)
 
 
@@ -442,6 +445,20 @@ def scalar_policy_reason(job: SearchJob, layout: dict) -> str | None:
 
 def exact(job: SearchJob, layout: dict) -> dict:
     """The scalar path for one layout: resolve_config (raises InputError if invalid) + evaluate."""
+    cfg, cluster = _resolved(job, layout)
+    run = TrainingRun(job.tokens, job.price, job.goodput)
+    return remembered((repr(job.model), repr(cluster), repr(cfg), repr(run), job.headroom_gib), lambda: evaluate(
+        job.model, cluster, cfg, run, headroom_gib=job.headroom_gib).model_dump(mode="json"))
+
+
+def _fits_exact(job: SearchJob, layout: dict) -> bool:
+    """exact(job, layout)["fits"] without timing the step: the scalar path's memory alone."""
+    cfg, cluster = _resolved(job, layout)
+    return memory_breakdown(job.model, cfg, cluster.gpu, headroom_gib=job.headroom_gib).fits
+
+
+def _resolved(job: SearchJob, layout: dict) -> tuple[ParallelConfig, ClusterSpec]:
+    """The layout's validated config (resolve_config; raises InputError if invalid) and its cluster."""
     recompute = RECOMPUTE_BY_CODE[layout["recompute"]]
     storage = {k: layout[k] for k in STORAGE_KNOBS if k in layout}
     cfg = resolve_config(job.model, layout["gpus"], tp=layout["tp"], pp=layout["pp"], cp=layout["cp"],
@@ -450,9 +467,7 @@ def exact(job: SearchJob, layout: dict) -> dict:
                          seq=job.seq, recompute=recompute, schedule=SCHEDULE_BY_CODE[layout["schedule"]],
                          precision=job.precision, fp8_supported=job.gpu.fp8_tflops is not None,
                          **fixed_knobs(job, layout["tp"], recompute, layout.get("modules"), storage))
-    cluster, run = job.cluster(layout["gpus"]), TrainingRun(job.tokens, job.price, job.goodput)
-    return remembered((repr(job.model), repr(cluster), repr(cfg), repr(run), job.headroom_gib), lambda: evaluate(
-        job.model, cluster, cfg, run, headroom_gib=job.headroom_gib).model_dump(mode="json"))
+    return cfg, job.cluster(layout["gpus"])
 
 
 def _no_split(job: SearchJob, counts: list[int]) -> None:
