@@ -50,6 +50,24 @@ def test_compiled_and_graphed_launches_issue_fewer_fine_tuning_ops(llama):
     assert host.host_ops_forward(llama, graphed, False) == 1.0
 
 
+def test_an_unfused_chain_pays_the_bare_pointwise_price_beyond_its_fused_kernels(llama):
+    """fused_kernels=false adds the unfused elementwise kernels beyond the fused ones as host ops, each priced as a
+    bare pointwise aten call (HOST_S_PER_POINTWISE_OP), below the module-level HOST_S_PER_OP; torch.compile fuses
+    them again."""
+    from trainplan.tools.perf.compute import ELEMENTWISE_PASSES
+
+    fused, unfused = _cfg(llama, "lora"), _cfg(llama, "lora", fused_kernels=False)
+    extra = ELEMENTWISE_PASSES[False]["kernels"] - ELEMENTWISE_PASSES[True]["kernels"]
+    assert extra > 0 and host.pointwise_ops_forward(unfused) == extra and host.pointwise_ops_forward(fused) == 0
+    assert host.host_ops_forward(llama, unfused, False) - host.host_ops_forward(llama, fused, False) == extra
+    (forward_fused, backward_fused), (forward, backward) = (host.host_pass_s(llama, c, False) for c in (fused, unfused))
+    assert forward - forward_fused == pytest.approx(extra * host.HOST_S_PER_POINTWISE_OP)
+    per_op = host.HOST_S_PER_POINTWISE_OP
+    assert backward - backward_fused == pytest.approx(host.BACKWARD_OPS_PER_FORWARD_OP * extra * per_op)
+    assert 0 < host.HOST_S_PER_POINTWISE_OP < host.HOST_S_PER_OP
+    assert host.pointwise_ops_forward(_cfg(llama, "lora", fused_kernels=False, launch=Launch.compile)) == 0
+
+
 def test_frozen_base_keeps_only_the_adapters_weight_gradients(llama):
     gpu = load_gpu("a100-sxm-80gb")
     for method in ("lora", "qlora"):

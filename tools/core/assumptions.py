@@ -117,6 +117,16 @@ BACKWARD_OPS_PER_FORWARD_OP = Assumed(
     source="autograd runs one backward node per differentiable forward op, computing the gradient of each input: "
            "two GEMMs per Linear, a view per view, a kernel per elementwise kernel; two per op is that count rounded",
 )
+HOST_S_PER_POINTWISE_OP = Assumed(
+    value=6e-6,
+    meaning="host seconds of one pointwise aten call of an unfused elementwise chain (fused_kernels=false), "
+            "issued from inside a module's Python without a module or autograd.Function of its own (host.py)",
+    source="the dispatch chain of one op at the low end of each layer's typical cost (\"From PyTorch op to kernel "
+           "launch\", its table): Python bytecode 1 us, pybind11 1, autograd node 1, ATen dispatcher 1, backend 1 "
+           "(a pointwise op picks no algorithm and allocates no workspace), cudaLaunchKernel 1: 6 us, the low end "
+           "of the lesson's 5-25 us per op; HOST_S_PER_OP (fitted on Megatron's op counts) sits high in that range, "
+           "the module calls and Python autograd.Functions around Megatron's ops included",
+)
 DEFAULT_LORA_ALPHA_PER_RANK = Assumed(
     value=2,
     meaning="lora_alpha over the LoRA rank in the exports (alpha only scales the update, no cost)",

@@ -111,7 +111,8 @@ class Launch(str, Enum):
 
     eager = "eager"
     """PyTorch eager: every op of a layer (kernels, collectives and the views and autograd nodes around them)
-    passes through Python, the dispatcher and the CUDA launch on the host, HOST_S_PER_OP each."""
+    passes through Python, the dispatcher and the CUDA launch on the host, HOST_S_PER_OP each (the bare pointwise
+    calls of an unfused elementwise chain HOST_S_PER_POINTWISE_OP each)."""
     compile = "compile"
     """torch.compile (Inductor, default mode): the layer's views and elementwise chains are compiled into a few
     generated kernels, so the host issues only the launched kernels and collectives, each HOST_S_PER_OP."""

@@ -17,8 +17,16 @@ device time counts (OpTimes key "host"), so big kernels never move. CUDA graphs 
 the views and elementwise chains into its generated kernels, so only launched kernels and collectives are issued.
 
 HOST_S_PER_OP is fitted (tools/core/calibration.py: vTrain's single-node A100 rows with hidden 2048, the hidden-1024
-rows held out). Op counts, per layer forward, from Megatron's ParallelTransformerLayer (megatron/model/
-transformer.py of Megatron-LM 2022 and Megatron-DeepSpeed, the code vTrain measured):
+rows held out). It is the host time of a layer over the ops counted below, and the ops of Megatron's layer come with
+module calls and Python torch.autograd.Functions the count does not list (ColumnParallelLinear's
+LinearWithGradAccumulationAndAsyncCommunication, apex's FusedLayerNormAffineFunction, the fused softmax, the
+bias-GeLU), so the fitted value sits high in the 5-25 us range. An unfused elementwise chain (fused_kernels=false:
+Hugging Face's LlamaRMSNorm, Qwen-1's RMSNorm._norm, apply_rotary_pos_emb and `a1 * F.silu(a2)`) is one module, or
+none, around several bare aten calls: the chain's first kernel stands for the fused kernel and costs HOST_S_PER_OP,
+each further kernel passes the dispatch chain alone, HOST_S_PER_POINTWISE_OP (the low end of every layer of the
+chain: no module, no Python Function, no algorithm to pick). Op counts, per layer forward, from Megatron's
+ParallelTransformerLayer (megatron/model/transformer.py of Megatron-LM 2022 and Megatron-DeepSpeed, the code vTrain
+measured):
 - LINEAR_OPS per Linear: the GEMM and the two reshapes F.linear makes of a 3-D [s, b, h] input (aten::linear ->
   view, addmm/mm, view);
 - EAGER_ATTENTION_OPS (CoreAttention with its QKV split): view and split of the fused QKV (2); q, k views and
@@ -46,6 +54,9 @@ from trainplan.tools.core.enums import Attention
 from trainplan.tools.perf import finetune
 
 HOST_S_PER_OP = calibration.HOST_S_PER_OP.value
+# A bare pointwise aten call (assumptions.HOST_S_PER_POINTWISE_OP, module docstring): what each op of an unfused
+# elementwise chain beyond the fused kernel it stands for costs the host.
+HOST_S_PER_POINTWISE_OP = assumptions.HOST_S_PER_POINTWISE_OP.value
 LINEAR_OPS = 3
 EAGER_ATTENTION_OPS = 25
 FLASH_ATTENTION_OPS = 8
@@ -125,11 +136,21 @@ def host_ops_forward(model: ModelSpec, cfg: ParallelConfig, is_moe: bool) -> flo
             + COLLECTIVE_OPS * collectives + tuning)
 
 
+def pointwise_ops_forward(cfg: ParallelConfig) -> float:
+    """Ops of one block's forward that are bare pointwise aten calls (HOST_S_PER_POINTWISE_OP each): under eager
+    launch with fused_kernels=false, the unfused elementwise kernels beyond one per fused kernel; 0 otherwise."""
+    if cfg.launch is not Launch.eager or cfg.fused_kernels:
+        return 0.0
+    return float(ELEMENTWISE_PASSES[False]["kernels"] - ELEMENTWISE_PASSES[True]["kernels"])
+
+
 def host_pass_s(model: ModelSpec, cfg: ParallelConfig, is_moe: bool) -> tuple[float, float]:
-    """(forward, backward) host seconds of one block for one micro-batch."""
-    forward_ops = host_ops_forward(model, cfg, is_moe)
-    backward_ops = forward_ops if cfg.launch is Launch.cuda_graphs else BACKWARD_OPS_PER_FORWARD_OP * forward_ops
-    return forward_ops * HOST_S_PER_OP, backward_ops * HOST_S_PER_OP
+    """(forward, backward) host seconds of one block for one micro-batch: the pointwise ops of an unfused chain at
+    HOST_S_PER_POINTWISE_OP, every other op at HOST_S_PER_OP; the backward BACKWARD_OPS_PER_FORWARD_OP times the
+    forward (one replay each way under CUDA graphs)."""
+    pointwise = pointwise_ops_forward(cfg)
+    forward = (host_ops_forward(model, cfg, is_moe) - pointwise) * HOST_S_PER_OP + pointwise * HOST_S_PER_POINTWISE_OP
+    return forward, (forward if cfg.launch is Launch.cuda_graphs else BACKWARD_OPS_PER_FORWARD_OP * forward)
 
 
 def add_host_floor(layer: OpTimes, model: ModelSpec, cfg: ParallelConfig, is_moe: bool,
