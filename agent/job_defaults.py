@@ -3,9 +3,11 @@ default stated as an assumption of the report.
 
 Defaults when the request does not say: seq: the model's default capped at 8192; gbs:
 tools/config/plan_defaults.py default_gbs; tokens: 20 per parameter; a fine-tune (is_fine_tune) instead: seq
-FINETUNE_SEQ, gbs default_finetune_gbs, and no token count (no cost) unless given; precision: bf16; price: the
-GPU's catalog price; goodput: tools/config/plan_defaults.py DEFAULT_GOODPUT; the GPU of a solve=gpu request: the
-cheapest catalog GPU on which its leanest layout fits.
+FINETUNE_SEQ (the recipes' length) where a layout fits on the request's GPUs, else the longest of
+plan_defaults.finetune_seqs at which one does (complete_request with a search: the planner's, agent/sizing.py
+longest_seq_that_fits), gbs default_finetune_gbs, and no token count (no cost) unless given; precision: bf16;
+price: the GPU's catalog price; goodput: tools/config/plan_defaults.py DEFAULT_GOODPUT; the GPU of a solve=gpu
+request: the cheapest catalog GPU on which its leanest layout fits. A seq the request gives is never changed.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, is_lora
 from trainplan.tools.core.enums import LoraTargets, Method
 from trainplan.tools.config.contract import default_seq
-from trainplan.tools.config.plan_defaults import FINETUNE_SOURCE, default_gbs_reason, default_gbs
+from trainplan.tools.config.plan_defaults import (FINETUNE_SEQ, FINETUNE_SOURCE, default_gbs_reason, default_gbs,
+                                                  finetune_seqs)
 
+from . import sizing
 from .request import PINS, PlanRequest, require_complete, resolve_gbs
 
 __all__ = ["OBJECTIVE", "complete_request", "is_fine_tune", "default_gbs_note", "shown_job"]
@@ -28,8 +32,36 @@ OBJECTIVE = "throughput"
 """The objective of a request that names none and leaves no limit open to optimise (_default_objective)."""
 
 
-def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
-    """Every field the tools need, defaults filled in, and the assumptions that names them."""
+def probe_fine_tune_seq(request: PlanRequest, search: sizing.Search) -> tuple[int, str] | None:
+    """The seq a fine-tune that gives none on a given GPU count is planned at, when not the recipes' FINETUNE_SEQ,
+    and the assumption that says so: the longest of plan_defaults.finetune_seqs at which a layout fits
+    (sizing.longest_seq_that_fits with the planner's search), the shortest when none does. None when the recipe
+    length fits, or the request gives its seq (never changed), is no fine-tune or leaves the GPU count open
+    (the count is then chosen for the recipe length): complete_request's own default then holds."""
+    if request.seq is not None or request.gpus is None or not is_fine_tune(request):
+        return None
+    job, _ = complete_request(request)
+    seqs = finetune_seqs(catalog.load_model(job["model"]).max_seq_len)
+    found = sizing.longest_seq_that_fits(search, job, seqs)
+    if found is not None and found[0] == seqs[0]:
+        return None
+    if found is None:
+        return seqs[-1], (f"seq not given: planned at {seqs[-1]:,} tokens, the shortest fine-tuning recipe length "
+                          f"tried: no layout fits at {_or(seqs)} (recipes use {seqs[0]:,}: "
+                          f"{FINETUNE_SOURCE})")
+    return found[0], (f"seq not given: planned at {found[0]:,} tokens, the longest that fits on these GPUs (recipes "
+                      f"use {seqs[0]:,}: {FINETUNE_SOURCE})")
+
+
+def _or(seqs: list[int]) -> str:
+    """'2,048, 1,024 or 512'."""
+    names = [f"{s:,}" for s in seqs]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def complete_request(request: PlanRequest, fine_tune_seq: tuple[int, str] | None = None) -> tuple[dict, list[str]]:
+    """Every field the tools need, defaults filled in, and the assumptions that names them. fine_tune_seq: a
+    fine-tune's default seq and the assumption that states it, when probe_fine_tune_seq chose one."""
     require_complete(request)
     assumptions = []
     if request.solve is not None and request.gpus is None and request.max_gpus is None and \
@@ -48,9 +80,13 @@ def complete_request(request: PlanRequest) -> tuple[dict, list[str]]:
                            "no larger counts; say 'up to N GPUs' to let it choose the count")
     fine_tune = is_fine_tune(request)
     seq = request.seq
-    if seq is None and fine_tune:
+    if seq is None and fine_tune and fine_tune_seq is not None:
+        seq = fine_tune_seq[0]
+        assumptions.append(fine_tune_seq[1])
+    elif seq is None and fine_tune:
         seq = default_seq(spec.max_seq_len, fine_tune=True)
-        assumptions.append(f"seq not given: {seq} tokens, a fine-tuning default ({FINETUNE_SOURCE})")
+        capped = f", the model's maximum (recipes use {FINETUNE_SEQ:,})" if seq < FINETUNE_SEQ else ""
+        assumptions.append(f"seq not given: {seq:,} tokens{capped}, as fine-tuning recipes set it ({FINETUNE_SOURCE})")
     elif seq is None:
         seq = default_seq(spec.max_seq_len)
         assumptions.append(f"seq not given: {seq} tokens, the model's default ({spec.max_seq_len}) capped at "

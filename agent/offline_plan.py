@@ -22,7 +22,7 @@ from trainplan.tools.search.results import SearchResult
 from trainplan.agent.registry import estimate_kwargs
 
 from . import sizing, tradeoffs
-from .job_defaults import OBJECTIVE, complete_request, default_gbs_note, is_fine_tune, shown_job
+from .job_defaults import OBJECTIVE, complete_request, default_gbs_note, is_fine_tune, probe_fine_tune_seq, shown_job
 from .plan_search import (ALTERNATIVES, PLAN_HEADROOM, evaluate_for_job, search_job, search_relaxing,
                           search_summary)
 from .report import GpuCountTradeoffs, LayoutChoice, PlanReport, ReportNotes, ReportOrigin, build_report
@@ -98,10 +98,24 @@ def distinct_results(results: list[dict], exclude: dict | None) -> list[dict]:
     return out
 
 
-def plan_offline(request: PlanRequest, request_text: str = "", engine: str | None = None) -> PlanReport:
+def _search_for(engines: tuple[str | None, ...]) -> sizing.Search:
+    """The search callback of agent/sizing.py over the layouts the first of `engines` that fits any runs (its
+    result; else the last engine's)."""
+    def search_fn(j: dict, top_k: int, with_limits: bool, headroom_gib: float, max_gpus: int | None) -> SearchResult:
+        for engine in engines:
+            result = search_job(j, top_k, with_limits=with_limits, headroom_gib=headroom_gib, max_gpus=max_gpus,
+                                engine=engine)
+            if result.candidates:
+                break
+        return result
+    return search_fn
+
+
+def plan_offline(request: PlanRequest, request_text: str = "", engine: str | None = None,
+                 fine_tune_seq: tuple[int, str] | None = None) -> PlanReport:
     """Parse, search, re-evaluate the winner with its timeline, and report (draft_offline, then
     _PlanDraft.finish)."""
-    return draft_offline(request, request_text, engine).finish()
+    return draft_offline(request, request_text, engine, fine_tune_seq).finish()
 
 
 @dataclass
@@ -144,7 +158,8 @@ class _PlanDraft:
             GpuCountTradeoffs(tradeoffs=tradeoffs.shown(rows), tradeoff_note=self.trade))
 
 
-def draft_offline(request: PlanRequest, request_text: str = "", engine: str | None = None) -> _PlanDraft:
+def draft_offline(request: PlanRequest, request_text: str = "", engine: str | None = None,
+                  fine_tune_seq: tuple[int, str] | None = None) -> _PlanDraft:
     """Parse, search and re-evaluate the winner with its timeline: a plan up to its recommended layout.
 
     A request that leaves the GPU count open (an upper bound, a deadline or a budget) gets the count
@@ -152,16 +167,14 @@ def draft_offline(request: PlanRequest, request_text: str = "", engine: str | No
     memory free and meet the deadline and budget; when none does, it drops the deadline and budget (a
     risk, with the GPU count that would meet them), then half the headroom, then all of it (an
     assumption), and reports the best that fits (agent/plan_search.py search_relaxing). With an engine, only
-    layouts it runs."""
+    layouts it runs. fine_tune_seq: a fine-tune's default seq when not the recipes' (job_defaults.probe_fine_tune_seq,
+    offline_report probes once for every engine it plans)."""
     engine = engine or request.engine  # an explicit engine (trainplan plan --engine) wins over the text
-    job, assumptions = complete_request(request)
+    search_fn = _search_for((engine,))
+    job, assumptions = complete_request(request, fine_tune_seq)
     capacity = catalog.load_gpu(job["gpu"]).memory_gib
     headroom = PLAN_HEADROOM * capacity
     risks = []
-
-    def search_fn(j: dict, top_k: int, with_limits: bool, headroom_gib: float, max_gpus: int | None) -> SearchResult:
-        return search_job(j, top_k, with_limits=with_limits, headroom_gib=headroom_gib, max_gpus=max_gpus, engine=engine)
-
     counted = job["gpus"] is not None
     table = tradeoffs.Table(job, sizing.best_at(search_fn, headroom))
     trade = None
@@ -214,24 +227,29 @@ def offline_report(request: PlanRequest, text: str, engine: str | None = None) -
 
 def _offline_report(request: PlanRequest, text: str, engine: str | None) -> PlanReport:
     engine = engine or request.engine
-    if engine is None and request.method is not None and is_lora(request.method):
-        return _adapter_plan(request, text)
+    adapters = engine is None and request.method is not None and is_lora(request.method)
+    # A fine-tune's default seq: the recipes' where a layout of any engine the plan may be launched by fits,
+    # else the longest that fits; one seq for every engine planned below.
+    engines = (ADAPTER_ENGINE, *ADAPTER_FALLBACK) if adapters else PLAN_ENGINES if engine is None else (engine,)
+    seq = probe_fine_tune_seq(request, _search_for(engines))
+    if adapters:
+        return _adapter_plan(request, text, seq)
     if engine is None:
-        report, engine = _best_engine_plan(request, text)
+        report, engine = _best_engine_plan(request, text, seq)
         return report.model_copy(update={"engine": engine})
-    return plan_offline(request, text, engine=engine).model_copy(update={"engine": engine})
+    return plan_offline(request, text, engine, seq).model_copy(update={"engine": engine})
 
 
-def _adapter_plan(request: PlanRequest, text: str) -> PlanReport:
+def _adapter_plan(request: PlanRequest, text: str, seq: tuple[int, str] | None) -> PlanReport:
     """A LoRA/QLoRA request naming no engine: ADAPTER_ENGINE's plan when a layout fits; else the first of
     ADAPTER_FALLBACK's that fits, scored and launched as that engine runs it, with ADAPTER_ENGINE's reason
     stated; else ADAPTER_ENGINE's report of what would fit. Never a layout that the launching engine refuses."""
-    report = plan_offline(request, text, engine=ADAPTER_ENGINE)
+    report = plan_offline(request, text, ADAPTER_ENGINE, seq)
     if report.recommended:
         return report.model_copy(update={"engine": ADAPTER_ENGINE})
     said = [_what_would_fit(report)]
     for engine in ADAPTER_FALLBACK:
-        fallback = plan_offline(request, text, engine=engine)
+        fallback = plan_offline(request, text, engine, seq)
         would = _what_would_fit(fallback)
         if would and would not in said:
             said.append(would)
@@ -251,16 +269,16 @@ def _what_would_fit(report: PlanReport) -> str | None:
     return risk.split("); ", 1)[1] if risk and "); " in risk else None
 
 
-def _best_engine_plan(parsed: PlanRequest, text: str) -> tuple[PlanReport, str | None]:
+def _best_engine_plan(parsed: PlanRequest, text: str, seq: tuple[int, str] | None) -> tuple[PlanReport, str | None]:
     """The plan of the PLAN_ENGINES engine whose recommended layout wins by the request's objective,
     and that engine; when none fits, the plan over every engine's layouts (and None)."""
     from trainplan.tools.core.enums import Objective
     from trainplan.tools.search.rank import result_objective
 
-    drafts = {engine: draft_offline(parsed, text, engine=engine) for engine in PLAN_ENGINES}
+    drafts = {engine: draft_offline(parsed, text, engine, seq) for engine in PLAN_ENGINES}
     fitting = {engine: draft for engine, draft in drafts.items() if draft.recommended}
     if not fitting:
-        return plan_offline(parsed, text), None
+        return plan_offline(parsed, text, None, seq), None
 
     def score(draft: _PlanDraft) -> float:
         request = draft.shown

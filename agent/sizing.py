@@ -270,16 +270,27 @@ SHORTEST_SEQ_TRIED = 256
 """The shortest sequence `shorter_seq_that_fits` tries (halving from the job's)."""
 
 
+def longest_seq_that_fits(search: Search, job: dict, seqs: list[int]) -> tuple[int, dict] | None:
+    """The first of `seqs` (longest first) at which a layout fits on the job's GPUs, and its best layout; None
+    when none does. It fits as the plan at that sequence would: with the memory headroom the planner's last
+    rung relaxes to (none; agent/plan_search.py search_relaxing), so a sequence it names never gets a plan that
+    then finds no layout. The job's deadline and budget are not asked (fitting in memory is)."""
+    for seq in seqs:
+        result = search({**job, "seq": seq}, 1, False, 0.0, None)
+        if result.candidates:
+            return seq, result.candidates[0]
+    return None
+
+
 def shorter_seq_that_fits(search: Search, job: dict) -> str | None:
     """When no layout fits on the job's GPUs: the longest sequence, halving from the job's down to
     SHORTEST_SEQ_TRIED, at which one does (activations shrink with the sequence; the model states do
-    not), as a sentence; None when none does. It fits as the plan at that sequence would: with the memory
-    headroom the planner's last rung relaxes to (none; agent/plan_search.py search_relaxing), so the sentence
-    never names a sequence whose plan then finds no layout."""
-    seq = job["seq"] // 2
+    not), as a sentence (longest_seq_that_fits); None when none does."""
+    seqs, seq = [], job["seq"] // 2
     while seq >= SHORTEST_SEQ_TRIED:
-        result = search({**job, "seq": seq}, 1, False, 0.0, None)
-        if result.candidates:
-            return f"at seq {seq} it fits on the same {job['gpus']:,} GPUs ({_outcome(result.candidates[0])})"
+        seqs.append(seq)
         seq //= 2
-    return None
+    found = longest_seq_that_fits(search, job, seqs)
+    if found is None:
+        return None
+    return f"at seq {found[0]} it fits on the same {job['gpus']:,} GPUs ({_outcome(found[1])})"

@@ -100,8 +100,8 @@ def default_gbs_reason(seq: int, gpus: int, total_params: float, fine_tune: bool
     """The sentence an assumption states for default_gbs: the figure, its tokens and its source."""
     gbs = default_gbs(seq, gpus, total_params, fine_tune)
     if fine_tune:
-        return (f"{gbs} sequences ({gbs * seq:,} tokens per step), a fine-tuning default ({FINETUNE_SOURCE}), at "
-                f"least one sequence per {GPUS_PER_SEQUENCE} GPUs")
+        return (f"{gbs} sequences ({gbs * seq:,} tokens per step), a fine-tuning default ({FINETUNE_GBS_SOURCE}), "
+                f"at least one sequence per {GPUS_PER_SEQUENCE} GPUs")
     nearest = min(TOKENS_PER_STEP_POINTS, key=lambda point: abs(math.log(point[0] / total_params)))
     return (f"{gbs} sequences ({gbs * seq:,} tokens per step): published runs of {total_params / 1e9:.3g}B "
             f"parameters used about {tokens_per_step(total_params) / 1e6:.3g}M tokens per step (nearest: "
@@ -109,15 +109,33 @@ def default_gbs_reason(seq: int, gpus: int, total_params: float, fine_tune: bool
 
 # Fine-tuning defaults: a fine-tune (LoRA, QLoRA, or a request that says "fine-tune"/"SFT") is not a
 # pre-training run, and the pre-training defaults above (4M tokens per step, the model's full context)
-# describe none. One published fine-tuning recipe states both: the QLoRA paper's Guanaco runs
-# (Dettmers et al. 2023, Appendix B; artidoro/qlora scripts/finetune_guanaco_*.sh: per-device batch 1 x
-# 16 accumulation steps, target_max_len 512, 1875 steps on OASST1).
+# describe none. Fine-tuning recipes set the sequence length and the batch (assumptions.FINETUNE_*):
+# LLaMA-Factory's examples/train_lora/llama3_lora_sft.yaml cutoff_len 2048 at 1 x 8 sequences per GPU,
+# axolotl's examples/llama-3/lora-8b.yml sequence_len 4096 (packed) at 2 x 4, TRL's SFTConfig max_length
+# 1024 by default, the QLoRA paper's Guanaco runs 512 at 1 x 16. The planner plans at FINETUNE_SEQ where a
+# layout fits on the request's GPUs, else at the longest of finetune_seqs that fits (agent/job_defaults.py).
 FINETUNE_GBS = assumptions.FINETUNE_GBS.value
-"""Global batch of a fine-tune that gives none, in sequences (QLoRA's Guanaco runs)."""
+"""Global batch of a fine-tune that gives none, in sequences at any sequence length (the recipes set
+per-device batch x accumulation in sequences, whatever their cutoff length)."""
 FINETUNE_SEQ = assumptions.FINETUNE_SEQ.value
-"""Sequence length of a fine-tune that gives none (QLoRA's Guanaco runs, target_max_len 512)."""
-FINETUNE_SOURCE = ("as in the QLoRA paper's Guanaco runs, Dettmers et al. 2023, Appendix B; artidoro/qlora "
-                   "scripts/finetune_guanaco_*.sh")
+"""Sequence length of a fine-tune that gives none (LLaMA-Factory's cutoff_len 2048), where a layout fits."""
+FINETUNE_SHORTEST_SEQ = assumptions.FINETUNE_SHORTEST_SEQ.value
+"""The shortest sequence a fine-tune that gives none is planned at (QLoRA's Guanaco runs, target_max_len 512)."""
+FINETUNE_SOURCE = (f"LLaMA-Factory examples/train_lora/llama3_lora_sft.yaml cutoff_len {FINETUNE_SEQ}; TRL SFTConfig "
+                   "max_length 1024, axolotl examples/llama-3/lora-8b.yml sequence_len 4096")
+"""Where FINETUNE_SEQ comes from, as an assumption cites it."""
+FINETUNE_GBS_SOURCE = ("the recipes set the batch in sequences at any length: LLaMA-Factory 1 x 8 and axolotl 2 x 4 "
+                       "per GPU, the QLoRA paper's Guanaco runs 1 x 16")
+"""Where FINETUNE_GBS comes from, as an assumption cites it."""
+
+
+def finetune_seqs(max_seq_len: int) -> list[int]:
+    """The sequence lengths a fine-tune that gives none may be planned at, longest first: FINETUNE_SEQ (capped at
+    the model's maximum), then halving down to FINETUNE_SHORTEST_SEQ (2048, 1024, 512)."""
+    seqs = [min(max_seq_len, FINETUNE_SEQ)]
+    while seqs[-1] // 2 >= FINETUNE_SHORTEST_SEQ:
+        seqs.append(seqs[-1] // 2)
+    return seqs
 
 
 def default_finetune_gbs(gpus: int) -> int:

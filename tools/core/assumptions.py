@@ -185,14 +185,28 @@ LONG_SEQ_TOKENS_PER_RANK = Assumed(
 )
 FINETUNE_GBS = Assumed(
     value=16,
-    meaning="global batch of a fine-tune that gives none, in sequences",
-    source="the QLoRA paper's Guanaco runs (Dettmers et al. 2023, Appendix B; artidoro/qlora "
-           "scripts/finetune_guanaco_*.sh: per-device batch 1 x 16 accumulation steps)",
+    meaning="global batch of a fine-tune that gives none, in sequences (per-device batch x accumulation x GPUs), at "
+            "any sequence length",
+    source="fine-tuning recipes set the batch in sequences whatever their length: the QLoRA paper's Guanaco runs "
+           "(Dettmers et al. 2023, Appendix B; artidoro/qlora scripts/finetune_guanaco_*.sh: per-device batch 1 x 16 "
+           "accumulation steps on one GPU, target_max_len 512); LLaMA-Factory examples/train_lora/"
+           "llama3_lora_sft.yaml (per_device_train_batch_size 1 x gradient_accumulation_steps 8, cutoff_len 2048) and "
+           "axolotl examples/llama-3/lora-8b.yml (micro_batch_size 2 x gradient_accumulation_steps 4, sequence_len "
+           "4096) run 8 sequences per GPU: 16 on two GPUs",
 )
 FINETUNE_SEQ = Assumed(
+    value=2048,
+    meaning="sequence length of a fine-tune that gives none, where a layout fits on the request's GPUs (else the "
+            "longest power of two down to FINETUNE_SHORTEST_SEQ at which one does)",
+    source="LLaMA-Factory examples/train_lora/llama3_lora_sft.yaml cutoff_len 2048; the middle of the recipes' "
+           "lengths: TRL SFTConfig max_length defaults to 1024 (trl/trainer/sft_config.py), axolotl "
+           "examples/llama-3/lora-8b.yml packs to sequence_len 4096",
+)
+FINETUNE_SHORTEST_SEQ = Assumed(
     value=512,
-    meaning="sequence length of a fine-tune that gives none",
-    source="the QLoRA paper's Guanaco runs (artidoro/qlora scripts/finetune_guanaco_*.sh, target_max_len 512)",
+    meaning="the shortest sequence a fine-tune that gives none is planned at, when no layout fits at FINETUNE_SEQ",
+    source="the shortest recipe length found: the QLoRA paper's Guanaco runs (artidoro/qlora "
+           "scripts/finetune_guanaco_*.sh, target_max_len 512)",
 )
 
 # --- tools/search/eval_summary.py ------------------------------------------------------------------------
