@@ -11,13 +11,15 @@ from trainplan.agent.planner import plan
 from trainplan.tools.perf import finetune
 from trainplan.tools.perf.finetune import ADAPTER_OPTIMIZER_BYTES, NF4_BYTES_PER_PARAM
 from trainplan.tools.config.resolve import DEFAULT_LORA_RANK
-from trainplan.tools.config.plan_defaults import FINETUNE_GBS, FINETUNE_SEQ
+from trainplan.tools.config.plan_defaults import FINETUNE_GBS, FINETUNE_SEQ, finetune_seqs
 from trainplan.tools.search.driver import search
 
 
 @pytest.fixture(scope="module")
 def qlora_70b():
-    return plan("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s", backend="offline")
+    """At a stated 512 tokens (QLoRA's Guanaco length), where axolotl's data-parallel layouts fit; with no seq the
+    plan is at the longest that fits (test_a_fine_tune_with_no_seq_...)."""
+    return plan("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq 512", backend="offline")
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +81,13 @@ def test_fine_tunes_use_the_fine_tuning_defaults_and_invent_no_token_budget(qlor
     for report in (qlora_70b, lora_8b):
         assert report.recommended is not None, report.risks   # both fit at the fine-tuning defaults
         config = report.recommended["config"]
-        assert (config["seq"], config["gbs"]) == (FINETUNE_SEQ, FINETUNE_GBS)
+        assert config["gbs"] == FINETUNE_GBS   # sequences at any length, as the recipes set it
         assert report.request["tokens"] is None and "training" not in report.recommended
         text = " ".join(report.assumptions)
         assert "fine-tuning default" in text and "QLoRA paper" in text
         assert "per parameter" not in text and "compute-optimal" not in text
+    assert lora_8b.recommended["config"]["seq"] == FINETUNE_SEQ
+    assert any(a.startswith("seq not given") and "llama3_lora_sft.yaml" in a for a in lora_8b.assumptions)
     pretrain = plan("Llama 3 8B on 8 H100s", backend="offline")
     assert pretrain.request["seq"] == 8192 and pretrain.request["tokens"] > 1e11
     assert "Model states follow Megatron" in pretrain.to_markdown()
@@ -182,6 +186,26 @@ def test_every_entry_point_gives_a_fine_tune_the_planners_defaults(method):
         assert any(note.startswith("gbs not given") and "a fine-tuning default" in note for note in notes)
     full = estimate("llama3-8b", "h100", 8).model_dump(mode="json")
     assert full["config"]["seq"] == 8192 and full["config"]["gbs"] > FINETUNE_GBS
+
+
+def test_a_fine_tune_with_no_seq_is_planned_at_the_longest_length_that_fits():
+    """QLoRA 70B on two 24 GB cards: no engine fits a layout at the recipes' 2,048 tokens, so the plan is at the
+    longest power of two below that fits, and says so; at twice that length no plan fits."""
+    report = plan("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s", backend="offline")
+    assert report.recommended is not None, report.risks
+    seq = report.recommended["config"]["seq"]
+    assert seq in finetune_seqs(8192)[1:] and report.request["seq"] == seq
+    note = next(a for a in report.assumptions if a.startswith("seq not given"))
+    assert f"planned at {seq:,} tokens, the longest that fits" in note and f"recipes use {FINETUNE_SEQ:,}" in note
+    longer = plan(f"fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq {2 * seq}", backend="offline")
+    assert longer.recommended is None
+
+
+def test_a_stated_seq_is_never_changed_even_when_nothing_fits():
+    report = plan(f"fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq {FINETUNE_SEQ}", backend="offline")
+    assert report.request["seq"] == FINETUNE_SEQ and report.recommended is None
+    assert not any(a.startswith("seq not given") for a in report.assumptions)
+    assert any("it fits on the same 2 GPUs" in r for r in report.risks)   # the shorter seq that would
 
 
 def test_without_ten_percent_headroom_the_plan_keeps_what_it_can(qlora_70b):
