@@ -4,7 +4,7 @@ default stated as an assumption of the report.
 Defaults when the request does not say: seq: the model's default capped at 8192; gbs:
 tools/config/plan_defaults.py default_gbs; tokens: 20 per parameter; a fine-tune (is_fine_tune) instead: seq
 FINETUNE_SEQ (the recipes' length) where a layout fits on the request's GPUs, else the longest of
-plan_defaults.finetune_seqs at which one does (complete_request with a search: the planner's, agent/sizing.py
+plan_defaults.finetune_seqs at which one does (probe_fine_tune_seq with the planner's search, agent/sizing.py
 longest_seq_that_fits), gbs default_finetune_gbs, and no token count (no cost) unless given; precision: bf16;
 price: the GPU's catalog price; goodput: tools/config/plan_defaults.py DEFAULT_GOODPUT; the GPU of a solve=gpu
 request: the cheapest catalog GPU on which its leanest layout fits. A seq the request gives is never changed.
@@ -26,7 +26,7 @@ from trainplan.tools.config.plan_defaults import (FINETUNE_SEQ, FINETUNE_SOURCE,
 from . import sizing
 from .request import PINS, PlanRequest, require_complete, resolve_gbs
 
-__all__ = ["OBJECTIVE", "complete_request", "is_fine_tune", "default_gbs_note", "shown_job"]
+__all__ = ["OBJECTIVE", "complete_request", "is_fine_tune", "default_gbs_note", "probe_fine_tune_seq", "shown_job"]
 
 OBJECTIVE = "throughput"
 """The objective of a request that names none and leaves no limit open to optimise (_default_objective)."""
@@ -85,8 +85,9 @@ def complete_request(request: PlanRequest, fine_tune_seq: tuple[int, str] | None
         assumptions.append(fine_tune_seq[1])
     elif seq is None and fine_tune:
         seq = default_seq(spec.max_seq_len, fine_tune=True)
-        capped = f", the model's maximum (recipes use {FINETUNE_SEQ:,})" if seq < FINETUNE_SEQ else ""
-        assumptions.append(f"seq not given: {seq:,} tokens{capped}, as fine-tuning recipes set it ({FINETUNE_SOURCE})")
+        how = (f"the model's maximum (fine-tuning recipes use {FINETUNE_SEQ:,}" if seq < FINETUNE_SEQ else
+               "as fine-tuning recipes set it (")
+        assumptions.append(f"seq not given: {seq:,} tokens, {how}{FINETUNE_SOURCE})")
     elif seq is None:
         seq = default_seq(spec.max_seq_len)
         assumptions.append(f"seq not given: {seq} tokens, the model's default ({spec.max_seq_len}) capped at "

@@ -201,6 +201,14 @@ def test_a_fine_tune_with_no_seq_is_planned_at_the_longest_length_that_fits():
     assert longer.recommended is None
 
 
+def test_the_lengths_a_fine_tune_may_be_planned_at_halve_from_the_recipes_to_the_shortest():
+    from trainplan.tools.config.plan_defaults import FINETUNE_SHORTEST_SEQ
+
+    assert finetune_seqs(131072) == [FINETUNE_SEQ, FINETUNE_SEQ // 2, FINETUNE_SHORTEST_SEQ] == [2048, 1024, 512]
+    assert finetune_seqs(1024) == [1024, 512]   # capped at the model's maximum
+    assert finetune_seqs(300) == [300]
+
+
 def test_a_stated_seq_is_never_changed_even_when_nothing_fits():
     report = plan(f"fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq {FINETUNE_SEQ}", backend="offline")
     assert report.request["seq"] == FINETUNE_SEQ and report.recommended is None
