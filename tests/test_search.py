@@ -22,7 +22,8 @@ from trainplan.tools.config.codes import RECOMPUTE_BY_CODE as _RECOMPUTE_BY_CODE
 from trainplan.tools.config.codes import SCHEDULE_CODES as _S
 from trainplan.tools.perf.pipeline_closed_form import StageTimes
 from trainplan.tools.perf.pipeline_closed_form import makespan_closed_form as pipeline_makespan
-from trainplan.tools.search.driver import R_SCALAR_INVALID, SearchRequest, prepare, scalar_policy_reason, search, search_scalar
+from trainplan.tools.search.scalar import R_SCALAR_INVALID, scalar_policy_reason, search_scalar
+from trainplan.tools.search.driver import SearchRequest, prepare, search
 from trainplan.tools.search.score import dp_optimizer_p2p, stage_counts as _stage_counts, work_pieces as _work_pieces
 from trainplan.tools.search.space import (
     KNOBS, R_BUDGET, R_DEADLINE, R_MEMORY, REASONS, Pins, enumerate_space, gpu_counts, validity,

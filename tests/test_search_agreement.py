@@ -10,7 +10,8 @@ import pytest
 from trainplan.tools.config.codes import RECOMPUTE_BY_CODE, SCHEDULE_BY_CODE
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.layout import resolve_config
-from trainplan.tools.search.driver import SearchRequest, exact, prepare, scalar_policy_reason
+from trainplan.tools.search.driver import SearchRequest, exact, prepare
+from trainplan.tools.search.scalar import scalar_policy_reason
 from trainplan.tools.search.score import fixed_knobs, vector_memory, vector_times
 from trainplan.tools.search.space import REASONS, enumerate_space, row, validity
 from trainplan.tools.config.validity import RULES, Knobs

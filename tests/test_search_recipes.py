@@ -10,7 +10,8 @@ import pytest
 import trainplan
 from trainplan.tools.config.codes import RECOMPUTE_CODES
 from trainplan.tools.perf.recompute import DEFAULT_MASK, mask_of, modules_of
-from trainplan.tools.search.driver import SearchRequest, exact, prepare, search, search_scalar
+from trainplan.tools.search.driver import SearchRequest, exact, prepare, search
+from trainplan.tools.search.scalar import search_scalar
 from trainplan.tools.search.recipes import recompute_choices, recompute_costs
 from trainplan.tools.search.score import fit_recipes
 from trainplan.tools.search.space import R_MEMORY, enumerate_space, validity

@@ -37,7 +37,6 @@ from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.contract import SEARCH_CHOSEN_KNOBS, check_job_numbers, default_gbs, default_seq
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import evaluate
-from trainplan.tools.perf.memory import memory_breakdown
 from trainplan.tools.config.engines import check_engine, engine_knobs, runs
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.config.contract import Layout, ParallelConfig
@@ -56,15 +55,14 @@ from trainplan.tools.search.request import SearchRequest
 from trainplan.tools.search.results import SearchJobSummary, SearchResult
 from trainplan.tools.search.score import evaluate_count, fixed_knobs
 from trainplan.tools.search.space import (
-    FIXED_KNOBS, KNOBS, STORAGE_KNOBS, R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY, REASONS, Pins, SearchJob, enumerate_space, gpu_counts,
+    FIXED_KNOBS, KNOBS, STORAGE_KNOBS, R_BUDGET, R_DEADLINE, R_MEMORY, REASONS, Pins, SearchJob, enumerate_space, gpu_counts,
     min_gpus, row,
     validity,
 )
 from trainplan.tools.core.enums import Precision, Recompute, Schedule
-from trainplan.tools.config.validity import Knobs, broken_policy
 
 __all__ = ["CALCULON_LAYOUTS_PER_S", "KNOBS", "Objective", "Pins", "REASONS", "SearchRequest", "enumerate_space", "exact",
-           "explain_runner_up", "label", "no_feasible_hint", "prepare", "search", "search_scalar", "validity"]
+           "explain_runner_up", "label", "no_feasible_hint", "prepare", "search", "validity"]
 
 RESCORE_MIN = 32
 """Layouts re-scored with the exact path: max(3 * top_k, RESCORE_MIN)."""
@@ -323,7 +321,23 @@ def _search_once(request: SearchRequest) -> SearchResult:
     start = _time.perf_counter()
     job, objective_enum, counts = prepare(request)
     top_k, pareto = request.top_k, request.pareto
+    width = max(3 * top_k, RESCORE_MIN)
+    # Within one plan (memo.layout_memo) a search that differs from an earlier one only in top_k, with the same
+    # re-score width, ranks the same scored layouts: it is ranked again from them (_finish), not searched again.
+    scored = remembered(("search", repr(replace(request, top_k=None)), width),
+                        lambda: _scored(job, objective_enum, counts, width, pareto, start))
+    out = {"job": _job_summary(job, request.gpus, request.max_gpus, counts, top_k), "objective": objective_enum.value,
+           "candidates": [], "evaluated": scored["evaluated"], "feasible": scored["feasible"],
+           "rejected": scored["rejected"]}
+    return _finish(job, objective_enum, out, scored["results"], top_k, pareto,
+                   _time.perf_counter() - scored["wall_s"], scored["space_reasons"])
 
+
+def _scored(job: SearchJob, objective_enum: Objective, counts: list[int], width: int, pareto: bool,
+            start: float) -> dict:
+    """The vectorised pass over every count and the exact re-score of the best `width` distinct layouts (and,
+    for the front, the best few per GPU count): evaluated, feasible, rejected, results (the exact results that
+    fit), space_reasons (the space and each layout's rejection code) and wall_s since `start`."""
     rejected: dict[str, int] = {}
     evaluated = 0
     per_count, spaces, reasons = [], [], []
@@ -341,9 +355,7 @@ def _search_once(request: SearchRequest) -> SearchResult:
     rows = {k: np.concatenate([r[k] for r in per_count]) for k in per_count[0]}
     feasible = int(rows["score"].size)
 
-    # Exact re-score of the best distinct layouts (and, for the front, the best few per GPU count).
-    chosen = best_rows(rows, max(3 * top_k, RESCORE_MIN)) + rows_to_rescore(
-        rows, shape_of(job.model, job.seq, job.node), job.evidence_margin)
+    chosen = best_rows(rows, width) + rows_to_rescore(rows, shape_of(job.model, job.seq, job.node), job.evidence_margin)
     if pareto:
         offset = 0
         for r in per_count:
@@ -358,67 +370,9 @@ def _search_once(request: SearchRequest) -> SearchResult:
             rejected[failure] = rejected.get(failure, 0) + 1
         else:
             scored.append(result)
-    out = {"job": _job_summary(job, request.gpus, request.max_gpus, counts, top_k), "objective": objective_enum.value,
-           "candidates": [], "evaluated": int(evaluated), "feasible": feasible, "rejected": rejected}
     space = {k: np.concatenate([sp[k] for sp in spaces]) for k in KNOBS}
-    return _finish(job, objective_enum, out, scored, top_k, pareto, start, (space, np.concatenate(reasons)))
-
-
-R_SCALAR_INVALID = "invalid layout (resolve_config or the pipeline simulator)"
-"""search_scalar's one key for every layout the scalar path refuses with an InputError."""
-
-
-def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> SearchResult:
-    """The brute-force reference: every layout of the same space through the exact scalar path
-    (resolve_config + estimate.evaluate with the event-driven simulator), ranked the same way.
-    Same arguments and result shape as search; slow (tens of layouts per second); for tests and
-    benchmarks. Invalid layouts count under R_SCALAR_INVALID, search's policies under theirs."""
-    start = _time.perf_counter()
-    request = SearchRequest.of(model, gpu, gpus, **kwargs)
-    top_k, pareto = request.top_k, request.pareto
-    job, objective_enum, counts = prepare(request)
-    rejected: dict[str, int] = {}
-    evaluated, scored = 0, []
-    for n in counts:
-        space = enumerate_space(job.model, n, job.gbs, job.seq, job.node, job.allow_cross_node_tp, job.pins,
-                                job.recompute_options)
-        for i in range(space["tp"].size):
-            evaluated += 1
-            layout = row(space, i)
-            reason = scalar_policy_reason(job, layout)
-            engine_ok = _engine_filter(job)
-            if reason is None and engine_ok is not None and not engine_ok({k: np.array([v]) for k, v in layout.items()})[0]:
-                reason = R_ENGINE
-            if reason is None:
-                try:
-                    result, reason = _first_fitting(job, layout)
-                except InputError:
-                    reason = R_SCALAR_INVALID
-            if reason:
-                rejected[reason] = rejected.get(reason, 0) + 1
-            else:
-                scored.append(result)
-    if not evaluated:
-        _no_split(job, counts)
-    out = {"job": _job_summary(job, gpus, request.max_gpus, counts, top_k), "objective": objective_enum.value,
-           "candidates": [], "evaluated": evaluated, "feasible": len(scored), "rejected": rejected}
-    return _finish(job, objective_enum, out, scored, top_k, pareto, start)
-
-
-def _first_fitting(job: SearchJob, layout: dict) -> tuple[dict, str | None]:
-    """The exact result of a layout at the first recompute step (job.recompute_ladder, when the
-    layout is its first step) and storage variant (job.storage_variants) that fits, the last when
-    none does, and why it is out (None: it is in): search_score.fit_recipes's choice, layout by layout."""
-    steps = job.recompute_ladder if job.recompute_ladder[:1] == ((layout["recompute"], layout["modules"]),) \
-        else ((layout["recompute"], layout["modules"]),)
-    stored = {k: int(getattr(job, k)) for k in STORAGE_KNOBS}
-    tried = [{**layout, "recompute": code, "modules": mask, **stored, **dict(variant)}
-             for code, mask in steps for variant in job.storage_variants]
-    # Memory first: a step that does not fit is passed over, so only the one kept is timed (exact's fits is
-    # this same memory check). The simulator's refusals depend on pp, micro-batches and vpp, which every step shares.
-    kept = next((step for step in tried if _fits_exact(job, step)), tried[-1])
-    result = exact(job, kept)
-    return result, _exact_failure(job, result)
+    return {"evaluated": int(evaluated), "feasible": feasible, "rejected": rejected, "results": scored,
+            "space_reasons": (space, np.concatenate(reasons)), "wall_s": _time.perf_counter() - start}
 
 
 def _engine_filter(job: SearchJob):
@@ -436,25 +390,12 @@ def _engine_filter(job: SearchJob):
     return runs_rows
 
 
-def scalar_policy_reason(job: SearchJob, layout: dict) -> str | None:
-    """The search's own rules (validity's policies), which resolve_config does not hold."""
-    knobs = Knobs(gpus=layout["gpus"], tp=layout["tp"], pp=layout["pp"], cp=layout["cp"], ep=layout["ep"],
-                  vpp=layout["vpp"], mbs=layout["mbs"], seq=job.seq, schedule=layout["schedule"])
-    return broken_policy(job.model, knobs, job.policies)
-
-
 def exact(job: SearchJob, layout: dict) -> dict:
     """The scalar path for one layout: resolve_config (raises InputError if invalid) + evaluate."""
     cfg, cluster = _resolved(job, layout)
     run = TrainingRun(job.tokens, job.price, job.goodput)
     return remembered((repr(job.model), repr(cluster), repr(cfg), repr(run), job.headroom_gib), lambda: evaluate(
         job.model, cluster, cfg, run, headroom_gib=job.headroom_gib).model_dump(mode="json"))
-
-
-def _fits_exact(job: SearchJob, layout: dict) -> bool:
-    """exact(job, layout)["fits"] without timing the step: the scalar path's memory alone."""
-    cfg, cluster = _resolved(job, layout)
-    return memory_breakdown(job.model, cfg, cluster.gpu, headroom_gib=job.headroom_gib).fits
 
 
 def _resolved(job: SearchJob, layout: dict) -> tuple[ParallelConfig, ClusterSpec]:

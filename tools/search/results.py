@@ -1,4 +1,4 @@
-"""The typed result of a search (tools/search/driver.py `search`, `search_scalar`).
+"""The typed result of a search (tools/search/driver.py `search`, tools/search/scalar.py `search_scalar`).
 
 `SearchResult.model_dump()` is the object `trainplan search --json` prints and the `search_configs` tool
 returns; code inside the package reads the attributes. A candidate (and an alternative's candidate, and
