@@ -69,7 +69,7 @@ from trainplan.tools.config.schedule_rules import (SIMULATE_MAX_UNITS, TIMELINE_
                                                     interleaved_batch_ok, simulated_units)
 from trainplan.tools.perf.pipeline_events import PipelineEvent, PipelineResult
 
-__all__ = ["bubble_closed_form", "bubble_paper_s", "combined_steps", "simulate"]
+__all__ = ["bubble_closed_form", "bubble_paper_s", "check_schedule", "combined_steps", "simulate"]
 
 # Op kinds (pipeline_orders): forward, full backward (B+W), input-grad backward only, weight grad, F + full B.
 _KIND_NAME = ("F", "B", "B", "W", "FB")
@@ -121,6 +121,12 @@ def _validate(s: Schedule, pp: int, m: int, vpp: int, record_timeline: bool = Fa
     if record_timeline and units > TIMELINE_MAX_UNITS:
         raise InputError(f"pp*microbatches*vpp={units:,} is over the {TIMELINE_MAX_UNITS:,} whose timeline is "
                          f"recorded: use --no-timeline (record_timeline=False), or fewer micro-batches")
+
+
+def check_schedule(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int = 1) -> None:
+    """The simulator's refusals of a schedule's shape (InputError), without simulating it (the search's scalar
+    reference asks this of a layout it does not time)."""
+    _validate(_schedule(schedule), pp, num_microbatches, vpp)
 
 
 # --- the simulation ------------------------------------------------------------------------------

@@ -9,12 +9,14 @@ import numpy as np
 
 from trainplan.tools.config.validity import Knobs, broken_policy
 from trainplan.tools.core.errors import InputError
+from trainplan.tools.core.enums import Schedule
 from trainplan.tools.perf.memory import memory_breakdown
+from trainplan.tools.perf.pipeline import check_schedule
 from trainplan.tools.search.driver import (_engine_filter, _exact_failure, _finish,
                                            _job_summary, _no_split, _resolved, exact, prepare)
 from trainplan.tools.search.request import SearchRequest
 from trainplan.tools.search.results import SearchResult
-from trainplan.tools.search.space import R_ENGINE, STORAGE_KNOBS, SearchJob, enumerate_space, row
+from trainplan.tools.search.space import R_ENGINE, R_MEMORY, STORAGE_KNOBS, SearchJob, enumerate_space, row
 
 __all__ = ["R_SCALAR_INVALID", "scalar_policy_reason", "search_scalar"]
 
@@ -59,18 +61,24 @@ def search_scalar(model: str, gpu: str, gpus: int, **kwargs) -> SearchResult:
     return _finish(job, objective_enum, out, scored, top_k, pareto, start)
 
 
-def _first_fitting(job: SearchJob, layout: dict) -> tuple[dict, str | None]:
+def _first_fitting(job: SearchJob, layout: dict) -> tuple[dict | None, str | None]:
     """The exact result of a layout at the first recompute step (job.recompute_ladder, when the
-    layout is its first step) and storage variant (job.storage_variants) that fits, the last when
-    none does, and why it is out (None: it is in): search_score.fit_recipes's choice, layout by layout."""
+    layout is its first step) and storage variant (job.storage_variants) that fits (None when none does), and
+    why it is out (None: it is in): search_score.fit_recipes's choice, layout by layout."""
     steps = job.recompute_ladder if job.recompute_ladder[:1] == ((layout["recompute"], layout["modules"]),) \
         else ((layout["recompute"], layout["modules"]),)
     stored = {k: int(getattr(job, k)) for k in STORAGE_KNOBS}
     tried = [{**layout, "recompute": code, "modules": mask, **stored, **dict(variant)}
              for code, mask in steps for variant in job.storage_variants]
     # Memory first: a step that does not fit is passed over, so only the one kept is timed (exact's fits is
-    # this same memory check). The simulator's refusals depend on pp, micro-batches and vpp, which every step shares.
-    kept = next((step for step in tried if _fits_exact(job, step)), tried[-1])
+    # this same memory check). The simulator's refusals depend on pp, micro-batches and vpp, which every step
+    # shares: a layout that fits at no step is checked against them (InputError: invalid) and is out for
+    # memory without a step time, as exact's result would say.
+    kept = next((step for step in tried if _fits_exact(job, step)), None)
+    if kept is None:
+        cfg, _ = _resolved(job, tried[-1])
+        check_schedule(cfg.schedule if cfg.pp > 1 else Schedule.one_f_one_b, cfg.pp, cfg.num_microbatches, cfg.vpp)
+        return None, R_MEMORY
     result = exact(job, kept)
     return result, _exact_failure(job, result)
 
