@@ -11,6 +11,7 @@ launched for.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from trainplan.prompts import render
 from trainplan.tools.hardware import catalog
@@ -123,7 +124,8 @@ class _PlanDraft:
     """A plan up to its recommended layout. finish() adds what only the plan that is shown needs (the
     alternatives, the table of GPU counts: the costliest part, a search per count) and builds the report,
     so the comparison of engines (_best_engine_plan) drafts every engine and finishes only the winner.
-    A request no layout fits is drafted as its finished report (`done`)."""
+    A request no layout fits is drafted as the making of its report (`done`: what would fit takes searches of
+    its own, asked only of the plan that is shown)."""
     request: PlanRequest
     request_text: str
     job: dict
@@ -135,11 +137,11 @@ class _PlanDraft:
     counted: bool = True
     assumptions: list[str] = field(default_factory=list)
     risks: list[str] = field(default_factory=list)
-    done: PlanReport | None = None
+    done: Callable[[], PlanReport] | None = None
 
     def finish(self) -> PlanReport:
         if self.done is not None:
-            return self.done
+            return self.done()
         request, job, recommended, result = self.request, self.job, self.recommended, self.result
         search = search_summary(result)
         alternatives, choice_notes = _alternatives(result, job, recommended)
@@ -195,25 +197,33 @@ def draft_offline(request: PlanRequest, request_text: str = "", engine: str | No
         assumptions.append(f"chosen by the search where the request left it open: {result.chosen}")
     candidates = result.candidates
     shown = shown_job(job)
-    if not candidates:
-        search = search_summary(result)
-        rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"
-        would = sizing.what_would_meet(search_fn, {**job, "deadline_days": None, "budget_usd": None}, headroom)
-        shorter = sizing.shorter_seq_that_fits(search_fn, job)
-        adapters = None
-        if request.fine_tuning and not is_lora(job["method"] or "full"):
-            adapters = sizing.adapters_that_fit(job)
-        would = "; ".join(w for w in (adapters, shorter, would) if w) or None
-        risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); "
-                     + (f"{would}; else use" if would else "use more GPUs,") + " GPUs with more memory"
-                     + ("" if shorter else " or a shorter sequence"))
-        return _PlanDraft(request, request_text, job, shown, done=build_report(
-            ReportOrigin(backend="offline", request_text=request_text),
-            LayoutChoice(request=shown, recommended=None, search=search),
-            ReportNotes(assumptions=assumptions, extra_risks=risks, not_understood=request.unparsed or [])))
+    if not candidates:   # what would fit is asked only of the report that is shown (_no_fit_report)
+        return _PlanDraft(request, request_text, job, shown, assumptions=assumptions, risks=risks,
+                          done=lambda: _no_fit_report(request, request_text, job, shown, result, search_fn, headroom,
+                                                      assumptions, risks))
     recommended = evaluate_for_job(candidates[0]["config"], job, timeline=True)
     return _PlanDraft(request, request_text, job, shown, result=result, recommended=recommended, table=table,
                       trade=trade, counted=counted, assumptions=assumptions, risks=risks)
+
+
+def _no_fit_report(request: PlanRequest, request_text: str, job: dict, shown: dict, result: SearchResult,
+                   search_fn: sizing.Search, headroom: float, assumptions: list[str], risks: list[str]) -> PlanReport:
+    """The report of a request no layout fits: the rejections, and what would fit (adapters, a shorter
+    sequence, more GPUs: agent/sizing.py), each a search or more."""
+    search = search_summary(result)
+    rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"
+    would = sizing.what_would_meet(search_fn, {**job, "deadline_days": None, "budget_usd": None}, headroom)
+    shorter = sizing.shorter_seq_that_fits(search_fn, job)
+    adapters = None
+    if request.fine_tuning and not is_lora(job["method"] or "full"):
+        adapters = sizing.adapters_that_fit(job)
+    would = "; ".join(w for w in (adapters, shorter, would) if w) or None
+    risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); "
+                 + (f"{would}; else use" if would else "use more GPUs,") + " GPUs with more memory"
+                 + ("" if shorter else " or a shorter sequence"))
+    return build_report(ReportOrigin(backend="offline", request_text=request_text),
+                        LayoutChoice(request=shown, recommended=None, search=search),
+                        ReportNotes(assumptions=assumptions, extra_risks=risks, not_understood=request.unparsed or []))
 
 
 def offline_report(request: PlanRequest, text: str, engine: str | None = None) -> PlanReport:
