@@ -11,7 +11,6 @@ launched for.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 from trainplan.prompts import render
 from trainplan.tools.hardware import catalog
@@ -124,8 +123,8 @@ class _PlanDraft:
     """A plan up to its recommended layout. finish() adds what only the plan that is shown needs (the
     alternatives, the table of GPU counts: the costliest part, a search per count) and builds the report,
     so the comparison of engines (_best_engine_plan) drafts every engine and finishes only the winner.
-    A request no layout fits is drafted as the making of its report (`done`: what would fit takes searches of
-    its own, asked only of the plan that is shown)."""
+    A request no layout fits is drafted with no recommended layout and `what_fits` (the search callback and
+    headroom that ask what would fit: searches of their own, asked only of the plan that is shown)."""
     request: PlanRequest
     request_text: str
     job: dict
@@ -137,11 +136,11 @@ class _PlanDraft:
     counted: bool = True
     assumptions: list[str] = field(default_factory=list)
     risks: list[str] = field(default_factory=list)
-    done: Callable[[], PlanReport] | None = None
+    what_fits: tuple[sizing.Search, float] | None = None
 
     def finish(self) -> PlanReport:
-        if self.done is not None:
-            return self.done()
+        if self.recommended is None:
+            return _no_fit_report(self, *self.what_fits)
         request, job, recommended, result = self.request, self.job, self.recommended, self.result
         search = search_summary(result)
         alternatives, choice_notes = _alternatives(result, job, recommended)
@@ -198,18 +197,18 @@ def draft_offline(request: PlanRequest, request_text: str = "", engine: str | No
     candidates = result.candidates
     shown = shown_job(job)
     if not candidates:   # what would fit is asked only of the report that is shown (_no_fit_report)
-        return _PlanDraft(request, request_text, job, shown, assumptions=assumptions, risks=risks,
-                          done=lambda: _no_fit_report(request, request_text, job, shown, result, search_fn, headroom,
-                                                      assumptions, risks))
+        return _PlanDraft(request, request_text, job, shown, result=result, assumptions=assumptions, risks=risks,
+                          what_fits=(search_fn, headroom))
     recommended = evaluate_for_job(candidates[0]["config"], job, timeline=True)
     return _PlanDraft(request, request_text, job, shown, result=result, recommended=recommended, table=table,
                       trade=trade, counted=counted, assumptions=assumptions, risks=risks)
 
 
-def _no_fit_report(request: PlanRequest, request_text: str, job: dict, shown: dict, result: SearchResult,
-                   search_fn: sizing.Search, headroom: float, assumptions: list[str], risks: list[str]) -> PlanReport:
+def _no_fit_report(draft: _PlanDraft, search_fn: sizing.Search, headroom: float) -> PlanReport:
     """The report of a request no layout fits: the rejections, and what would fit (adapters, a shorter
     sequence, more GPUs: agent/sizing.py), each a search or more."""
+    request, job, risks = draft.request, draft.job, draft.risks
+    result = draft.result
     search = search_summary(result)
     rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"
     would = sizing.what_would_meet(search_fn, {**job, "deadline_days": None, "budget_usd": None}, headroom)
@@ -221,9 +220,10 @@ def _no_fit_report(request: PlanRequest, request_text: str, job: dict, shown: di
     risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); "
                  + (f"{would}; else use" if would else "use more GPUs,") + " GPUs with more memory"
                  + ("" if shorter else " or a shorter sequence"))
-    return build_report(ReportOrigin(backend="offline", request_text=request_text),
-                        LayoutChoice(request=shown, recommended=None, search=search),
-                        ReportNotes(assumptions=assumptions, extra_risks=risks, not_understood=request.unparsed or []))
+    return build_report(ReportOrigin(backend="offline", request_text=draft.request_text),
+                        LayoutChoice(request=draft.shown, recommended=None, search=search),
+                        ReportNotes(assumptions=draft.assumptions, extra_risks=risks,
+                                    not_understood=request.unparsed or []))
 
 
 def offline_report(request: PlanRequest, text: str, engine: str | None = None) -> PlanReport:
