@@ -1,4 +1,6 @@
-"""A memo of exact layout results for the span of one plan (agent/offline_plan.py offline_report).
+"""A memo of exact layout results, and of searches' scored layouts (driver._search_once: a search that differs from
+an earlier one only in top_k is ranked again from them), for the span of one plan (agent/offline_plan.py
+offline_report).
 
 One plan searches many GPU counts, engines and limits, and their exact re-scores (driver.exact) meet the
 same layout of the same job again and again (about a third of them in an 8B deadline plan). Within one
