@@ -91,7 +91,8 @@ def test_evidence_margin_is_checked():
         search("llama3-8b", "h100", 8, evidence_margin=-0.1)
 
 
-CASES = {case.id: case for case in load_dataset().select(kind="planning")}
+DATASET = load_dataset()
+CASES = {case.id: case for case in DATASET.select(kind="planning")}
 
 
 @pytest.mark.parametrize("case_id", ["megatron-gpt3-175b-plan", "deepseek-v3-plan", "nemotron-4-340b-plan"])
@@ -99,7 +100,7 @@ def test_expert_layouts_rank_within_3_percent_of_the_recommendation(case_id):
     """GPT-3 175B's TP8 PP16 (1,024 A100), DeepSeek-V3's PP16 EP64 DualPipe (2,048 H800) and Nemotron-4
     340B's TP8 PP12 (6,144 H100), each with its recipe (its selective recompute's modules too): at least 97%
     of the throughput of what the search recommends for the same job."""
-    expert = expert_vs_best(load_dataset().case(CASES[case_id].reference_case).kwargs())
+    expert = expert_vs_best(DATASET.case(CASES[case_id].reference_case).kwargs())
     assert expert["vs_recommended"] >= 1 - DEFAULT_TOLERANCE["expert_vs_recommended"]
 
 
@@ -111,7 +112,7 @@ def test_expert_layouts_rank_within_3_percent_of_the_recommendation(case_id):
 def test_expert_layouts_short_of_3_percent(case_id):
     """Llama 3 405B's TP8 PP16 (16,384 H100): not yet within 3% of the recommendation; strict, so that the
     model change that brings it in flips this."""
-    expert = expert_vs_best(load_dataset().case(CASES[case_id].reference_case).kwargs())
+    expert = expert_vs_best(DATASET.case(CASES[case_id].reference_case).kwargs())
     assert expert["vs_recommended"] >= 1 - DEFAULT_TOLERANCE["expert_vs_recommended"]
 
 
