@@ -240,7 +240,7 @@ def _offline_report(request: PlanRequest, text: str, engine: str | None) -> Plan
     adapters = engine is None and request.method is not None and is_lora(request.method)
     # A fine-tune's default seq: the recipes' where a layout of any engine the plan may be launched by fits,
     # else the longest that fits; one seq for every engine planned below.
-    engines = (ADAPTER_ENGINE, *ADAPTER_FALLBACK) if adapters else PLAN_ENGINES if engine is None else (engine,)
+    engines = engine_registry.ADAPTER_ORDER if adapters else PLAN_ENGINES if engine is None else (engine,)
     seq = probe_fine_tune_seq(request, _search_for(engines))
     if adapters:
         return _adapter_plan(request, text, seq)

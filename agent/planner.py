@@ -23,7 +23,7 @@ from trainplan.tools.config import engines as engine_registry
 
 from .config import LlmEndpoint
 from .llm_backend import failure_text, offline_after_llm_failure, plan_openai
-from .offline_plan import ADAPTER_ENGINE, ADAPTER_FALLBACK, offline_report
+from .offline_plan import offline_report
 from .report import PlanReport, launch_settings
 from .request import PlanRequest, merge, parse_partial, require_complete
 
@@ -141,7 +141,7 @@ def launch_engine(model: str, config: dict, adapters: bool = False) -> str:
 
     spec = catalog.load_model(model)
     knobs = knobs_of(resolve_config(spec, config["gpus"], **{k: config.get(k) for k in Layout.model_fields}))
-    order = (ADAPTER_ENGINE, *ADAPTER_FALLBACK) if adapters else (DEFAULT_ENGINE, *LAUNCH_FALLBACK)
+    order = engine_registry.ADAPTER_ORDER if adapters else (DEFAULT_ENGINE, *LAUNCH_FALLBACK)
     return next((e for e in order if bool(runs(e, spec, knobs))), order[0])
 
 

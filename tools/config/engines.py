@@ -126,6 +126,8 @@ LAUNCH_FALLBACK = tuple(p.name for p in sorted((p for p in ENGINE_PROFILES if p.
                                                key=lambda p: p.launch_order))
 ADAPTER_FALLBACK = tuple(name for name in LAUNCH_FALLBACK if not PROFILES[name].refuses_adapters)
 """The engines a LoRA/QLoRA request naming none is planned for, in order, when ADAPTER_ENGINE fits no layout."""
+ADAPTER_ORDER = (ADAPTER_ENGINE, *ADAPTER_FALLBACK)
+"""The engines a LoRA/QLoRA layout naming none is planned for and launched by: the first that runs it."""
 PLAN_ENGINES = tuple(p.name for p in ENGINE_PROFILES if p.plan_candidate)
 NON_HF_TRAINER_ENGINES = tuple(p.name for p in ENGINE_PROFILES if not p.hf_trainer)
 """The engines that are not Hugging Face Trainer tools (the report's choice when an engine refuses a layout)."""
