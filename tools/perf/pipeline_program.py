@@ -39,16 +39,15 @@ _CACHE: OrderedDict[tuple, Program] = OrderedDict()
 @dataclass(frozen=True)
 class Program:
     """A shape's ops in an order that runs each after its inputs, as parallel int arrays by op: the rank,
-    the two ops whose output it waits for (-1: none) and whether each sits on another rank (1: p2p_s is
-    added), and its duration's index in the seconds list (forward, full backward, input-grad backward and
-    weight grad per virtual stage, then the overlapped ops' durations from 4V on)."""
+    the two inputs it waits for, each as 2 + 2 x (the op that makes it) + 1 where that op sits on another
+    rank (p2p_s is added; replay's ends), or 0 for none, and its duration's index in the seconds list
+    (forward, full backward, input-grad backward and weight grad per virtual stage, then the overlapped
+    ops' durations from 4V on)."""
 
     key: tuple                        # the shape: (schedule, pp, micro-batches, vpp, combined)
     rank: array
     dep_a: array
-    hop_a: array
     dep_b: array
-    hop_b: array
     duration: array
     op_id: array                      # the op's index in the ranks' orders laid end to end (for the timeline)
     pairs: tuple[tuple[int, int], ...]   # (vs, vs2) of the overlapped ops timed F + B, by index past 4V
@@ -158,8 +157,8 @@ def compile_program(key: tuple, shape: Shape, max_cached_units: int) -> Program:
     duration = np.where(kind == _F, vs, np.where(kind == _W, 3 * V + vs,
                                                  np.where(is_x, 4 * V + x_index, kind * V + vs)))
     program = Program(
-        key=key, rank=_ints(rank), dep_a=_ints(np.where(has_a, f_op[prev], -1)), hop_a=_ints(has_a & (own[prev] != rank)),
-        dep_b=_ints(np.where(has_b, b_op[nxt], -1)), hop_b=_ints(has_b & (own[nxt] != rank)),
+        key=key, rank=_ints(rank), dep_a=_ints(np.where(has_a, 2 + 2 * f_op[prev] + (own[prev] != rank), 0)),
+        dep_b=_ints(np.where(has_b, 2 + 2 * b_op[nxt] + (own[nxt] != rank), 0)),
         duration=_ints(duration), op_id=_ints(ran),
         pairs=() if x_paired else tuple((int(c) // V, int(c) % V) for c in codes),
         held_peaks=shape.held_peaks, units=len(ran) // 2)
@@ -173,25 +172,25 @@ def replay(program: Program, pp: int, seconds: list[float], p2p_s: float,
            starts: list[float] | None) -> tuple[list[float], list[float], list[float]]:
     """Run the program with these durations: each rank's finishing time, its busy seconds (summed in the rank's
     op order) and every op's end, by program order; starts, when given, gets every op's start.
-    The loop is written flat (locals, no per-op calls): it runs millions of times."""
-    end = [0.0] * len(program.rank) + [-math.inf]   # end[-1]: no input
+    Each op's end is kept twice, as is and plus p2p_s (ends[2 + 2i + hop], what Program.dep_a/dep_b point
+    at), so an input's arrival is one look-up. The loop is written flat (locals, no per-op calls): it runs
+    millions of times."""
+    ends = [-math.inf] * (2 * len(program.rank) + 2)   # ends[0]: no input
     free, busy = [0.0] * pp, [0.0] * pp
-    hop = (0.0, p2p_s)
-    i = 0
-    for r, a, ha, b, hb, d in zip(program.rank, program.dep_a, program.hop_a, program.dep_b, program.hop_b,
-                                  program.duration):
+    j = 2
+    for r, a, b, d in zip(program.rank, program.dep_a, program.dep_b, program.duration):
         start = free[r]
-        ready = end[a] + hop[ha]
+        ready = ends[a]
         if ready > start:
             start = ready
-        ready = end[b] + hop[hb]
+        ready = ends[b]
         if ready > start:
             start = ready
         if starts is not None:
             starts.append(start)
         took = seconds[d]
         busy[r] += took
-        free[r] = end[i] = start + took
-        i += 1
-    end.pop()
-    return free, busy, end
+        free[r] = ends[j] = end = start + took
+        ends[j + 1] = end + p2p_s
+        j += 2
+    return free, busy, ends[2::2]
