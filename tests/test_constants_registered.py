@@ -34,7 +34,6 @@ ALLOWED = {
     "tools/perf/cost.py:MAX_TRAINING_TOKENS": "bound on an input token count",
     "tools/perf/pipeline.py:MAX_STAGE_S": "bound on an input stage time",
     "tools/perf/pipeline.py:MAX_CACHED_UNITS": "bound on the memory of the op-order cache (not a model number)",
-    "tools/perf/pipeline.py:_NOT_DONE": "sentinel of the schedule simulation, not a quantity",
     "tools/search/limits.py:MAX_MBS": "bound of the limits search",
     "tools/search/limits.py:MAX_SEQ": "bound of the limits search",
     "tools/search/space.py:MAX_MBS": "bound of the search space (largest micro-batch tried)",

@@ -17,10 +17,12 @@ Untrusted JSON costs at most what its limits allow (`JsonLimits`):
 Every refusal is an InputError of one line that names the input and the limit, and never echoes
 the input's content. `check_value` applies the same limits to an already parsed value (MCP and
 LLM arguments that arrive as objects), and `non_finite_path` finds a NaN or infinity in a result.
+`tree_copy` copies a parsed tree (a memo's result, a cached YAML file) for a caller that may edit it.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -34,7 +36,7 @@ from typing import Any, BinaryIO
 from trainplan.tools.core.errors import InputError
 
 __all__ = ["JsonLimits", "DEFAULT", "CONFIG", "ARGUMENTS", "TRANSCRIPT", "MCP_MESSAGE", "loads", "read_bytes",
-           "read_stream", "read_file", "check_value", "non_finite_path"]
+           "read_stream", "read_file", "check_value", "non_finite_path", "tree_copy"]
 
 
 @dataclass(frozen=True)
@@ -227,3 +229,16 @@ def non_finite_path(value: Any) -> str | None:
         elif isinstance(item, (list, tuple)):
             stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
     return None
+
+
+def tree_copy(value: Any) -> Any:
+    """A deep copy of a parsed JSON or YAML tree: new dicts and lists all the way down, the immutable leaves
+    (str, int, float, bool, None) shared, as copy.deepcopy shares them; anything else goes to copy.deepcopy."""
+    kind = type(value)
+    if kind is dict:
+        return {k: tree_copy(v) for k, v in value.items()}
+    if kind is list:
+        return [tree_copy(v) for v in value]
+    if kind is str or kind is float or kind is int or kind is bool or value is None:
+        return value
+    return copy.deepcopy(value)

@@ -56,28 +56,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Sequence
 
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.pipeline_closed_form import StageTimes, _schedule, bubble_closed_form, bubble_paper_s
 from trainplan.tools.perf.pipeline_orders import (
-    _B, _F, _I, _W, _X, _order_1f1b, _order_dualpipe, _order_gpipe, _order_interleaved, _order_zb_h1, combined_steps,
+    _F, _I, _X, _order_1f1b, _order_dualpipe, _order_gpipe, _order_interleaved, _order_zb_h1, combined_steps,
 )
 from trainplan.tools.core.enums import Schedule
 from trainplan.tools.config.schedule_rules import (SIMULATE_MAX_UNITS, TIMELINE_MAX_UNITS, dualpipe_batch_ok,
                                                     interleaved_batch_ok, simulated_units)
 from trainplan.tools.perf.pipeline_events import PipelineEvent, PipelineResult
+from trainplan.tools.perf.pipeline_program import Program, Shape, cached_program, compile_program, replay
 
 __all__ = ["bubble_closed_form", "bubble_paper_s", "check_schedule", "combined_steps", "simulate"]
 
 # Op kinds (pipeline_orders): forward, full backward (B+W), input-grad backward only, weight grad, F + full B.
 _KIND_NAME = ("F", "B", "B", "W", "FB")
-_NOT_DONE = -1.0
 
 
 # ----------------------------------------------------------------------------------------------
 
+
+MAX_CACHED_UNITS = 2**21
+"""Units (pp x micro-batches x vpp, two ops each) of the compiled shapes (pipeline_program.py) kept in memory
+at once, about 28 bytes an op (about 120 MB at most); the least recently used shape is dropped first."""
 
 MAX_STAGE_S = 1e6
 """Longest time one micro-batch may take on one stage (11 days; a step of a real run takes seconds), so that
@@ -134,33 +137,15 @@ def check_schedule(schedule: str | Schedule, pp: int, num_microbatches: int, vpp
 
 @dataclass
 class _Plan:
-    """What the list simulation runs: the virtual stages of every micro-batch's path, their
-    durations, the rank that owns each (micro-batch, virtual stage), and each rank's op order."""
+    """What the list simulation runs: every op's duration (seconds, by Program.duration index: f_d, b_d, i_d,
+    w_d per virtual stage, then the overlapped ops') and the shape's program (pipeline_program.py)."""
 
-    num_virtual: int                 # V: virtual stages on one micro-batch's path
-    durations: tuple[list[float], ...]   # per op kind (_F, _B, _I, _W): seconds per virtual stage
-    paired: list[float] | None       # seconds of a combined op per virtual stage; None: its F + B
-    owner: list[int]                 # owner[mb * V + vs]: the rank that runs it
-    orders: tuple[tuple[tuple, ...], ...]   # per rank, ops (kind, mb, vs, mb2, vs2) in issue order
-    held_peaks: tuple[float, ...]    # per rank, the most micro-batches whose activations are held at once
+    seconds: list[float]
+    program: Program
 
 
-MAX_CACHED_UNITS = 2**17
-"""Shapes up to this many units (pp x micro-batches x vpp; at most about 30 MB of op tuples each, 16 shapes
-kept) keep their op orders in memory; larger ones are built each time."""
-
-
-def _shape(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[tuple[tuple[tuple, ...], ...],
-                                                                             tuple[float, ...]]:
-    """Each rank's op order and held-activation peak: a pure function of the schedule's shape, built once
-    per shape where it is small enough (MAX_CACHED_UNITS); the search simulates one shape with many durations."""
-    build = _cached_shape if pp * m * vpp <= MAX_CACHED_UNITS else _cached_shape.__wrapped__
-    return build(s, pp, m, vpp, combined)
-
-
-@lru_cache(maxsize=16)
-def _cached_shape(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[tuple[tuple[tuple, ...], ...],
-                                                                                     tuple[float, ...]]:
+def _orders(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tuple[tuple[tuple, ...], ...]:
+    """Each rank's op order, as the schedule's reference implementation issues it (pipeline_orders.py)."""
     if s is Schedule.dualpipe:
         orders = [_order_dualpipe(pp, m, r) for r in range(pp)]
     elif s is Schedule.interleaved:
@@ -170,133 +155,63 @@ def _cached_shape(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> tup
     else:
         build = {Schedule.gpipe: _order_gpipe, Schedule.zb_h1: _order_zb_h1}[s]
         orders = [build(pp, m, r) for r in range(pp)]
-    frozen = tuple(tuple(order) for order in orders)
-    return frozen, _held_peaks(frozen, combined, 1 if s is Schedule.dualpipe else vpp)
+    return tuple(tuple(order) for order in orders)
+
+
+def _owner(s: Schedule, pp: int, m: int, vpp: int) -> list[int]:
+    """owner[mb * V + vs]: the rank that runs virtual stage vs of micro-batch mb (module doc, Conventions)."""
+    if s is Schedule.dualpipe:   # the first half enters at rank 0, the rest at rank pp-1
+        return [vs if mb < m // 2 else pp - 1 - vs for mb in range(m) for vs in range(pp)]
+    return [vs % pp for vs in range(pp * vpp)] * m   # virtual stage vs is chunk vs // pp of rank vs % pp
+
+
+def _shape(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> Program:
+    """The schedule's program and held-activation peaks: a pure function of its shape, compiled once while
+    it stays cached (pipeline_program.MAX_CACHED_UNITS); the search simulates one shape with many durations."""
+    key = (s, pp, m, vpp, combined)
+    program = cached_program(key)
+    if program is None:
+        orders = _orders(s, pp, m, vpp, combined)
+        dualpipe = s is Schedule.dualpipe
+        program = compile_program(key, Shape(orders, _owner(s, pp, m, vpp), pp if dualpipe else pp * vpp,
+                                             combined and not dualpipe,
+                                             _held_peaks(orders, combined, 1 if dualpipe else vpp)), MAX_CACHED_UNITS)
+    return program
 
 
 def _plan(s: Schedule, pp: int, m: int, vpp: int, fwd: list[float], bwd: list[float],
           wgt: list[float], paired: list[float] | None = None) -> _Plan:
-    """Virtual stages, durations, owners and op orders of a schedule (module doc, Conventions).
-    paired: per stage, a combined step of Megatron's combined 1F1B (1f1b or interleaved)."""
-    combined = paired is not None
+    """Durations and program of a schedule (module doc, Conventions). paired: per stage, a combined step of
+    Megatron's combined 1F1B (1f1b or interleaved); DualPipe's FB op takes F + B (module doc)."""
+    combined = paired is not None and s is not Schedule.dualpipe
     if s is Schedule.dualpipe:
-        # Every micro-batch passes all pp model stages; the first half enters at rank 0, the rest at rank pp-1.
+        # Every micro-batch passes all pp model stages (a rank's chunk is a whole model stage).
         num_virtual, f_d, b_d, w_d = pp, fwd, bwd, wgt
-        combined = False   # DualPipe's FB op takes F + B (module doc)
-        owner = [vs if mb < m // 2 else pp - 1 - vs for mb in range(m) for vs in range(pp)]
     else:
         # pp * vpp virtual stages; virtual stage vs is chunk vs // pp of rank vs % pp, 1/vpp of its stage.
         num_virtual = pp * vpp
         f_d = [fwd[vs % pp] / vpp for vs in range(num_virtual)]
         b_d = [bwd[vs % pp] / vpp for vs in range(num_virtual)]
         w_d = [wgt[vs % pp] / vpp for vs in range(num_virtual)]
-        owner = [vs % pp for vs in range(num_virtual)] * m
-    orders, held_peaks = _shape(s, pp, m, vpp, combined)
+    program = _shape(s, pp, m, vpp, combined)
     i_d = [b - w for b, w in zip(b_d, w_d)]
-    x_d = [paired[vs % pp] / vpp for vs in range(num_virtual)] if combined else None
-    return _Plan(num_virtual, (f_d, b_d, i_d, w_d), x_d, owner, orders, held_peaks)
+    x_d = ([paired[vs % pp] / vpp for vs in range(num_virtual)] if combined
+           else [f_d[vs] + b_d[vs2] for vs, vs2 in program.pairs])
+    return _Plan(f_d + b_d + i_d + w_d + x_d, program)
 
 
-def _run(plan: _Plan, pp: int, m: int, p2p_s: float, record_timeline: bool) -> tuple[list[float], list[list[tuple]]]:
-    """The list simulation: each rank runs its ops in order, each as soon as the rank is free and the
-    op's input has arrived; an op whose input is missing parks the rank, and finishing an op wakes
-    the rank that consumes its output. O(number of ops).
-
-    Returns each rank's finishing time and, with record_timeline, its ops with start and end times.
-    The loop is written flat (locals, no per-op calls): it runs millions of times.
-    """
-    V = plan.num_virtual
-    dur, owner, orders = plan.durations, plan.owner, plan.orders
-    f_d, b_d, w_d, x_d = dur[_F], dur[_B], dur[_W], plan.paired
-    f_end = [_NOT_DONE] * (m * V)   # when (mb, vs)'s forward output exists, by mb * V + vs
-    b_end = [_NOT_DONE] * (m * V)   # when (mb, vs)'s input gradient exists
-    pos, free = [0] * pp, [0.0] * pp
+def _run(plan: _Plan, pp: int, p2p_s: float, record_timeline: bool) -> tuple[list[float], list[float], list[list[tuple]]]:
+    """The list simulation (module doc), replayed over the shape's program (pipeline_program.py): each op
+    starts as soon as its rank is free and its inputs have arrived. Returns each rank's finishing time, its
+    busy seconds and, with record_timeline, its ops (kind, mb, vs, mb2, vs2, start, end) in issue order."""
+    starts: list[float] | None = [] if record_timeline else None
+    free, busy, end = replay(plan.program, pp, plan.seconds, p2p_s, starts)
     raw: list[list[tuple]] = [[] for _ in range(pp)]
-    last = V - 1
-    awake = list(range(pp))
-    while awake:
-        r = awake.pop()
-        ops, i, t = orders[r], pos[r], free[r]
-        record = raw[r].append if record_timeline else None
-        n = len(ops)
-        while i < n:
-            kind, mb, vs, mb2, vs2 = ops[i]
-            k = mb * V + vs
-            start = t
-            if kind == _F or kind == _X:
-                if vs:    # F(mb, vs) after F(mb, vs-1), plus p2p from another rank
-                    ready = f_end[k - 1]
-                    if ready < 0:
-                        break
-                    if owner[k - 1] != r:
-                        ready += p2p_s
-                    if ready > start:
-                        start = ready
-                if kind == _X:    # the overlapped backward half: the checks of a B on (mb2, vs2)
-                    k2 = mb2 * V + vs2
-                    if f_end[k2] < 0:
-                        break
-                    if vs2 < last:
-                        ready = b_end[k2 + 1]
-                        if ready < 0:
-                            break
-                        if owner[k2 + 1] != r:
-                            ready += p2p_s
-                        if ready > start:
-                            start = ready
-                    end = start + (f_d[vs] + b_d[vs2] if x_d is None else x_d[vs])
-                    b_end[k2] = end
-                    if vs2:
-                        awake.append(owner[k2 - 1])
-                else:
-                    end = start + f_d[vs]
-                f_end[k] = end
-                if vs < last:
-                    awake.append(owner[k + 1])
-            elif kind == _W:    # W(mb, vs) after B(mb, vs), same rank
-                if b_end[k] < 0:
-                    break
-                end = start + w_d[vs]
-            else:    # _B or _I: after F(mb, vs) and B(mb, vs+1), plus p2p from another rank
-                if f_end[k] < 0:
-                    break
-                if vs < last:
-                    ready = b_end[k + 1]
-                    if ready < 0:
-                        break
-                    if owner[k + 1] != r:
-                        ready += p2p_s
-                    if ready > start:
-                        start = ready
-                end = start + dur[kind][vs]
-                b_end[k] = end
-                if vs:
-                    awake.append(owner[k - 1])
-            if record is not None:
-                record((kind, mb, vs, mb2, vs2, start, end))
-            t = end
-            i += 1
-        pos[r], free[r] = i, t
-    stuck = [r for r in range(pp) if pos[r] < len(orders[r])]
-    if stuck:  # a schedule-builder bug, never a user error
-        raise RuntimeError(f"pipeline deadlocked on ranks {stuck}")
-    return free, raw
-
-
-def _busy(plan: _Plan, pp: int) -> list[float]:
-    """Per rank: compute seconds, summed in the rank's op order."""
-    dur, x_d = plan.durations, plan.paired
-    f_d, b_d = dur[_F], dur[_B]
-    busy = []
-    for r in range(pp):
-        total = 0.0
-        for kind, mb, vs, mb2, vs2 in plan.orders[r]:
-            if kind == _X:
-                total += f_d[vs] + b_d[vs2] if x_d is None else x_d[vs]
-            else:
-                total += dur[kind][vs]
-        busy.append(total)
-    return busy
+    if starts is not None:
+        flat = [op for order in _orders(*plan.program.key) for op in order]
+        for r, op_id, start, stop in zip(plan.program.rank, plan.program.op_id, starts, end):
+            raw[r].append((*flat[op_id], start, stop))
+    return free, busy, raw
 
 
 def _held_peaks(orders: tuple[tuple[tuple, ...], ...], combined: bool, unit: int) -> tuple[float, ...]:
@@ -364,9 +279,8 @@ def simulate(schedule: str | Schedule, pp: int, num_microbatches: int, vpp: int 
                              f"got {s.value} with pp={pp}")
         paired = _per_stage("paired_s", paired_s, pp)
     plan = _plan(s, pp, m, vpp, fwd, bwd, wgt, paired)
-    free, raw = _run(plan, pp, m, p2p_s, record_timeline)
-    busy = _busy(plan, pp)
-    peak = list(plan.held_peaks)
+    free, busy, raw = _run(plan, pp, p2p_s, record_timeline)
+    peak = list(plan.program.held_peaks)
     makespan = max(free)
     return PipelineResult(
         schedule=s.value, pp=pp, num_microbatches=m, vpp=vpp, makespan_s=makespan,

@@ -10,9 +10,10 @@ a caller that changes the model between calls (a test patching a constant) sees 
 
 from __future__ import annotations
 
-import copy
 from contextlib import contextmanager
 from typing import Callable, Iterator
+
+from trainplan.tools.core.safe_json import tree_copy
 
 _memo: dict | None = None
 
@@ -39,4 +40,4 @@ def remembered(key: tuple, compute: Callable[[], dict]) -> dict:
         return compute()
     if key not in memo:
         memo[key] = compute()
-    return copy.deepcopy(memo[key])
+    return tree_copy(memo[key])
