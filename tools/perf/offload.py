@@ -48,6 +48,9 @@ MOVES: dict[OffloadModule, tuple[str, ...]] = {
 }
 """Tensor groups (activations._layer_tensors keys) each module moves to host memory."""
 
+_MOVED = frozenset(key for keys in MOVES.values() for key in keys)
+"""Every tensor group some module moves (share is 0 for the others)."""
+
 STAGED_LAYERS = 2
 """Layers whose offloaded tensors are on the GPU at a time: one being copied out, one reloaded."""
 
@@ -60,6 +63,8 @@ def share(model: ModelSpec, key: str, mask) -> np.ndarray:
     """The share of tensor group ``key`` that the modules in ``mask`` (an integer array) move."""
     mask = np.asarray(mask, dtype=np.int64)
     total = np.zeros(mask.shape)
+    if key not in _MOVED or not mask.any():   # nothing moves it (no module offloaded, or none that holds it)
+        return total
     for module, keys in MOVES.items():
         if key not in keys:
             continue
