@@ -73,8 +73,20 @@ def _no_llm_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+FIRST_MODULES = ("test_search.py", "test_search_recipes.py", "test_plan_sizing.py", "test_search_targets.py",
+                 "test_tradeoffs.py", "test_evidence.py", "test_plan.py")
+"""The modules of 13 s or more of CPU (pytest --durations, serially; 2026-12-03), collected first: xdist hands each
+module to one worker (--dist loadscope, pyproject.toml) in collection order, so the longest start first and the
+workers finish together instead of one waiting on the last long module."""
+
+
 def pytest_collection_modifyitems(config, items):
-    """`slow` tests run only when asked for (`pytest -m slow`); the default run stays quick."""
+    """The longest modules first (FIRST_MODULES; the rest in their own order). `slow` tests run only when asked
+    for (`pytest -m slow`); the default run stays quick."""
+    def rank(item) -> int:
+        name = item.path.name
+        return FIRST_MODULES.index(name) if name in FIRST_MODULES else len(FIRST_MODULES)
+    items.sort(key=rank)   # stable: each module's tests keep their order
     markexpr = config.getoption("markexpr") or ""
     if "slow" in markexpr and "not slow" not in markexpr:
         return
