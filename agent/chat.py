@@ -32,6 +32,7 @@ from trainplan.tools.core.output import write_output
 from trainplan.tools.core import safe_json
 from trainplan.tools.core.errors import InputError
 
+from .agent_errors import AgentError
 from .config import LlmEndpoint
 from .llm_backend import calls_from_messages, grounding_of, report_from_conversation, run_llm
 from .offline_plan import offline_report
@@ -305,8 +306,6 @@ class ChatSession:
         self.transcript.add({"kind": "plan", "request": self.request.model_dump(mode="json"), "summary": summary})
 
     def turn_llm(self, line: str) -> None:
-        from .llm import AgentError
-
         status = self.console.status("thinking...")
         streamed = {"text": False}
 

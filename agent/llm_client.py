@@ -30,6 +30,7 @@ from typing import Any
 
 import openai
 
+from .agent_errors import AgentError, DeadlineExceeded, MaxTurnsExceeded
 from .config import PLACEHOLDER_API_KEY, Settings, load_settings
 
 __all__ = ["AgentError", "MaxTurnsExceeded", "DeadlineExceeded", "Event", "make_client", "request_completion",
@@ -45,30 +46,6 @@ _CONTEXT_OVERFLOW = re.compile(r"exceeds? the available context|context (?:size|
 _DETERMINISTIC = re.compile(r"failed to parse|parse error|invalid json|" + _CONTEXT_OVERFLOW.pattern,
                             re.IGNORECASE)
 _SDK_LOGGER = "openai._base_client"
-
-
-class AgentError(Exception):
-    """The agent cannot go on. str() is one line; `kind` is config, server, context, deadline, stream
-    or turns (module docstring). Every kind but config is a failure of this request, after which the
-    offline planner can still answer."""
-
-    def __init__(self, message: str, kind: str = "server") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class MaxTurnsExceeded(AgentError):
-    """The model was still calling tools when the turn cap was reached."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, "turns")
-
-
-class DeadlineExceeded(AgentError):
-    """The run's deadline passed before the model gave a final answer."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, "deadline")
 
 
 class _Abandoned(Exception):

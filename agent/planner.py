@@ -21,6 +21,7 @@ from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.config import engines as engine_registry
 
+from .agent_errors import AgentError
 from .config import LlmEndpoint
 from .llm_backend import failure_text, offline_after_llm_failure, plan_openai
 from .offline_plan import offline_report
@@ -76,8 +77,6 @@ def plan(request_text: str | None = None, *, backend: str = "auto", endpoint: Ll
     LLM is not configured or unreachable. When the LLM fails after that (a server error, a context
     overflow, the deadline), the offline planner answers and the report carries the LLM's error.
     """
-    from .llm import AgentError
-
     client, llm_model = endpoint.client, endpoint.model
     chosen = resolve_backend(backend, client)
     parsed = require_complete(_request_from(request_text, request, fields))  # before any time goes to the LLM

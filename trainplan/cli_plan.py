@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
         data_dir: DataDirOpt = None,
     ) -> None:
         """Plan a training run from plain language: layout, memory, step time, MFU, days and cost."""
-        from trainplan.agent.llm import AgentError
+        from trainplan.agent.agent_errors import AgentError
         from trainplan.agent.config import LlmEndpoint
         from trainplan.agent.planner import plan, resolve_backend
 
