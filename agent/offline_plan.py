@@ -140,7 +140,7 @@ class _PlanDraft:
 
     def finish(self) -> PlanReport:
         if self.recommended is None:
-            return _no_fit_report(self, *self.what_fits)
+            return _no_fit_report(self)
         request, job, recommended, result = self.request, self.job, self.recommended, self.result
         search = search_summary(result)
         alternatives, choice_notes = _alternatives(result, job, recommended)
@@ -204,10 +204,11 @@ def draft_offline(request: PlanRequest, request_text: str = "", engine: str | No
                       trade=trade, counted=counted, assumptions=assumptions, risks=risks)
 
 
-def _no_fit_report(draft: _PlanDraft, search_fn: sizing.Search, headroom: float) -> PlanReport:
+def _no_fit_report(draft: _PlanDraft) -> PlanReport:
     """The report of a request no layout fits: the rejections, and what would fit (adapters, a shorter
-    sequence, more GPUs: agent/sizing.py), each a search or more."""
+    sequence, more GPUs: agent/sizing.py, with the draft's what_fits), each a search or more."""
     request, job, risks = draft.request, draft.job, draft.risks
+    search_fn, headroom = draft.what_fits
     result = draft.result
     search = search_summary(result)
     rejected = ", ".join(f"{reason}: {count}" for reason, count in search["rejected"].items()) or "none evaluated"

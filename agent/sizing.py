@@ -31,7 +31,7 @@ from trainplan.tools.hardware import catalog
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.perf.finetune import frozen_bytes_per_param
 from trainplan.tools.config.resolve import is_lora
-from trainplan.tools.config.plan_defaults import DEADLINE_MARGIN, default_finetune_gbs, default_gbs
+from trainplan.tools.config.plan_defaults import DEADLINE_MARGIN, default_finetune_gbs, default_gbs, halvings
 from trainplan.tools.search.driver import gpu_counts, min_gpus
 from trainplan.tools.search.results import SearchResult
 from trainplan.tools.search.space import R_BUDGET
@@ -286,11 +286,7 @@ def shorter_seq_that_fits(search: Search, job: dict) -> str | None:
     """When no layout fits on the job's GPUs: the longest sequence, halving from the job's down to
     SHORTEST_SEQ_TRIED, at which one does (activations shrink with the sequence; the model states do
     not), as a sentence (longest_seq_that_fits); None when none does."""
-    seqs, seq = [], job["seq"] // 2
-    while seq >= SHORTEST_SEQ_TRIED:
-        seqs.append(seq)
-        seq //= 2
-    found = longest_seq_that_fits(search, job, seqs)
+    found = longest_seq_that_fits(search, job, halvings(job["seq"] // 2, SHORTEST_SEQ_TRIED))
     if found is None:
         return None
     return f"at seq {found[0]} it fits on the same {job['gpus']:,} GPUs ({_outcome(found[1])})"

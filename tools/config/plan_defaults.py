@@ -129,13 +129,20 @@ FINETUNE_GBS_SOURCE = ("the recipes set the batch in sequences at any length: LL
 """Where FINETUNE_GBS comes from, as an assumption cites it."""
 
 
+def halvings(start: int, shortest: int) -> list[int]:
+    """start, start // 2, ... down to the last that is at least `shortest` (empty when start is shorter)."""
+    seqs = []
+    while start >= shortest:
+        seqs.append(start)
+        start //= 2
+    return seqs
+
+
 def finetune_seqs(max_seq_len: int) -> list[int]:
     """The sequence lengths a fine-tune that gives none may be planned at, longest first: FINETUNE_SEQ (capped at
     the model's maximum), then halving down to FINETUNE_SHORTEST_SEQ (2048, 1024, 512)."""
-    seqs = [min(max_seq_len, FINETUNE_SEQ)]
-    while seqs[-1] // 2 >= FINETUNE_SHORTEST_SEQ:
-        seqs.append(seqs[-1] // 2)
-    return seqs
+    longest = min(max_seq_len, FINETUNE_SEQ)
+    return halvings(longest, FINETUNE_SHORTEST_SEQ) or [longest]   # a model shorter than the floor: its maximum
 
 
 def default_finetune_gbs(gpus: int) -> int:

@@ -17,7 +17,7 @@ Untrusted JSON costs at most what its limits allow (`JsonLimits`):
 Every refusal is an InputError of one line that names the input and the limit, and never echoes
 the input's content. `check_value` applies the same limits to an already parsed value (MCP and
 LLM arguments that arrive as objects), and `non_finite_path` finds a NaN or infinity in a result.
-`tree_copy` copies a parsed tree (a memo's result, a cached YAML file) for a caller that may edit it.
+`tree_copy` copies a parsed tree (a memo's result) for a caller that may edit it.
 """
 
 from __future__ import annotations

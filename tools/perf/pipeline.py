@@ -174,7 +174,7 @@ def _shape(s: Schedule, pp: int, m: int, vpp: int, combined: bool) -> Program:
         orders = _orders(s, pp, m, vpp, combined)
         dualpipe = s is Schedule.dualpipe
         program = compile_program(key, Shape(orders, _owner(s, pp, m, vpp), pp if dualpipe else pp * vpp,
-                                             combined and not dualpipe,
+                                             combined,
                                              _held_peaks(orders, combined, 1 if dualpipe else vpp)), MAX_CACHED_UNITS)
     return program
 
