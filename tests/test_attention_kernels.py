@@ -126,14 +126,19 @@ def test_flash2_exports_load_flash_attention_2_and_megatron_says_it_runs_faster(
                                             ("llamafactory", "flash2")])
 def test_a_search_for_an_engine_runs_its_attention_kernel_unless_told(engine, kernel):
     """Megatron runs Transformer Engine's attention; torchtitan's SDPA and the Hugging Face models run
-    FlashAttention-2, so on H100 their plans are slower than a Megatron plan of the same layout."""
+    FlashAttention-2, so on H100 their plans are slower than a Megatron plan of the same layout. The estimate
+    it is checked against also takes the engine's norm/rotary/SwiGLU kernels and launch (eager Hugging Face
+    models, compiled torchtitan blocks)."""
     job = dict(model="llama3-8b", gpu="h100", gpus=8, engine=engine, top_k=1, tp=1, pp=1, zero=3, mbs=1, seq=4096,
                gbs=32)
     result = trainplan.search(**job)
     assert result.job.fixed["attention"] == kernel
     best = result.candidates[0]
     assert best["config"]["attention"] == kernel
-    layout = {k: best["config"][k] for k in ("tp", "pp", "cp", "zero", "mbs", "recompute", "fp32_params")}
+    layout = {k: best["config"][k] for k in ("tp", "pp", "cp", "zero", "mbs", "recompute", "fp32_params",
+                                             "fused_kernels", "launch")}
+    assert (layout["fused_kernels"], layout["launch"]) == (engine in ("megatron", "torchtitan"),
+                                                           "compile" if engine == "torchtitan" else "eager")
     told = trainplan.estimate(model="llama3-8b", gpu="h100", gpus=8, gbs=32, seq=4096, attention=kernel, **layout)
     assert best["time"]["step_s"] == pytest.approx(told.time.step_s, rel=1e-6)
     assert trainplan.search(**{**job, "attention": "eager"}).job.fixed["attention"] == "eager"

@@ -235,11 +235,13 @@ class Layout(BaseModel):
     fused_kernels: Annotated[bool, Cli("--fused-kernels/--unfused-kernels"), NOT_LEAN] = Field(
         default=True, description="fused norm, rotary and activation kernels (Megatron, Transformer Engine, "
                                   "torch.compile); false: PyTorch eager ops, as Hugging Face models or FSDP without "
-                                  "torch.compile run them")
+                                  "torch.compile run them; a search given an engine and no value takes the engine's "
+                                  "(tools/config/engines.py)")
     launch: Annotated[Launch, NOT_LEAN] = Field(default=Launch.eager, description="how the host issues each layer's kernels: eager "
                            "(PyTorch eager, every op pays host dispatch and launch, so small kernels wait on the "
                            "host), compile (torch.compile: only the generated kernels and collectives are issued) or "
-                           "cuda_graphs (one graph replay per layer pass: the host floor is gone)")
+                           "cuda_graphs (one graph replay per layer pass: the host floor is gone); a search given an engine "
+                           "and no value takes the engine's (tools/config/engines.py)")
     sequence_parallel: Annotated[bool, Cli("--sequence-parallel/--no-sequence-parallel"), NOT_LEAN] = Field(
         default=True, description="Megatron sequence parallelism with tp>1")
     optimizer_offload: Annotated[bool, NOT_LEAN] = Field(default=False, description="ZeRO-Offload: optimizer states and step on the CPU")

@@ -18,6 +18,14 @@ Loss kernel (Layout.loss_kernel, tools/perf/loss.py): Megatron's vocab-parallel 
 torchtitan's cross_entropy_loss upcasts the whole logits (`pred.flatten(0, 1).float()`), and the Hugging Face
 models that the other engines load compute `logits.float()` in their loss_function (materialised). Axolotl's and
 LLaMA-Factory's Liger or Cut Cross-Entropy plugins, and Unsloth, run fused_linear when enabled: set loss_kernel.
+
+Kernels and launch (Layout.fused_kernels, Layout.launch; tools/perf/host.py): Megatron runs Transformer Engine's and
+Apex's fused norm, rotary and SwiGLU kernels from eager PyTorch (fused, eager). torchtitan's export turns on its
+[compile] section (torchtitan 0.2.2 config/job_config.py Compile: enable, components ["model", "loss"]), which
+compiles each TransformerBlock with fullgraph=True (models/llama3/infra/parallelize.py apply_compile), as its own
+405B preset does (train_configs/llama3_405b.toml: compile = true): fused, compiled. The Hugging Face models that
+the other engines load run LlamaRMSNorm, apply_rotary_pos_emb and the gated MLP as eager op chains, and their
+exports turn on neither torch_compile nor Liger (unfused, eager).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainplan.tools.core.enums import Launch
 from trainplan.tools.core.errors import InputError
 
 from trainplan.tools.config.engine_refusals import (ACCELERATE_REFUSALS, DEEPSPEED_REFUSALS, MEGATRON_REFUSALS,
@@ -51,6 +60,10 @@ class EngineProfile:
     """Layout.attention as it runs attention (see the module docstring)."""
     loss_kernel: str
     """Layout.loss_kernel as it computes the loss (see the module docstring)."""
+    fused_kernels: bool
+    """Layout.fused_kernels as it runs norms, rotary and SwiGLU (see the module docstring)."""
+    launch: Launch
+    """Layout.launch as its launch settings issue the kernels (see the module docstring)."""
     fp32_params: bool = False
     """Whether its parameters stay fp32 as the optimizer's master copy (see the module docstring)."""
     hf_trainer: bool = False
@@ -73,7 +86,7 @@ class EngineProfile:
     """Its exporter also takes gpus_per_node (the machines per job)."""
 
 
-_HF_MODEL = dict(attention="flash2", loss_kernel="materialised")
+_HF_MODEL = dict(attention="flash2", loss_kernel="materialised", fused_kernels=False, launch=Launch.eager)
 _HF_TRAINER = dict(_HF_MODEL, hf_trainer=True)
 
 ENGINE_PROFILES: tuple[EngineProfile, ...] = (
@@ -81,6 +94,7 @@ ENGINE_PROFILES: tuple[EngineProfile, ...] = (
         "megatron", "Megatron-LM / Megatron-Core pretrain_gpt.py arguments (a bash array).",
         r"megatron(?:[\s-]*(?:lm|core))?(?![\s-]*turing)", "Megatron-LM",
         "trainplan.tools.engines.megatron:export_megatron", attention="flash", loss_kernel="fused",
+        fused_kernels=True, launch=Launch.eager,
         refuses_adapters=True, refusals=MEGATRON_REFUSALS, default=True, plan_candidate=True,
         head_split_why="Megatron-Core's TransformerConfig raises unless num_query_groups % "
                        "tensor_model_parallel_size == 0, and each rank holds whole heads"),
@@ -92,7 +106,8 @@ ENGINE_PROFILES: tuple[EngineProfile, ...] = (
                        "deepspeed/module_inject/tp_shard.py get_shard_size), none to the ranks past the kv-th"),
     EngineProfile(
         "torchtitan", "torchtitan 0.2.x job TOML.", r"torch[\s-]*titan", "torchtitan",
-        "trainplan.tools.engines.torchtitan:export_torchtitan", **_HF_MODEL, fp32_params=True,
+        "trainplan.tools.engines.torchtitan:export_torchtitan", attention="flash2", loss_kernel="materialised",
+        fused_kernels=True, launch=Launch.compile, fp32_params=True,
         refuses_adapters=True, refusals=TORCHTITAN_REFUSALS, launch_order=1, plan_candidate=True,
         head_split_why="torchtitan shards wq/wk/wv column-wise over the TP ranks and reads each rank's heads from "
                        "its shard (view(bs, seqlen, -1, head_dim)), so each must hold whole key/value heads"),
@@ -166,10 +181,12 @@ def stores_fp32_params(engine: str) -> bool:
 
 
 def engine_knobs(engine: str) -> dict:
-    """The Layout knobs an engine decides by how it runs: its parameter storage, its attention kernel and its
-    loss kernel. A search given the engine takes these where the request sets none."""
-    return {"fp32_params": stores_fp32_params(engine), "attention": ENGINE_ATTENTION[engine],
-            "loss_kernel": ENGINE_LOSS_KERNEL[engine]}
+    """The Layout knobs an engine decides by how it runs: its parameter storage, its attention and loss kernels,
+    whether its norms, rotary and SwiGLU are fused, and how it launches kernels. A search given the engine takes
+    these where the request sets none."""
+    profile = PROFILES[engine]
+    return {"fp32_params": stores_fp32_params(engine), "attention": profile.attention,
+            "loss_kernel": profile.loss_kernel, "fused_kernels": profile.fused_kernels, "launch": profile.launch.value}
 
 
 ENGINE_DECIDED_KNOBS = tuple(engine_knobs(ENGINES[0]))

@@ -87,17 +87,19 @@ def slug(text: str) -> str:
     return out.strip("-.") or "model"
 
 
-def fusion_note(cfg: ParallelConfig, fused_by_default: bool) -> str | None:
+def fusion_note(cfg: ParallelConfig, fused_by_default: bool, compiled: bool = False) -> str | None:
     """What the layout's kernel knobs ask of an engine that does (Megatron) or does not (plain PyTorch
-    models) fuse norms, rotary and SwiGLU by itself: fused_kernels, and save_mlp_act_output=false (a
-    fused SwiGLU that recomputes its product, which no exported engine has a setting for); None when
-    nothing needs doing."""
+    models) fuse norms, rotary and SwiGLU by itself, or whose export compiles each block (`compiled`:
+    torchtitan's [compile]): fused_kernels, launch, and save_mlp_act_output=false (a fused SwiGLU that
+    recomputes its product, which no exported engine has a setting for); None when nothing needs doing."""
     notes = []
-    if cfg.fused_kernels != fused_by_default and cfg.fused_kernels:
+    fuses = fused_by_default or compiled
+    if cfg.fused_kernels != fuses and cfg.fused_kernels:
         notes.append("fused_kernels=true: compile the model (torch.compile) or use fused kernels for RMSNorm, rotary"
                      " and SwiGLU; as loaded, these run as separate PyTorch ops and the step is slower than estimated")
-    elif cfg.fused_kernels != fused_by_default:
-        notes.append("fused_kernels=false has no setting here: this engine fuses norms, rotary and SwiGLU, so the"
+    elif cfg.fused_kernels != fuses:
+        who = "the compiled blocks fuse" if compiled else "this engine fuses"
+        notes.append(f"fused_kernels=false has no setting here: {who} norms, rotary and SwiGLU, so the"
                      " step will be shorter than estimated")
     if cfg.attention is Attention.flash2 and fused_by_default:
         notes.append("attention=flash2 (FlashAttention-2) has no setting here: the engine runs Transformer Engine's"
@@ -106,7 +108,10 @@ def fusion_note(cfg: ParallelConfig, fused_by_default: bool) -> str | None:
     if cfg.attention is Attention.flash1:
         notes.append("attention=flash1 (a first-generation flash kernel) has no setting here: the engine runs its"
                      " current flash kernel, so the step will be shorter than estimated")
-    if cfg.launch is Launch.compile:
+    if compiled and cfg.launch is Launch.eager:
+        notes.append("launch=eager: this export compiles each block, so the host issues fewer kernels and small"
+                     " layers take less time than estimated")
+    elif cfg.launch is Launch.compile and not compiled:
         notes.append("launch=compile: compile the model with torch.compile (Inductor); run eagerly, every op waits on"
                      " the host and small layers take longer than estimated")
     elif cfg.launch is Launch.cuda_graphs:

@@ -17,6 +17,8 @@ Mapping decisions:
   local = mbs x m and there is one accumulation step.
 - Layers: module_fqns_per_model_part places trainplan's layers per stage (layout.layers_per_stage),
   because torchtitan's own default split (embedding and head weighted as a layer) differs.
+- Kernels: [compile] enable (components model and loss) when the layout is scored with fused kernels or
+  launch=compile: torchtitan then compiles each TransformerBlock (its 405B preset sets compile = true).
 - Schedules are torch.distributed.pipelining names: 1F1B, GPipe, Interleaved1F1B, and the V-shaped
   ZBVZeroBubble and DualPipeV for zb-h1 and dualpipe (torch has no single-chunk ZB-H1 and no
   two-copy DualPipe; both V schedules place two stages on each rank).
@@ -29,7 +31,7 @@ import json
 from trainplan.tools.config.layout import model_layers_per_stage
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
-from trainplan.tools.core.enums import Attention, Precision, Recompute, Schedule
+from trainplan.tools.core.enums import Attention, Launch, Precision, Recompute, Schedule
 from trainplan.tools.engines.common import ExportError, ExportResult, batch_of, comment_block, fusion_note, header, slug
 from trainplan.tools.engines.support import param_storage_note, refuse
 
@@ -161,7 +163,10 @@ def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) 
     if cfg.optimizer_offload:
         training["enable_cpu_offload"] = True
         notes.append("torchtitan's CPU offload is FSDP's: parameters and gradients move to the CPU too")
-    if (note := fusion_note(cfg, fused_by_default=False)):
+    # torch.compile per TransformerBlock (apply_compile) fuses the norms, rotary and SwiGLU and issues the
+    # generated kernels: what fused_kernels and launch=compile score (tools/config/engines.py).
+    compiled = cfg.fused_kernels or cfg.launch is Launch.compile
+    if (note := fusion_note(cfg, fused_by_default=False, compiled=compiled)):
         notes.append(note)
     if cfg.attention is Attention.eager:
         notes.append("attention=eager has no torchtitan setting: its models call scaled_dot_product_attention,"
@@ -178,7 +183,8 @@ def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) 
                      " recomputes the rest), not exactly Megatron's attention-core recompute")
 
     sections: dict[str, dict] = {"model": model_table, "parallelism": parallelism, "training": training,
-                                 "activation_checkpoint": checkpoint}
+                                 "activation_checkpoint": checkpoint,
+                                 "compile": {"enable": compiled, "components": ["model", "loss"]}}
     if cfg.precision is Precision.fp8:
         model_table["converters"] = ["quantize.linear.float8"]
         sections["quantize.linear.float8"] = {
