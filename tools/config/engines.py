@@ -86,7 +86,10 @@ class EngineProfile:
     """Its exporter also takes gpus_per_node (the machines per job)."""
 
 
-_HF_MODEL = dict(attention="flash2", loss_kernel="materialised", fused_kernels=False, launch=Launch.eager)
+_PYTORCH_MODEL = dict(attention="flash2", loss_kernel="materialised")
+"""How a plain PyTorch model runs attention (SDPA's FlashAttention-2) and the loss (upcast logits): torchtitan's
+and the Hugging Face models' (see the module docstring)."""
+_HF_MODEL = dict(_PYTORCH_MODEL, fused_kernels=False, launch=Launch.eager)
 _HF_TRAINER = dict(_HF_MODEL, hf_trainer=True)
 
 ENGINE_PROFILES: tuple[EngineProfile, ...] = (
@@ -106,7 +109,7 @@ ENGINE_PROFILES: tuple[EngineProfile, ...] = (
                        "deepspeed/module_inject/tp_shard.py get_shard_size), none to the ranks past the kv-th"),
     EngineProfile(
         "torchtitan", "torchtitan 0.2.x job TOML.", r"torch[\s-]*titan", "torchtitan",
-        "trainplan.tools.engines.torchtitan:export_torchtitan", attention="flash2", loss_kernel="materialised",
+        "trainplan.tools.engines.torchtitan:export_torchtitan", **_PYTORCH_MODEL,
         fused_kernels=True, launch=Launch.compile, fp32_params=True,
         refuses_adapters=True, refusals=TORCHTITAN_REFUSALS, launch_order=1, plan_candidate=True,
         head_split_why="torchtitan shards wq/wk/wv column-wise over the TP ranks and reads each rank's heads from "
