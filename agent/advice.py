@@ -4,17 +4,22 @@ error band the evals measured for its regime, and the eval rows of its model tha
 All three read what the evals measured (evals/summary.json, `python -m trainplan.evals.summary`):
 - evidence_lines: the search's note on the evidence margin (tools/search/evidence.py, search_choice.prefer_evidence)
   and the recommended layout's departures, each with the eval cases that bound it;
-- error_band: the regime of the plan (tools/search/eval_summary.py regime_of: dense at scale, dense small jobs, MoE)
+- error_band: the regime of the plan (tools/search/eval_summary.py regime_of: dense at scale, dense small jobs, MoE,
+  fine-tuning)
   and the held-out MAPE and worst case of that regime, for step time and (with tokens) GPU-hours;
+- stack_line: the stack a fine-tune's figures assume (its loss, kernels and launch), since peak memory differs
+  about 2x between stacks;
 - known_gaps: each eval case of the plan's model that fails its tolerance or misses by more than
   tools/search/eval_summary.py GAP_ERROR, with its GPU, its measured error and which way the model errs.
 """
 
 from __future__ import annotations
 
-from trainplan.tools.search.eval_summary import ALL, REGIMES, load_summary, regime_of
+from trainplan.tools.search.eval_summary import ALL, GAP_ERROR, REGIMES, load_summary, regime_of
 from trainplan.tools.hardware import catalog
 from trainplan.tools.search.evidence import departures_of, margin_sentence, shape_of
+from trainplan.tools.core.enums import LossKernel
+from trainplan.tools.perf.loss import LOSS_BYTES
 
 _SLOWER_WHEN_NEGATIVE = {"step_s", "gpu_hours", "days", "cost_usd"}
 """Quantities where a negative error (predicted below published) means the model is optimistic."""
@@ -44,17 +49,19 @@ def departures_risk(model: str, config: dict) -> str | None:
     return ("outside the evals' evidence: " + "; ".join(departures)) if departures else None
 
 
-def error_band(model: str, gpus: int, with_tokens: bool) -> str:
-    """The expected error of a plan in this regime, as the held-out eval cases measured it."""
+def error_band(model: str, gpus: int, with_tokens: bool, adapters: bool = False) -> str:
+    """The expected error of a plan in this regime (adapters: a LoRA/QLoRA plan), as the held-out eval cases
+    measured it."""
     spec = catalog.load_model(model)
-    regime = regime_of(spec.is_moe, gpus)
+    regime = regime_of(spec.is_moe, gpus, adapters)
     bands = load_summary()["bands"]
     band = bands.get(regime, {})
     parts = []
-    if "throughput" in band:
-        b = band["throughput"]
-        parts.append(f"step time and throughput within about {b['mape']:.0%} on average (MAPE of {b['n']} held-out "
-                     f"eval cases), worst {b['worst']:+.1%} ({b['worst_case']})")
+    for kind, what in (("throughput", "step time and throughput"), ("memory", "peak memory")):
+        if kind in band:
+            b = band[kind]
+            parts.append(f"{what} within about {b['mape']:.0%} on average (MAPE of {b['n']} held-out eval cases), "
+                         f"worst {b['worst']:+.1%} ({b['worst_case']})")
     hours = band.get("gpu_hours") or bands.get(ALL, {}).get("gpu_hours")
     if with_tokens and hours:
         b, pooled = hours, "gpu_hours" not in band
@@ -67,12 +74,14 @@ def error_band(model: str, gpus: int, with_tokens: bool) -> str:
     return f"expected error for {REGIMES[regime]} ({regime}): " + "; ".join(parts)
 
 
-def known_gaps(model: str, gpu: str) -> list[str]:
-    """Each eval case of this model that misses, with its measured error (the same GPU first)."""
+def known_gaps(model: str, gpu: str, adapters: bool = False) -> list[str]:
+    """Each eval case of this model that misses, with its measured error (the same GPU first): its headline
+    figure (throughput or GPU-hours) and its peak memory, each where it misses. Only the cases of the plan's
+    kind: LoRA/QLoRA (adapters) or full training, so a LoRA plan is not warned by a pre-training run's GPU-hours."""
     spec, card = catalog.load_model(model), catalog.load_gpu(gpu)
     summary = load_summary()
     by_id = {c["id"]: c for c in summary["cases"]}
-    rows = [by_id[i] for i in summary["gaps"] if by_id[i]["model"] == spec.name]
+    rows = [by_id[i] for i in summary["gaps"] if by_id[i]["model"] == spec.name and by_id[i]["adapters"] is adapters]
     rows.sort(key=lambda c: c["gpu"] != card.name)
     out = []
     for c in rows:
@@ -80,8 +89,39 @@ def known_gaps(model: str, gpu: str) -> list[str]:
             out.append(f"known gap: eval case {c['id']} ({c['gpu']}, {c['gpus']:,} GPUs) does not fit in the memory "
                        "model although the published run trained, so the memory figures of this model may run high")
             continue
-        optimistic = (c["error"] < 0) == (c["quantity"] in _SLOWER_WHEN_NEGATIVE)
         where = "on this GPU" if c["gpu"] == card.name else f"on {c['gpu']}"
-        out.append(f"known gap: for eval case {c['id']} ({where}, {c['gpus']:,} GPUs) the model's {c['quantity']} is "
-                   f"{c['error']:+.1%} off the published figure ({'optimistic: expect it slower' if optimistic else 'pessimistic: expect it faster'})")
+        where += f", {c['gpus']:,} GPU{'s' if c['gpus'] != 1 else ''}"
+        if c["error"] is not None and (not c["passed"] or abs(c["error"]) > GAP_ERROR):
+            optimistic = (c["error"] < 0) == (c["quantity"] in _SLOWER_WHEN_NEGATIVE)
+            out.append(f"known gap: for eval case {c['id']} ({where}) the model's {c['quantity']} "
+                       f"is {c['error']:+.1%} off the published figure "
+                       f"({'optimistic: expect it slower' if optimistic else 'pessimistic: expect it faster'})")
+        memory = c.get("memory_error")
+        if memory is not None and abs(memory) > GAP_ERROR:
+            out.append(f"known gap: for eval case {c['id']} ({where}) the model's peak memory is "
+                       f"{memory:+.1%} off the published figure "
+                       f"({'optimistic: expect more memory' if memory < 0 else 'pessimistic: expect less memory'})")
     return out
+
+
+_LOSS_STACKS = {LossKernel.fused: "Megatron's fused vocab-parallel cross-entropy",
+                LossKernel.materialised: "the whole fp32 logits of the transformers models",
+                LossKernel.chunked: "torchtune's chunked cross-entropy",
+                LossKernel.fused_linear: "a fused linear cross-entropy (Liger, Cut Cross-Entropy, Unsloth)"}
+"""Who computes the loss each way (tools/perf/loss.py), for stack_line."""
+
+
+def stack_line(config: dict) -> str:
+    """The stack a LoRA/QLoRA plan's figures assume, from its resolved knobs, and how to plan for another (issue 23:
+    memory differs about 2x between stacks at long context)."""
+    loss = LossKernel(config["loss_kernel"])
+    kernels = "fused" if config.get("fused_kernels") else "eager PyTorch"
+    parts = [f"{config['attention']} attention", f"{_LOSS_STACKS[loss]} ({LOSS_BYTES[loss]:g} B per token per "
+             "vocabulary entry at the loss's peak)", f"{kernels} norms, rotary and SwiGLU",
+             "torch.compile" if config.get("launch") == "compile" else "no torch.compile"]
+    if config.get("fp32_norms"):
+        parts.append("fp32 norms (PEFT's k-bit preparation)")
+    others = [k.value for k in LossKernel if k is not loss and k is not LossKernel.fused]
+    return (f"the figures assume this fine-tuning stack: {', '.join(parts)}; peak memory differs up to about 2x "
+            f"between stacks at long context: plan another with --loss-kernel {' or '.join(others)}, --fused-kernels "
+            "and --launch compile")

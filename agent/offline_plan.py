@@ -21,7 +21,7 @@ from trainplan.tools.search.memo import layout_memo
 from trainplan.tools.search.results import SearchResult
 from trainplan.agent.registry import estimate_kwargs
 
-from . import sizing, tradeoffs
+from . import method_choice, sizing, tradeoffs
 from .job_defaults import OBJECTIVE, complete_request, default_gbs_note, is_fine_tune, probe_fine_tune_seq, shown_job
 from .plan_search import (ALTERNATIVES, PLAN_HEADROOM, evaluate_for_job, search_job, search_relaxing,
                           search_summary)
@@ -229,7 +229,8 @@ def _no_fit_report(draft: _PlanDraft) -> PlanReport:
 
 def offline_report(request: PlanRequest, text: str, engine: str | None = None) -> PlanReport:
     """The offline planner's plan, as every path makes it (plan, the LLM's fallbacks, the chat), with
-    the engine it is scored and launched for: the named one; for LoRA/QLoRA naming none, ADAPTER_ENGINE's
+    the engine it is scored and launched for (a fine-tune naming no method gets one: agent/method_choice.py): the
+    named one; for LoRA/QLoRA naming none, ADAPTER_ENGINE's
     layouts when one fits, else ADAPTER_FALLBACK's (_adapter_plan); else the PLAN_ENGINES engine whose best
     layout wins."""
     with layout_memo():   # one plan meets the same layouts again (counts, engines, limits): each evaluated once
@@ -238,6 +239,11 @@ def offline_report(request: PlanRequest, text: str, engine: str | None = None) -
 
 def _offline_report(request: PlanRequest, text: str, engine: str | None) -> PlanReport:
     engine = engine or request.engine
+    chosen = method_choice.choose_method(request, engine, _search_for)   # a fine-tune naming no method
+    if chosen is not None:
+        report = _offline_report(chosen[0], text, engine)
+        report.assumptions.insert(0, chosen[1])
+        return report
     adapters = engine is None and request.method is not None and is_lora(request.method)
     # A fine-tune's default seq: the recipes' where a layout of any engine the plan may be launched by fits,
     # else the longest that fits; one seq for every engine planned below.

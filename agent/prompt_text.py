@@ -7,6 +7,7 @@ tool on FIGURE_CHECK_CALLS to prove that its result holds that field.
 
 from __future__ import annotations
 
+from trainplan.agent.method_choice import METHOD_RULE
 from trainplan.agent.registry import DEFAULT_GBS_RULE, TOOLS, dispatch
 from trainplan.prompts import DEFAULT_SEQ_RULE, DEFAULT_TOKENS_PER_PARAM, render
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
@@ -107,6 +108,7 @@ def _defaults() -> dict:
         "default_tokens_rule": f"{DEFAULT_TOKENS_PER_PARAM} tokens per parameter (compute-optimal, Hoffmann "
                                "et al. 2022); say so",
         "goodput": DEFAULT_GOODPUT,
+        "default_method_rule": METHOD_RULE,
     }
 
 

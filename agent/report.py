@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 
 from trainplan.prompts import render
 
-from .advice import departures_risk, error_band, evidence_lines, known_gaps
+from .advice import departures_risk, error_band, evidence_lines, known_gaps, stack_line
 from trainplan.tools.perf.finetune import model_states_sentence
 from trainplan.tools.perf.memory_hints import largest_component, memory_fixes, phrase
 from trainplan.tools.perf.pipeline_events import PipelineEvent, PipelineResult
@@ -194,11 +194,20 @@ class PlanReport(BaseModel):
 
 
 def layout_line(config: dict) -> str:
-    """'TP8 x PP4 x DP16 x CP1 x EP1, vpp 1, ZeRO-1, mbs 1, gbs 512, seq 8192, recompute selective, 1f1b, bf16'."""
+    """'TP8 x PP4 x DP16 x CP1 x EP1, vpp 1, ZeRO-1, mbs 1, gbs 512, seq 8192, recompute selective, 1f1b, bf16'
+    (and ', LoRA r16 all-linear' for adapters)."""
     return (f"TP{config['tp']} x PP{config['pp']} x DP{config['dp']} x CP{config['cp']} x EP{config['ep']}, "
             f"vpp {config['vpp']}, ZeRO-{config['zero']}, mbs {config['mbs']}, gbs {config['gbs']}, "
             f"seq {config['seq']}, recompute {config['recompute']}, {config['schedule']}, {config['precision']}"
-            + (", optimizer on the CPU" if config.get("optimizer_offload") else ""))
+            + (", optimizer on the CPU" if config.get("optimizer_offload") else "") + _method_text(config))
+
+
+def _method_text(config: dict) -> str:
+    """', LoRA r16 all-linear' (', QLoRA ...'): the method of an adapter layout; '' for full training."""
+    method = config.get("method") or "full"
+    if method == "full":
+        return ""
+    return f", {'QLoRA' if method == 'qlora' else 'LoRA'} r{config.get('lora_rank')} {config.get('lora_targets')}"
 
 
 def memory_rows(result: dict) -> list[MemoryRow]:
@@ -373,9 +382,13 @@ def build_report(origin: ReportOrigin, choice: LayoutChoice, notes: ReportNotes 
         if outside:
             risks.append(f"the recommended layout is {outside}: the model's figures there are not checked "
                          "against a published run")
-        band = error_band(model, recommended["config"]["gpus"], bool(recommended.get("training")))
-        gaps = known_gaps(model, request.get("gpu") or recommended["config"]["gpu"])
+        adapters = (recommended["config"].get("method") or "full") != "full"
+        band = error_band(model, recommended["config"]["gpus"], bool(recommended.get("training")), adapters)
+        gaps = known_gaps(model, request.get("gpu") or recommended["config"]["gpu"], adapters)
         risks.extend(gaps)
+    assumptions = list(notes.assumptions)
+    if recommended is not None and adapters:
+        assumptions.append(stack_line(recommended["config"]))
     return PlanReport(
         backend=origin.backend, llm_model=origin.llm_model, request_text=origin.request_text, request=request,
         recommended=recommended,
@@ -390,7 +403,7 @@ def build_report(origin: ReportOrigin, choice: LayoutChoice, notes: ReportNotes 
                                   + (f"; {risk}" if (risk := departures_risk(
                                       request.get("model") or a["config"]["model"], a["config"])) else ""))
                       for a in choice.alternatives] if recommended else [],
-        risks=risks, rationale=notes.rationale, assumptions=list(notes.assumptions), search=search,
+        risks=risks, rationale=notes.rationale, assumptions=assumptions, search=search,
         grounding=origin.grounding, tool_calls=list(origin.tool_calls), not_understood=list(notes.not_understood),
         limit=choice.limit, evidence=evidence, error_band=band, known_gaps=gaps, tradeoffs=list(trade.tradeoffs),
         tradeoff_note=trade.tradeoff_note,

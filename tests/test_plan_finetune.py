@@ -231,3 +231,72 @@ def test_without_ten_percent_headroom_the_plan_keeps_what_it_can(qlora_70b):
     at_all = search(**job, headroom_gib=0.0)
     assert qlora_70b.recommended["memory_gib"]["total"] <= capacity
     assert at_all.candidates[0]["memory_gib"]["total"] > 0.95 * capacity  # the fastest that fits is tighter
+
+
+# --- the method of a fine-tune that names none (agent/method_choice.py) ---------------------------------------
+
+
+def _method_note(report) -> str:
+    return next(a for a in report.assumptions if a.startswith("method not given"))
+
+
+def test_a_fine_tune_naming_no_method_that_full_training_cannot_fit_is_planned_with_adapters():
+    """Llama 3 8B on one 24 GB card: full fine-tuning (18 B/param of model states) fits no layout, LoRA's frozen
+    bf16 base does, so the plan is LoRA, and it says why and what QLoRA would give."""
+    report = plan("fine-tune Llama 3 8B on one RTX 4090", backend="offline")
+    assert report.recommended is not None and report.recommended["config"]["method"] == "lora"
+    note = _method_note(report)
+    assert note.startswith("method not given: LoRA") and "full fine-tuning fits no layout" in note
+    assert "QLoRA (NF4 base) would give" in note and "tokens/s" in note
+    assert report.layout.endswith(f"LoRA r{DEFAULT_LORA_RANK} all-linear")
+    stack = next(a for a in report.assumptions if a.startswith("the figures assume this fine-tuning stack"))
+    assert "the whole fp32 logits of the transformers models" in stack and "--loss-kernel" in stack
+
+
+def test_a_fine_tune_naming_no_method_trains_every_weight_where_that_fits():
+    report = plan("fine-tune Llama 3 8B on 8 H100s", backend="offline")
+    assert report.recommended["config"]["method"] == "full"
+    note = _method_note(report)
+    assert note.startswith("method not given: full fine-tuning") and "LoRA (bf16 base) would give" in note
+    assert not any(a.startswith("the figures assume this fine-tuning stack") for a in report.assumptions)
+
+
+def test_adapters_in_gpu_memory_come_before_a_full_fine_tune_with_the_optimizer_on_the_cpu():
+    """Llama 3 70B on 8 H100s: full fine-tuning fits only with ZeRO-Offload; LoRA fits in GPU memory."""
+    report = plan("fine-tune Llama 3 70B on 8 H100s", backend="offline")
+    assert report.recommended["config"]["method"] == "lora"
+    assert not report.recommended["config"].get("optimizer_offload")
+    assert "full fine-tuning fits only with the optimizer offloaded to the CPU" in _method_note(report)
+
+
+def test_with_no_seq_and_nothing_fitting_at_the_recipe_length_the_leanest_method_that_fits_shorter_wins():
+    report = plan("fine-tune Llama 3 70B on 2 RTX 4090s", backend="offline")
+    config = report.recommended["config"]
+    assert config["method"] == "qlora" and config["seq"] < FINETUNE_SEQ
+    note = _method_note(report)
+    assert f"none does at {FINETUNE_SEQ:,} tokens, QLoRA (NF4 base) does at {config['seq']:,}" in note
+    assert "LoRA (bf16 base) fits no layout" in note
+
+
+@pytest.mark.parametrize("text, method", [
+    ("full fine-tune Llama 3 8B on one RTX 4090", "full"),   # said: kept, and nothing fits
+    ("fine-tune Llama 3 8B with QLoRA on one RTX 4090", "qlora"),
+    ("fine-tune Llama 3 8B on one RTX 4090 with Megatron", "full"),   # Megatron runs no adapters
+])
+def test_a_method_the_request_fixes_is_kept(text, method):
+    report = plan(text, backend="offline")
+    assert report.request["method"] == method
+    assert not any(a.startswith("method not given: LoRA") or "the first that fits" in a for a in report.assumptions)
+
+
+def test_a_lora_plan_is_warned_by_the_fine_tuning_rows_that_miss_not_by_pre_training_ones():
+    from trainplan.agent.advice import known_gaps
+    from trainplan.tools.search.eval_summary import load_summary
+
+    gaps = load_summary()["gaps"]
+    assert "llama31-8b-gpu-hours" in gaps and "torchtune-llama31-8b-lora-4090" in gaps
+    lora = known_gaps("llama3-8b", "rtx-4090", adapters=True)
+    full = known_gaps("llama3-8b", "rtx-4090")
+    assert any("torchtune-llama31-8b-lora-4090" in g and "tokens_per_s" in g for g in lora)
+    assert any("unsloth-hf-llama31-8b-24gb" in g and "peak memory" in g for g in lora)
+    assert not any("gpu-hours" in g for g in lora) and any("llama31-8b-gpu-hours" in g for g in full)

@@ -91,11 +91,16 @@ def test_a_budget_without_a_count_gets_the_most_gpus_it_buys():
 
 def test_a_fine_tune_that_does_not_fit_is_told_which_adapter_method_fits():
     """Issue 11: "a 48 GB GPU needs QLoRA": full fine-tuning of an 8B model does not fit on one 48 GB
-    L40S, and the report says LoRA does (tools/perf/finetune.py's memory)."""
-    report = plan("Fine-tune Llama 3 8B on 1 L40S for 1B tokens, seq 2048, gbs 64", backend="offline")
+    L40S, and the report says LoRA does (tools/perf/finetune.py's memory). A fine-tune that names no method
+    is planned with LoRA instead (agent/method_choice.py)."""
+    report = plan("Full fine-tune Llama 3 8B on 1 L40S for 1B tokens, seq 2048, gbs 64", backend="offline")
     assert report.recommended is None
     risk = next(r for r in report.risks if r.startswith("no layout fits"))
     assert "with LoRA (adapters beside a frozen bf16 base) it fits" in risk and "--method lora" in risk
+    chosen = plan("Fine-tune Llama 3 8B on 1 L40S for 1B tokens, seq 2048, gbs 64", backend="offline")
+    assert chosen.recommended["config"]["method"] == "lora"
+    assert any(a.startswith("method not given: LoRA") and "full fine-tuning fits no layout" in a
+               for a in chosen.assumptions)
     pretrain = plan("Llama 3 8B on 1 L40S for 1B tokens, seq 2048, gbs 64", backend="offline")
     assert not any("LoRA" in r for r in pretrain.risks)  # adapters are no substitute for pre-training
 

@@ -24,6 +24,7 @@ REGIMES = {
     "dense at scale": "dense models on more than 64 GPUs",
     "dense small jobs": "dense models on up to 64 GPUs",
     "MoE": "mixture-of-experts models",
+    "fine-tuning": "LoRA and QLoRA fine-tunes",
 }
 
 
@@ -31,7 +32,10 @@ ALL = "all"
 """The pooled band: what a regime without cases of a kind (GPU-hours of small jobs) falls back to."""
 
 
-def regime_of(is_moe: bool, gpus: int) -> str:
+def regime_of(is_moe: bool, gpus: int, adapters: bool = False) -> str:
+    """The regime of a job: adapters (method lora or qlora) first, whatever the model; then MoE; then by GPUs."""
+    if adapters:
+        return "fine-tuning"
     if is_moe:
         return "MoE"
     return "dense small jobs" if gpus <= SMALL_JOB_GPUS else "dense at scale"
