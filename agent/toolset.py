@@ -38,16 +38,16 @@ LEAN_DROPPED_KNOBS = lean_dropped(Job, Layout, SearchOptions)
 """Knobs left out when the context is small (the fields marked contract.NOT_LEAN): null (the default) is what a plan mostly passes (dp_shard:
 full sharding; the search still tries one-node shard groups for ZeRO-3); so do the MoE engine knobs
 (null: expert TP = tp, alltoall, dropless, learned routing, per-expert GEMMs, no all-to-all overlap),
-DeepSeek-V3's FP8 activation storage and fine-grained activation offloading, the stack's loss kernel
-and norm precision (null: what the method's stack runs, tools/config/resolve.py),
+DeepSeek-V3's FP8 activation storage and fine-grained activation offloading, the stack's loss kernel,
+norm precision and adapter dropout (null: what the method's stack runs, tools/config/resolve.py),
 and the search's evidence margin (tools/search/evidence.py; null: 5%). The fine-tuning knobs
 (contract.FINE_TUNING_KNOBS: method, lora_rank, lora_targets) stay, so that a small-context model can
 plan "QLoRA on two RTX 4090s" as QLoRA."""
 LEAN_DROPPED_RESULTS = ("candidate", "per_stage", "mfu_denominator", "convention", "units", "shares", "loss_kernel",
-                        "fp32_norms", "evidence", "evidence_margin", "wall_s", "layouts_per_s")
+                        "fp32_norms", "lora_dropout", "evidence", "evidence_margin", "wall_s", "layouts_per_s")
 """Result keys the model does not get when the context is small: each alternative's full estimate
 (its `why` says why it lost), per-stage memory, the texts that restate conventions, the echo of the
-stack knobs the lean tools leave out (loss_kernel, fp32_norms), the search's evidence note (also left
+stack knobs the lean tools leave out (loss_kernel, fp32_norms, lora_dropout), the search's evidence note (also left
 out of its notes) and margin, and its timing."""
 LEAN_TEXT_CHARS = 200
 """Longer texts in a result are cut to this many characters when the context is small."""

@@ -18,7 +18,8 @@ from trainplan.tools.config.engines import HF_TRAINER_ENGINES
 from trainplan.tools.config.layout import resolve_config
 
 METHODS = [dict(method="full"), dict(method="lora", lora_rank=8, lora_targets="attention"),
-           dict(method="lora", lora_rank=32, lora_targets="all-linear"), dict(method="qlora", lora_rank=64)]
+           dict(method="lora", lora_rank=32, lora_targets="all-linear", lora_dropout=0.05),
+           dict(method="qlora", lora_rank=64)]
 
 
 def layouts():
@@ -56,6 +57,7 @@ def test_axolotl_keys_follow_the_layout():
             continue
         assert config["adapter"] == cfg.method.value and config["load_in_4bit"] is (cfg.method.value == "qlora")
         assert config["lora_r"] == cfg.lora_rank and config["lora_alpha"] == 2 * cfg.lora_rank
+        assert config["lora_dropout"] == cfg.lora_dropout
         if cfg.lora_targets.value == "all-linear":
             assert config["lora_target_linear"] is True and "lora_target_modules" not in config
         else:
@@ -116,7 +118,7 @@ def test_llamafactory_keys_follow_the_layout():
             assert config["finetuning_type"] == "full" and not any(k.startswith(("lora_", "quant")) for k in config)
             continue
         assert config["finetuning_type"] == "lora" and config["lora_rank"] == cfg.lora_rank
-        assert config["lora_alpha"] == 2 * cfg.lora_rank
+        assert config["lora_alpha"] == 2 * cfg.lora_rank and config["lora_dropout"] == cfg.lora_dropout
         assert config["lora_target"] == ("all" if cfg.lora_targets.value == "all-linear" else "q_proj,k_proj,v_proj,o_proj")
         qlora = cfg.method.value == "qlora"
         assert (config.get("quantization_bit") == 4) is qlora and (config.get("optim") == "paged_adamw_32bit") is qlora
@@ -142,6 +144,7 @@ def test_trl_peft_arguments_follow_the_layout():
             continue
         lora = args["lora_config"]
         assert lora["r"] == cfg.lora_rank and lora["lora_alpha"] == 2 * cfg.lora_rank and lora["task_type"] == "CAUSAL_LM"
+        assert lora["lora_dropout"] == cfg.lora_dropout
         assert lora["target_modules"] == ("all-linear" if cfg.lora_targets.value == "all-linear"
                                           else ["q_proj", "k_proj", "v_proj", "o_proj"])
         qlora = cfg.method.value == "qlora"

@@ -83,7 +83,7 @@ def test_trl_sections_build_sftconfig_loraconfig_and_bitsandbytesconfig(monkeypa
         if cfg.method.value == "full":
             continue
         lora = LoraConfig(**args["lora_config"])
-        assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (cfg.lora_rank, 2 * cfg.lora_rank, 0.0)
+        assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (cfg.lora_rank, 2 * cfg.lora_rank, cfg.lora_dropout)
         assert lora.task_type == TaskType.CAUSAL_LM
         if cfg.lora_targets.value == "all-linear":
             assert lora.target_modules == INCLUDE_LINEAR_LAYERS_SHORTHAND
@@ -206,7 +206,8 @@ def test_llamafactory_yaml_parses_with_its_train_arguments(monkeypatch, tmp_path
         if cfg.method.value == "full":
             continue
         assert (finetuning.lora_rank, finetuning.lora_alpha, finetuning.lora_dropout) == (cfg.lora_rank,
-                                                                                          2 * cfg.lora_rank, 0.0)
+                                                                                          2 * cfg.lora_rank,
+                                                                                          cfg.lora_dropout)
         assert finetuning.lora_target == (["all"] if cfg.lora_targets.value == "all-linear"
                                           else ["q_proj", "k_proj", "v_proj", "o_proj"])
         if _is_qlora(cfg):

@@ -197,3 +197,75 @@ def test_a_fused_qkv_projection_carries_one_adapter():
     h, r = qwen.hidden_size, 64
     dense, _ = finetune.adapter_params(qwen, False, r, "attention")
     assert dense == r * (h + 3 * h) + r * (h + h)
+
+
+# --- lora_dropout (finetune.dropout_changes, adapt_layer_times) -----------------------------------------------
+
+
+def _saved(method, dropout, **kw):
+    from trainplan.tools.perf.activations import activation_bytes_per_layer
+
+    spec = load_model("llama3-8b")
+    cfg = resolve_config(spec, 1, method=method, lora_dropout=dropout, recompute="none", seq=2048, gbs=8, **kw)
+    return activation_bytes_per_layer(spec, cfg, 0)
+
+
+def test_each_adapted_module_saves_its_dropout_output_and_mask_and_bf16_lora_drops_the_inputs_only_it_kept():
+    """Llama 3 8B, all-linear: q, k, v, gate and up each drop their own copy of an h-wide input, o an h-wide one
+    and down an f-wide one: 3 B (bf16 output + bool mask) per element of each; under bf16 LoRA nothing else kept
+    the norm outputs and the SwiGLU product, so they go."""
+    h, f, tokens = 4096, 14336, 2048
+    without, with_dropout = _saved("lora", 0.0), _saved("lora", 0.05)
+    assert "lora/dropout" not in without
+    assert with_dropout["lora/dropout"] == pytest.approx(3.0 * tokens * (6 * h + f))
+    for key in ("attention/qkv_input", "mlp/fc1_input", "mlp/fc2_input"):
+        assert key in without and key not in with_dropout
+    assert with_dropout["attention/context"] == without["attention/context"]   # flash attention keeps O
+
+
+def test_qlora_keeps_the_inputs_its_4bit_linears_save_and_fp32_norms_add_only_the_masks():
+    h, f, tokens = 4096, 14336, 2048
+    bf16_norms = _saved("qlora", 0.05, fp32_norms=False)
+    assert bf16_norms["lora/dropout"] == pytest.approx(3.0 * tokens * (6 * h + f))
+    assert bf16_norms["attention/qkv_input"] == _saved("qlora", 0.0, fp32_norms=False)["attention/qkv_input"]
+    # PEFT's k-bit preparation: each lora_A already kept its own bf16 cast of an fp32 input; the out projection
+    # reads flash attention's bf16 output
+    fp32_norms = _saved("qlora", 0.05)
+    assert fp32_norms["lora/dropout"] == pytest.approx(tokens * (1.0 * (5 * h + f) + 3.0 * h))
+
+
+def test_dropout_with_checkpointing_holds_only_one_recomputed_layer_and_is_timed():
+    spec, gpu = load_model("llama3-8b"), load_gpu("h100")
+    kwargs = dict(method="lora", recompute="full", seq=2048, gbs=8)
+    plain = resolve_config(spec, 1, **kwargs)
+    dropped = resolve_config(spec, 1, lora_dropout=0.1, **kwargs)
+    h, f, tokens = 4096, 14336, 2048
+    stored, kept = (memory_breakdown(spec, c, gpu).breakdown for c in (dropped, plain))
+    assert stored["activations/layer_input"] == kept["activations/layer_input"]   # the checkpoints alone
+    # the one recomputed layer: every module's dropout output and mask, less the three inputs only lora_A kept
+    grown = stored["activations/recompute_working_set"] - kept["activations/recompute_working_set"]
+    assert grown * 2**30 == pytest.approx(tokens * (3.0 * (6 * h + f) - 2.0 * (2 * h + f)))
+    cluster = ClusterSpec.build(gpu, 1)
+    assert step_time(spec, dropped, cluster).step_s > step_time(spec, plain, cluster).step_s
+
+
+def test_vectorised_memory_counts_the_dropout_as_the_scalar_path():
+    spec, gpu = load_model("llama3-8b"), load_gpu("h100")
+    for method in ("lora", "qlora"):
+        cfg = resolve_config(spec, 1, method=method, lora_dropout=0.05, gbs=8, seq=2048, recompute="none")
+        arrays = {key: np.array([value]) for key, value in dict(
+            tp=1, pp=1, cp=1, ep=1, dp=1, vpp=1, zero=0, mbs=1, num_microbatches=8, seq=2048, recompute=0,
+            schedule=1, precision=0, method=finetune.METHOD_CODES[cfg.method], lora_rank=cfg.lora_rank,
+            lora_targets=finetune.TARGET_CODES[cfg.lora_targets], loss_kernel=LOSS_CODES[cfg.loss_kernel],
+            fp32_norms=int(cfg.fp32_norms), lora_dropout=0.05, fused_kernels=int(cfg.fused_kernels)).items()}
+        assert memory_totals_vectorised(spec, gpu, arrays)["total"][0] == pytest.approx(
+            memory_breakdown(spec, cfg, gpu).total)
+
+
+def test_lora_dropout_needs_adapters_and_a_probability():
+    for kwargs, fragment in ((dict(lora_dropout=0.05), "lora_dropout=0.05 needs --method lora or qlora"),
+                             (dict(method="lora", lora_dropout=1.5), "lora_dropout"),
+                             (dict(method="lora", lora_dropout=float("nan")), "lora_dropout")):
+        with pytest.raises(InputError) as err:
+            estimate("llama3-8b", "h100", 1, **kwargs)
+        assert fragment in str(err.value)

@@ -302,6 +302,11 @@ class Layout(BaseModel):
                                   f"{DEFAULT_LORA_RANK} (full: must stay null)")
     lora_targets: Annotated[LoraTargets | None, Knob(fine_tuning=True, asked=6)] = Field(default=None, description="linear layers with adapters: attention "
                                              "(q, k, v, o) or all-linear (also the MLP or experts); null: all-linear")
+    lora_dropout: Annotated[float, NOT_LEAN] = Field(
+        default=0.0, ge=0.0, lt=1.0, description="dropout probability on each adapter's input (PEFT's LoraConfig "
+        "lora_dropout; LoRA and QLoRA only): above 0 every adapted module saves its dropout's bf16 output and 1 B "
+        "mask for the backward and runs the dropout kernel (tools/perf/finetune.py dropout_changes); 0: PEFT's "
+        "default, an nn.Identity")
     fp32_norms: Annotated[bool | None, NOT_LEAN] = Field(
         default=None, description="the norms hold fp32 weights, as PEFT's prepare_model_for_kbit_training leaves a "
         "k-bit model (TRL's SFTTrainer calls it and casts only the embedding and head back): the norm outputs, the "

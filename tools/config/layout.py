@@ -165,6 +165,11 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
         raise InputError("precision=fp8 needs FP8 tensor cores (Hopper or newer): use --precision bf16")
     method, lora_rank, lora_targets = resolve_method(values["method"], values["lora_rank"], values["lora_targets"],
                                                      model, precision)
+    dropout = values["lora_dropout"]
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise InputError(f"lora_dropout={dropout!r} must be a probability from 0 to below 1 (e.g. 0.05)")
+    if dropout and not is_lora(method):
+        raise InputError(f"lora_dropout={dropout} needs --method lora or qlora (method is full)")
     seq = seq or default_seq(model.max_seq_len, fine_tune=is_lora(method))
     loss_kernel = resolved_loss_kernel(_choice(LossKernel, "loss_kernel", values["loss_kernel"])
                                        if values["loss_kernel"] is not None else None, method)

@@ -41,7 +41,7 @@ def export_axolotl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> 
         config["load_in_4bit"] = adapter.method == "qlora"
         config["lora_r"] = adapter.rank
         config["lora_alpha"] = adapter.alpha
-        config["lora_dropout"] = 0.0
+        config["lora_dropout"] = adapter.dropout
         if adapter.all_linear:
             config["lora_target_linear"] = True
         else:

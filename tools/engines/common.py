@@ -150,6 +150,7 @@ class Adapter:
     alpha: int           # DEFAULT_LORA_ALPHA_PER_RANK x rank
     all_linear: bool     # True: every linear layer of the blocks (PEFT "all-linear")
     modules: tuple[str, ...]  # Hugging Face module names of the targeted layers (attention targets)
+    dropout: float = 0.0      # Layout.lora_dropout: PEFT's lora_dropout
 
 
 # trainplan's linear names (finetune.targeted_linears) that Hugging Face models spell differently.
@@ -163,7 +164,7 @@ def adapter_of(model: ModelSpec, cfg: ParallelConfig) -> Adapter | None:
     targets = LoraTargets(cfg.lora_targets)
     modules = tuple(_HF_MODULE_NAMES.get(lin.name, lin.name) for lin in targeted_linears(model, False, targets))
     return Adapter(method=cfg.method.value, rank=cfg.lora_rank, alpha=DEFAULT_LORA_ALPHA_PER_RANK * cfg.lora_rank,
-                   all_linear=targets is LoraTargets.all_linear, modules=modules)
+                   all_linear=targets is LoraTargets.all_linear, modules=modules, dropout=cfg.lora_dropout)
 
 
 MOE_ALL_LINEAR_NOTE = (
@@ -181,7 +182,7 @@ def adapter_notes(adapter: Adapter | None, model: ModelSpec) -> list[str]:
     if adapter is None:
         return ["method=full: every weight is trained (no adapter)"]
     notes = [f"method={adapter.method}: LoRA rank {adapter.rank}, alpha {adapter.alpha} (2 x rank; alpha only scales"
-             " the update), lora_dropout 0 as the estimate assumes"]
+             f" the update), lora_dropout {adapter.dropout:g} as the estimate assumes"]
     if not adapter.all_linear:
         notes.append(f"attention targets written as Hugging Face module names {', '.join(adapter.modules)}:"
                      " check them against model.named_modules() for this architecture")

@@ -44,7 +44,7 @@ def export_llamafactory(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str
     if adapter is not None:
         config["lora_rank"] = adapter.rank
         config["lora_alpha"] = adapter.alpha
-        config["lora_dropout"] = 0.0
+        config["lora_dropout"] = adapter.dropout
         config["lora_target"] = "all" if adapter.all_linear else ",".join(adapter.modules)
         if adapter.method == "qlora":
             config.update({"quantization_bit": 4, "quantization_method": "bitsandbytes",

@@ -56,7 +56,7 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
         sft["deepspeed"] = deepspeed_dict(cfg)
     args: dict = {"model": model_ref, "sft_config": sft}
     if adapter is not None:
-        args["lora_config"] = {"r": adapter.rank, "lora_alpha": adapter.alpha, "lora_dropout": 0.0,
+        args["lora_config"] = {"r": adapter.rank, "lora_alpha": adapter.alpha, "lora_dropout": adapter.dropout,
                                "target_modules": "all-linear" if adapter.all_linear else list(adapter.modules),
                                "task_type": "CAUSAL_LM"}
         if adapter.method == "qlora":

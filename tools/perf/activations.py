@@ -243,7 +243,7 @@ def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
                   method=finetune.METHOD_CODES[cfg.method], lora_rank=cfg.lora_rank or 0,
                   lora_targets=finetune.TARGET_CODES[cfg.lora_targets] if cfg.lora_targets else 0,
                   loss_kernel=LOSS_CODES[resolved_loss_kernel(cfg.loss_kernel, cfg.method)],
-                  fp32_norms=resolved_fp32_norms(cfg.fp32_norms, cfg.method))
+                  fp32_norms=resolved_fp32_norms(cfg.fp32_norms, cfg.method), lora_dropout=cfg.lora_dropout)
     return {k: np.array([[v]], dtype=float) for k, v in values.items()}
 
 
@@ -283,6 +283,8 @@ def activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]:
                                              k["lora_targets"])
     if np.any(k.get("fp32_norms", 0) > 0):   # PEFT's fp32 norms: fp32 block tensors and residual stream
         full = finetune.fp32_norm_changes(model, moe, full, k["method"], k["lora_targets"], k["fp32_norms"])
+    if np.any(k.get("lora_dropout", 0) > 0):   # each adapter's dropout output and mask
+        full = finetune.dropout_changes(model, moe, full, s * k["mbs"], k, r)
     residual_bytes = np.where(k.get("fp32_norms", 0) > 0, 4.0, 2.0) if not moe else 2.0
     layer_input = residual_bytes * s * k["mbs"] * model.hidden_size / r
     stored = _stored(full, k["recompute"], k["recompute_modules"], layer_input)

@@ -33,8 +33,9 @@ Memory per parameter (the frozen base has no gradients and no optimizer states):
 Activations (per block, with memory.py's tensors as the full-method baseline): a frozen linear
 needs no copy of its input for backward (dX = dY W^T reads only W), so the inputs of untargeted
 linears are not saved; a targeted one saves its input for A's gradient, as before, plus the rank-r
-product x A for B's gradient (bf16). lora_dropout is taken as 0 (PEFT's default): a non-zero dropout
-would save a second copy of x per targeted linear.
+product x A for B's gradient (bf16). A non-zero lora_dropout (dropout_changes) gives every adapted module a
+dropout of its own on its input, whose bf16 output lora_A saves instead of x, and whose 1 B mask the dropout's
+backward reads.
 
 Time (adapt_layer_times, per block, before host.py's floor so the floor sees the frozen base's shorter backward):
 forward as the full model; backward computes input gradients (dX) for every GEMM but no weight gradient for
@@ -193,6 +194,59 @@ def saved_tensor_changes(model, moe: bool, tensors: dict, tok, method_code, rank
     return out
 
 
+DROPOUT_SAVED_BYTES = BF16_BYTES + 1.0
+"""Per input element of an adapted module under lora_dropout > 0: the dropout's bf16 output, which lora_A saves
+for its weight gradient, and the bool mask native_dropout returns and its backward reads (1 B; PyTorch
+derivatives.yaml native_dropout_backward(grad, mask, scale))."""
+_ADAPTER_ONLY_INPUTS = ("attention/qkv_input", "mlp/fc1_input", "mlp/fc2_input")
+"""Saved inputs that, under bf16 LoRA, only the adapters' lora_A keep (a frozen bf16 linear saves no input: dX reads W
+only): the norm outputs q, k, v and gate, up read, and the SwiGLU product the down projection reads. The attention
+output the out projection reads is not one: flash attention saves it for its own backward."""
+
+
+def adapter_dropout_inputs(model, moe: bool, targets, fp32_norms: bool) -> dict[str, float]:
+    """Bytes per token that every adapted module's dropout saves beyond what the block saved without it, one
+    dropout per module (PEFT's LoraLayer keeps an nn.Dropout per adapted module: q, k and v each drop their own
+    copy of one input), split by TP layout: 'column' (the module's whole input on every rank) and 'row'
+    (row-parallel: the input split over t). DROPOUT_SAVED_BYTES per input element; with fp32 norms (dense
+    blocks, fp32_norm_changes) the mask alone (1 B) for the modules whose lora_A already kept a bf16 cast of its
+    own of an fp32 input (every one but the attention out-projection, which reads flash attention's bf16 output):
+    the cast is now of the dropout's output, the same size."""
+    out = {"column": 0.0, "row": 0.0}
+    reads_attention_output = {lin.name for lin in _attention_linears(model) if lin.row_parallel}
+    for lin in targeted_linears(model, moe, targets):
+        own_cast = fp32_norms and not moe and lin.name not in reads_attention_output
+        per_element = DROPOUT_SAVED_BYTES - (BF16_BYTES if own_cast else 0.0)
+        out["row" if lin.row_parallel else "column"] += per_element * lin.d_in * lin.rows * lin.copies
+    return out
+
+
+def dropout_changes(model, moe: bool, tensors: dict, tok, k: dict, r) -> dict:
+    """A block's saved tensors with lora_dropout > 0 (numpy-friendly over the knob arrays k; r: the sequence-parallel
+    divisor of the column-parallel inputs, as theirs): each adapted module adds what its dropout saves
+    (adapter_dropout_inputs, 'lora/dropout'), and under bf16 LoRA (method lora, bf16 norms) the inputs only lora_A
+    kept (_ADAPTER_ONLY_INPUTS) go, since lora_A now saves its dropout's output instead. QLoRA keeps them:
+    bitsandbytes' MatMul4Bit saves its input whatever reads it (saved_tensor_changes)."""
+    code = np.asarray(k["method"])
+    on = (np.asarray(k.get("lora_dropout", 0.0)) > 0) & (code > 0)
+    if not np.any(on):
+        return tensors
+    fp32 = np.asarray(k.get("fp32_norms", 0)) > 0
+    attention_only = np.asarray(k["lora_targets"]) == TARGET_CODES[LoraTargets.attention]
+    saved = 0.0
+    for target, norms in ((t, n) for t in LoraTargets for n in (False, True)):
+        split = adapter_dropout_inputs(model, moe, target, norms)
+        chosen = (attention_only == (target is LoraTargets.attention)) & (fp32 == norms)
+        saved = saved + np.where(chosen, tok * (split["column"] / r + split["row"] / k["tp"]), 0.0)
+    out = dict(tensors)
+    out["lora/dropout"] = np.where(on, saved, 0.0)
+    frees = on & (code == METHOD_CODES[Method.lora]) & ~fp32
+    for key in _ADAPTER_ONLY_INPUTS:   # attention targets: the MLP's inputs went already (saved_tensor_changes)
+        if key in out:
+            out[key] = np.where(frees, 0.0, out[key])
+    return out
+
+
 def fp32_norm_changes(model, moe: bool, tensors: dict, method_code, targets_code, fp32_norms) -> dict:
     """A block's saved tensors when its norms hold fp32 weights (Layout.fp32_norms), numpy-friendly.
 
@@ -272,6 +326,10 @@ accumulation of the two input gradients of x (base linear and lora_A: 2 + 2 + 2 
 COMPILED_SCALE_ADD_FORWARD_BYTES = 6.0
 """Under torch.compile the scaling multiply and the add fuse into one kernel: B's output and the base output read,
 the sum written (2 + 2 + 2 B per output element)."""
+DROPOUT_BYTES = (5.0, 5.0)
+"""Bytes per input element of an adapter's dropout kernel with lora_dropout > 0 (PyTorch native_dropout and
+native_dropout_backward): forward reads x (2 B) and writes the bf16 output and the bool mask (2 + 1 B); backward
+reads the output's gradient and the mask (2 + 1 B) and writes x's gradient (2 B). One kernel each way per module."""
 DEQUANT_KERNELS = 2
 """bitsandbytes dequantize_4bit with double quantisation (bitsandbytes/functional.py): dequantize_blockwise of the
 8-bit absmax, then the NF4 kernel writing the bf16 weight."""
@@ -279,7 +337,8 @@ DEQUANT_KERNELS = 2
 
 def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
     """One block's OpTimes under LoRA/QLoRA: no weight gradients for the frozen base, plus the adapter GEMMs
-    (x A and its result times B, forward, dX and dA/dB), PEFT's scale-and-add of each adapter's output and, for
+    (x A and its result times B, forward, dX and dA/dB), PEFT's scale-and-add of each adapter's output, each
+    adapter's dropout kernel with lora_dropout > 0 (DROPOUT_BYTES) and, for
     QLoRA, bitsandbytes' dequantisation of every frozen 4-bit linear in the forward and again in the backward (the
     input gradient dX = dY W^T needs W in bf16; MatMul4Bit.backward dequantises it again). Gradient checkpointing
     reruns the forward keys, so a recomputed block dequantises a third time (recompute.recomputed_forward_s)."""
@@ -291,7 +350,7 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
     forward_bytes, backward_bytes = ADAPTER_SCALE_ADD_BYTES
     if compiled:
         forward_bytes = COMPILED_SCALE_ADD_FORWARD_BYTES
-    scale_add_forward = scale_add_backward = 0.0
+    scale_add_forward = scale_add_backward = dropout_elements = 0.0
     kernels = 0
     for lin in targeted_linears(model, moe, cfg.lora_targets):
         # Column-parallel: x is whole on every TP rank, B's output split; row-parallel: x split.
@@ -303,7 +362,12 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
         compute.linear(out, ADAPTER_KEY, rows, rank, d_out, gpu, Precision.bf16, copies)
         scale_add_forward += forward_bytes * rows * d_out * copies
         scale_add_backward += backward_bytes * rows * d_in * copies + 4.0 * rows * d_out * copies
+        dropout_elements += rows * d_in * copies
         kernels += copies
+    if cfg.lora_dropout > 0:
+        forward, backward = DROPOUT_BYTES
+        out.add("lora/dropout", compute.memory_bound_time_s(forward * dropout_elements, gpu, kernels=kernels),
+                compute.memory_bound_time_s(backward * dropout_elements, gpu, kernels=kernels))
     forward_kernels = (1 if compiled else 2) * kernels
     out.add("lora/scale_add", compute.memory_bound_time_s(scale_add_forward, gpu, kernels=forward_kernels),
             compute.memory_bound_time_s(scale_add_backward, gpu, kernels=2 * kernels))

@@ -66,7 +66,8 @@ COLLECTIVE_OPS = 2
 # kernel a kernel. Two host ops per forward op is that count rounded (assumed, not fitted).
 BACKWARD_OPS_PER_FORWARD_OP = assumptions.BACKWARD_OPS_PER_FORWARD_OP.value
 # LoRA (PEFT's LoRA Linear, peft/tuners/lora/layer.py, eager): per adapted linear, lora_A and lora_B as two Linears
-# (LINEAR_OPS each), the dropout module (nn.Identity at lora_dropout 0: one module call, no kernel, taken as one op),
+# (LINEAR_OPS each), the dropout module (nn.Identity at lora_dropout 0: one module call, no kernel, taken as one op;
+# above 0 one dropout kernel, the same op),
 # the scaling multiply and the add into the base output: 2 x 3 + 3 = 9. Under torch.compile the two GEMMs stay
 # launched kernels and the multiply-add fuses into a neighbour.
 LORA_OPS_PER_ADAPTED_LINEAR = 2 * LINEAR_OPS + 3

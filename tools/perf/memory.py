@@ -382,7 +382,7 @@ save_mlp_act_output (1), fused_kernels (1), offload_modules (an integer mask of 
 1: eager), recompute_modules (an integer mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where
 recompute is selective), etp (expert TP; default: tp), dp_shard (ZeRO shard group in dp ranks; default: dp),
 method (0 full, 1 lora, 2 qlora), lora_rank (0), lora_targets (0 attention, 1 all-linear), loss_kernel
-(loss.LOSS_CODES; 0 fused), fp32_norms (0).
+(loss.LOSS_CODES; 0 fused), fp32_norms (0), lora_dropout (the probability; 0).
 Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
 
@@ -404,7 +404,8 @@ VECTOR_DEFAULTS = {
     "offload_modules": 0,
     "attention": layout_default_code("attention"), "method": layout_default_code("method"),
     "lora_rank": 0, "lora_targets": 1,
-    "loss_kernel": loss_rules.LOSS_CODES[loss_rules.LossKernel.fused], "fp32_norms": 0}
+    "loss_kernel": loss_rules.LOSS_CODES[loss_rules.LossKernel.fused], "fp32_norms": 0,
+    "lora_dropout": layout_default_code("lora_dropout")}
 """The optional keys of memory_totals_vectorised and their codes when absent: the Layout default where it is
 a value (bools, attention, method); where the Layout's null means a rule, the rule's code for full training
 (no offload, rank 0, all-linear, the fused loss, no fp32 norms)."""
