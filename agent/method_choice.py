@@ -17,8 +17,10 @@ first that fits:
      resort: it moves every parameter's states over PCIe and runs Adam on the CPU each step.
 
 The plan's assumptions say which method was chosen, why the ones before it were not, and what the others
-would give. A named engine that refuses adapters (Megatron-LM, torchtitan) keeps full fine-tuning; a request
-whose GPU count is open keeps full fine-tuning too (the count is sized for it: agent/sizing.py).
+would give. A named engine that refuses adapters (Megatron-LM, torchtitan) keeps full fine-tuning. A request that
+bounds an open GPU count ("up to 8 H100s") is tried at its bound, the most it allows, and agent/sizing.py then sizes
+the count for the chosen method; one whose count is open without a bound (a deadline or budget alone) keeps full
+fine-tuning, and its count is sized for that.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def chooses_method(request: PlanRequest, engine: str | None) -> bool:
     """Whether the request leaves the method to the planner (the module's conditions)."""
     if not is_fine_tune(request) or request.method is not None or request.lora_targets is not None:
         return False
-    if request.gpus is None:
+    if request.gpus is None and request.max_gpus is None:
         return False
     return engine is None or not engine_registry.PROFILES[engine].refuses_adapters
 
@@ -89,6 +91,9 @@ def choose_method(request: PlanRequest, engine: str | None, search_for: SearchFo
     then says what would)."""
     if not chooses_method(request, engine):
         return None
+    planned = request
+    if request.gpus is None:   # the bound of an open count: what fits on the most GPUs the request allows
+        request = request.model_copy(update={"gpus": request.max_gpus, "max_gpus": None})
     found = {method: _best(request, method, engine, search_for) for method in METHOD_ORDER}
     seq = request.seq or finetune_seqs(catalog.load_model(request.model).max_seq_len)[0]   # complete_request's
     in_memory = {m: b for m, b in found.items() if b is not None and not b["config"].get("optimizer_offload")}
@@ -122,4 +127,6 @@ def choose_method(request: PlanRequest, engine: str | None, search_for: SearchFo
     note = (f"method not given: {_NAMES[chosen]}, {how} (every weight trains in full fine-tuning; LoRA and QLoRA "
             "train adapters beside a frozen base)" + (f"; at {seq:,} tokens on these GPUs {'; '.join(said)}"
                                                       if said else "") + "; say full, LoRA or QLoRA to choose")
-    return request.model_copy(update={"method": chosen.value}), note
+    where = "on these GPUs" if planned.gpus is not None else f"on {request.gpus:,} GPUs, the most the request allows,"
+    note = note.replace("on these GPUs", where, 1)
+    return planned.model_copy(update={"method": chosen.value}), note

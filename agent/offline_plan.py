@@ -45,7 +45,8 @@ ADAPTER_FALLBACK = engine_registry.ADAPTER_FALLBACK
 def _limit_of(request: PlanRequest, recommended: dict) -> dict | None:
     """The limit the request asked (request.solve), tools/search/limits.py's answer: the GPUs the recommended layout fits
     on; the longest seq (at micro-batch 1) or the largest mbs of the recommended layout with full recompute, the
-    recompute that fits the most (the pins of the request kept)."""
+    recompute that fits the most (the pins of the request kept); and, under kept_free, the same limit keeping
+    PLAN_HEADROOM of the memory free."""
     if request.solve is None or recommended is None:
         return None
     from trainplan.tools.search.limits import solve
@@ -61,6 +62,10 @@ def _limit_of(request: PlanRequest, recommended: dict) -> dict | None:
     if request.solve != "gpu":
         answer["layout"] = (f"the recommended layout with recompute {config['recompute']}"
                             + (f" and micro-batch {config['mbs']}" if request.solve == "seq" else ""))
+        # the same limit keeping the plan's headroom free, as the plan's own layouts do where they can
+        headroom = PLAN_HEADROOM * recommended["memory_gib"]["capacity"]
+        kept = solve(request.solve, model, recommended["config"]["gpu"], gpus, headroom_gib=headroom, **config)
+        answer["kept_free"] = {"headroom_gib": headroom, "share": PLAN_HEADROOM, request.solve: kept[request.solve]}
     return answer
 
 

@@ -300,3 +300,13 @@ def test_a_lora_plan_is_warned_by_the_fine_tuning_rows_that_miss_not_by_pre_trai
     assert any("torchtune-llama31-8b-lora-4090" in g and "tokens_per_s" in g for g in lora)
     assert any("unsloth-hf-llama31-8b-24gb" in g and "peak memory" in g for g in lora)
     assert not any("gpu-hours" in g for g in lora) and any("llama31-8b-gpu-hours" in g for g in full)
+
+
+def test_a_bounded_open_gpu_count_chooses_the_method_at_its_bound():
+    """'up to 8 H100s': the method is chosen as on 8 GPUs (full fine-tuning of 70B fits there only offloaded), and
+    the count is then sized for LoRA."""
+    report = plan("fine-tune Llama 3 70B on up to 8 H100s", backend="offline")
+    config = report.recommended["config"]
+    assert config["method"] == "lora" and not config.get("optimizer_offload") and config["gpus"] <= 8
+    assert "on 8 GPUs, the most the request allows, full fine-tuning fits only with the optimizer offloaded" in (
+        _method_note(report))

@@ -54,6 +54,17 @@ def test_the_report_answers_the_longest_context():
     assert limit["seq"] == same["seq"]
     assert limit["memory_gib_at_limit"] <= load_gpu("rtx-4090").memory_gib < limit["memory_gib_one_past"]
     assert "longest sequence that fits" in report.to_markdown()
+    # the same limit keeping the plan's 10% free, and both in the short report's first lines
+    kept = report.limit["kept_free"]
+    capacity = load_gpu("rtx-4090").memory_gib
+    assert kept["headroom_gib"] == pytest.approx(0.1 * capacity) and 0 < kept["seq"] < limit["seq"]
+    assert kept["seq"] == solve("seq", "llama3-8b", "rtx-4090", 1, headroom_gib=kept["headroom_gib"], method="qlora",
+                                lora_rank=config["lora_rank"], attention=config["attention"],
+                                fused_kernels=config["fused_kernels"], recompute="full",
+                                loss_kernel=config["loss_kernel"], fp32_norms=config["fp32_norms"],
+                                zero=config["zero"])["seq"]
+    head = report.to_summary().split("**TP", 1)[0]
+    assert f"longest sequence that fits: {limit['seq']}" in head and f"{kept['seq']} keeping 10% of memory free" in head
 
 
 def test_the_cheapest_gpu_is_where_the_plan_runs():

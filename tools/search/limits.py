@@ -128,8 +128,11 @@ def render_limit(answer: dict) -> str:
     else:
         value = answer[answer["solve"]]
         name = "longest sequence" if answer["solve"] == "seq" else "largest micro-batch"
+        kept = answer.get("kept_free")
         lines = [f"{answer['model']} on {where}: {name} that fits: {value if value else 'none'}"
-                 + (f" ({answer['layout']})" if answer.get("layout") else "")]
+                 + (f" ({answer['layout']})" if answer.get("layout") else "")
+                 + (f"; {kept[answer['solve']] or 'none'} keeping {kept['share']:.0%} of memory free "
+                    f"({kept['headroom_gib']:.2f} GiB) for fragmentation and spikes" if kept else "")]
         if "memory_gib_at_limit" in answer:
             lines.append(f"  memory at the limit {answer['memory_gib_at_limit']:.3f} of {answer['capacity_gib']:.2f} GiB"
                          + (f" (headroom {answer['headroom_gib']:g} GiB)" if answer["headroom_gib"] else ""))
