@@ -121,7 +121,7 @@ def complete_request(request: PlanRequest, fine_tune_seq: tuple[int, str] | None
     if method is not None and is_lora(method) and lora_targets is None:
         lora_targets = LoraTargets.all_linear.value
         assumptions.append(f"LoRA targets not given: adapters on every linear layer of the blocks ({lora_targets});"
-                           " say 'attention only' for the attention projections")
+                           " say 'attention only' for the attention projections, 'q and v' for those two")
     precision = request.precision or "bf16"
     if request.precision is None:
         assumptions.append("precision not given: bf16")

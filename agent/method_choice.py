@@ -40,7 +40,7 @@ __all__ = ["METHOD_ORDER", "METHOD_RULE", "choose_method"]
 
 METHOD_ORDER = (Method.full, Method.lora, Method.qlora)
 """The methods tried in GPU memory, in the order above; full with offload comes after them."""
-METHOD_RULE = "full if it fits in GPU memory, else LoRA, else QLoRA; say which and why"
+METHOD_RULE = "full if it fits in GPU memory, else LoRA, else QLoRA"
 """The same order in words, for the agent's system prompt (agent/prompt_text.py)."""
 _NAMES = {Method.full: "full fine-tuning", Method.lora: "LoRA (bf16 base)", Method.qlora: "QLoRA (NF4 base)"}
 

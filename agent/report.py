@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 from trainplan.prompts import render
 
 from .advice import departures_risk, error_band, evidence_lines, known_gaps, stack_line
-from trainplan.tools.perf.finetune import model_states_sentence
+from trainplan.tools.perf.finetune import TARGET_PHRASES, model_states_sentence
 from trainplan.tools.perf.memory_hints import largest_component, memory_fixes, phrase
 from trainplan.tools.perf.pipeline_events import PipelineEvent, PipelineResult
 from trainplan.tools.perf.pipeline_render import render_ascii, render_mermaid
@@ -181,7 +181,8 @@ class PlanReport(BaseModel):
         text = render("report.md.j2", report=self, r=self.recommended, config=config, comm_s=comm_s,
                       request_quote=neutralise_line(self.request_text, max_chars=4000),
                       states_sentence=model_states_sentence(config) if config else "",
-                      non_hf_trainer_engines=", ".join(NON_HF_TRAINER_ENGINES))
+                      non_hf_trainer_engines=", ".join(NON_HF_TRAINER_ENGINES),
+                      target_phrases={target.value: phrase for target, phrase in TARGET_PHRASES.items()})
         return re.sub(r"\n{3,}", "\n\n", text)
 
     def to_summary(self) -> str:

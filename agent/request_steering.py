@@ -139,7 +139,7 @@ def read_pins(t: RequestText, found: dict[str, Any]) -> None:
 def read_method(t: RequestText, found: dict[str, Any]) -> None:
     """method: 'QLoRA' -> qlora, 'LoRA' -> lora, 'full fine-tuning' -> full; lora_rank: 'rank 64',
     'r=16'; lora_targets: 'adapters on attention', 'attention only' -> attention, 'all linear layers' ->
-    all-linear; fine_tuning: 'fine-tune', 'SFT', 'instruction tuning' (a fine-tune, whatever the method)."""
+    all-linear, 'q and v', 'q_proj and v_proj', 'query and value projections' -> qv; fine_tuning: 'fine-tune', 'SFT', 'instruction tuning' (a fine-tune, whatever the method)."""
     refused = t.take(rf"{_NEGATION}(?:q?lora|adapters?)(?![a-z])")
     adapters = None if refused else t.take(r"(?<![a-z])(q?lora)(?![a-z])", 1)
     if refused:
@@ -149,7 +149,11 @@ def read_method(t: RequestText, found: dict[str, Any]) -> None:
     elif t.take(r"(?<![a-z])full[\s-]*(?:parameter[\s-]*)?(?:fine[\s-]*tun(?:e|ed|ing)|ft)(?![a-z])"):
         found["method"] = "full"
         found["fine_tuning"] = True
-    targets = (t.take(r"(?<![a-z])(?:adapters?|lora|targets?)\s+(?:on|to|for)\s+(?:the\s+)?(?P<targets>attention"
+    qv = t.take(r"(?<![a-z])(?:(?:on|to)\s+(?:the\s+)?)?(?:q(?:_proj)?\s*(?:and|,|&|/|\+)\s*v(?:_proj)?|query\s+and\s+value)"
+                r"(?:\s+(?:projections?|layers?|modules?|only))*(?![a-z])")
+    if qv:
+        found["lora_targets"] = "qv"
+    targets = None if qv else (t.take(r"(?<![a-z])(?:adapters?|lora|targets?)\s+(?:on|to|for)\s+(?:the\s+)?(?P<targets>attention"
                       r"(?:\s+(?:projections?|layers?|modules?|weights?))?(?:\s+only)?)(?![a-z])", "targets")
                or t.take(r"(?<![a-z])(?:attention[\s-]+only|(?:on\s+)?(?:all|every)[\s-]+linear"
                          r"(?:\s+(?:layers?|modules?|projections?))?)(?![a-z])"))

@@ -54,7 +54,7 @@ ALLOWED = {
     "tools/perf/state_bytes.py:ADAPTER_OPTIMIZER_BYTES": "two fp32 Adam moments",
     "tools/perf/moe.py:FP8_BYTES_PER_ELEMENT": "1 B per element and a 4 B scale per 128 elements",
     "tools/perf/moe.py:BF16_BYTES_PER_ELEMENT": "bytes of a bf16 number",
-    "tools/perf/finetune.py:DROPOUT_SAVED_BYTES": "bytes of a bf16 number and of a bool mask",
+    "tools/perf/finetune_tensors.py:DROPOUT_SAVED_BYTES": "bytes of a bf16 number and of a bool mask",
     "tools/perf/activations.py:FP8_TILE": "DeepSeek-V3's 1x128 quantization tile (§3.3.2)",
     "tools/perf/activations.py:FP8_SCALE_BYTES": "an fp32 scale",
     "tools/perf/activations.py:E5M6_BYTES": "12 bits of DeepSeek-V3's E5M6 format (§3.3.3)",

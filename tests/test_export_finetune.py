@@ -19,7 +19,12 @@ from trainplan.tools.config.layout import resolve_config
 
 METHODS = [dict(method="full"), dict(method="lora", lora_rank=8, lora_targets="attention"),
            dict(method="lora", lora_rank=32, lora_targets="all-linear", lora_dropout=0.05),
+           dict(method="lora", lora_rank=8, lora_targets="qv"),
            dict(method="qlora", lora_rank=64)]
+
+
+HF_MODULES = {"attention": ["q_proj", "k_proj", "v_proj", "o_proj"], "qv": ["q_proj", "v_proj"]}
+"""The Hugging Face module names each narrow target set is written as (Llama)."""
 
 
 def layouts():
@@ -61,7 +66,7 @@ def test_axolotl_keys_follow_the_layout():
         if cfg.lora_targets.value == "all-linear":
             assert config["lora_target_linear"] is True and "lora_target_modules" not in config
         else:
-            assert config["lora_target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+            assert config["lora_target_modules"] == HF_MODULES[cfg.lora_targets.value]
         assert (config.get("optimizer") == "paged_adamw_32bit") is (cfg.method.value == "qlora")
 
 
@@ -119,7 +124,8 @@ def test_llamafactory_keys_follow_the_layout():
             continue
         assert config["finetuning_type"] == "lora" and config["lora_rank"] == cfg.lora_rank
         assert config["lora_alpha"] == 2 * cfg.lora_rank and config["lora_dropout"] == cfg.lora_dropout
-        assert config["lora_target"] == ("all" if cfg.lora_targets.value == "all-linear" else "q_proj,k_proj,v_proj,o_proj")
+        assert config["lora_target"] == ("all" if cfg.lora_targets.value == "all-linear"
+                                         else ",".join(HF_MODULES[cfg.lora_targets.value]))
         qlora = cfg.method.value == "qlora"
         assert (config.get("quantization_bit") == 4) is qlora and (config.get("optim") == "paged_adamw_32bit") is qlora
         if qlora:
@@ -146,7 +152,7 @@ def test_trl_peft_arguments_follow_the_layout():
         assert lora["r"] == cfg.lora_rank and lora["lora_alpha"] == 2 * cfg.lora_rank and lora["task_type"] == "CAUSAL_LM"
         assert lora["lora_dropout"] == cfg.lora_dropout
         assert lora["target_modules"] == ("all-linear" if cfg.lora_targets.value == "all-linear"
-                                          else ["q_proj", "k_proj", "v_proj", "o_proj"])
+                                          else HF_MODULES[cfg.lora_targets.value])
         qlora = cfg.method.value == "qlora"
         assert ("bnb_config" in args) is qlora and (sft.get("optim") == "paged_adamw_32bit") is qlora
         if qlora:

@@ -67,6 +67,10 @@ def test_adapter_parameter_count_is_r_times_fan_in_plus_fan_out():
     assert finetune.total_adapter_params(spec, 8, "all-linear") == 8 * (attention + 3 * (h + f)) * layers
     result = estimate("llama3-8b", "h100", 1, method="lora", lora_rank=8, lora_targets="attention")
     assert result.params.trainable == 8 * attention * layers
+    # qv, PEFT's default for Llama models: q (h -> a d) and v (h -> g d) only
+    assert finetune.total_adapter_params(spec, 8, "qv") == 8 * ((h + a * d) + (h + g * d)) * layers
+    assert estimate("llama3-8b", "h100", 1, method="lora", lora_rank=8,
+                    lora_targets="qv").params.trainable == 8 * ((h + a * d) + (h + g * d)) * layers
 
 
 def test_frozen_base_has_no_gradients_and_no_base_optimizer_states():
@@ -114,7 +118,7 @@ def test_zero3_shards_the_frozen_base():
 def test_vectorised_memory_agrees_with_the_scalar_path():
     spec, gpu = load_model("llama3-8b"), load_gpu("h100")
     for method in ("lora", "qlora"):
-        for targets in ("attention", "all-linear"):
+        for targets in ("attention", "all-linear", "qv"):
             cfg = resolve_config(spec, 8, tp=2, zero=3, method=method, lora_rank=32, lora_targets=targets,
                                  gbs=16, recompute="full")
             scalar = memory_breakdown(spec, cfg, gpu).total
@@ -197,9 +201,23 @@ def test_a_fused_qkv_projection_carries_one_adapter():
     h, r = qwen.hidden_size, 64
     dense, _ = finetune.adapter_params(qwen, False, r, "attention")
     assert dense == r * (h + 3 * h) + r * (h + h)
+    # qv on a fused projection is the projection that makes q and v: c_attn whole, as PEFT adapts it
+    assert [lin.name for lin in finetune.targeted_linears(qwen, False, "qv")] == ["c_attn"]
 
 
-# --- lora_dropout (finetune.dropout_changes, adapt_layer_times) -----------------------------------------------
+def test_qv_targets_save_less_than_attention_and_mla_has_no_qv():
+    """q and v only: the x A products of two linears instead of four, and under fp32 norms two lora_A casts of the norm
+    output instead of three; MLA has no q_proj/v_proj pair, so qv is refused in one line."""
+    kwargs = dict(method="qlora", recompute="none", seq=2048)
+    qv, attention = (_memory(lora_targets=t, **kwargs).breakdown for t in ("qv", "attention"))
+    assert qv["activations/lora/xa_products"] == pytest.approx(attention["activations/lora/xa_products"] / 2)
+    assert qv["activations/attention/qkv_input"] < attention["activations/attention/qkv_input"]
+    with pytest.raises(InputError) as err:
+        estimate("deepseek-v3", "h100", 64, method="lora", lora_targets="qv", pp=8, ep=8)
+    assert "lora_targets=qv" in str(err.value) and "use attention or all-linear" in str(err.value)
+
+
+# --- lora_dropout (finetune_tensors.dropout_changes, adapt_layer_times) -----------------------------------------------
 
 
 def _saved(method, dropout, **kw):

@@ -67,6 +67,8 @@ def test_request_table_shows_method_and_rank(qlora_70b, lora_8b):
     ("QLoRA of Llama 3 8B on 1 RTX 4090 with adapters on the attention projections", "qlora", "attention"),
     ("LoRA rank 32 on all linear layers, Llama 3 8B on 8 H100s", "lora", "all-linear"),
     ("Llama 3 8B on 8 H100s with adapters on the attention layers", "lora", "attention"),
+    ("LoRA of Llama 3 8B on q and v on 1 RTX 4090", "lora", "qv"),
+    ("QLoRA on the query and value projections of Llama 3 8B on 1 RTX 4090", "qlora", "qv"),
 ])
 def test_plain_language_names_the_adapter_targets(text, method, targets):
     report = plan(text, backend="offline")
@@ -219,7 +221,7 @@ def test_a_stated_seq_is_never_changed_even_when_nothing_fits():
 def test_without_ten_percent_headroom_the_plan_keeps_what_it_can(qlora_70b):
     """No layout of QLoRA 70B on two 24 GiB cards leaves 10% free. The plan keeps 5% where a layout can,
     else takes the best that fits at all. On the Hugging Face stack (fp32 norms and materialised logits,
-    tools/perf/finetune.py fp32_norm_changes, tools/perf/loss.py) none leaves 5% either: the plan says so."""
+    tools/perf/finetune_tensors.py fp32_norm_changes, tools/perf/loss.py) none leaves 5% either: the plan says so."""
     capacity = qlora_70b.recommended["memory_gib"]["capacity"]
     job = dict(model="llama3-70b", gpu="rtx-4090", gpus=2, method="qlora", seq=512, gbs=16, engine="axolotl")
     half = search(**job, headroom_gib=0.05 * capacity).candidates

@@ -301,17 +301,17 @@ class Layout(BaseModel):
     lora_rank: Annotated[int | None, Knob(fine_tuning=True, asked=6)] = Field(default=None, ge=1, description="adapter rank r with method lora or qlora; null: "
                                   f"{DEFAULT_LORA_RANK} (full: must stay null)")
     lora_targets: Annotated[LoraTargets | None, Knob(fine_tuning=True, asked=6)] = Field(default=None, description="linear layers with adapters: attention "
-                                             "(q, k, v, o) or all-linear (also the MLP or experts); null: all-linear")
+                                             "(q, k, v, o), qv (q, v) or all-linear (every one); null: all-linear")
     lora_dropout: Annotated[float, NOT_LEAN] = Field(
         default=0.0, ge=0.0, lt=1.0, description="dropout probability on each adapter's input (PEFT's LoraConfig "
         "lora_dropout; LoRA and QLoRA only): above 0 every adapted module saves its dropout's bf16 output and 1 B "
-        "mask for the backward and runs the dropout kernel (tools/perf/finetune.py dropout_changes); 0: PEFT's "
+        "mask for the backward and runs the dropout kernel (tools/perf/finetune_tensors.py dropout_changes); 0: PEFT's "
         "default, an nn.Identity")
     fp32_norms: Annotated[bool | None, NOT_LEAN] = Field(
         default=None, description="the norms hold fp32 weights, as PEFT's prepare_model_for_kbit_training leaves a "
         "k-bit model (TRL's SFTTrainer calls it and casts only the embedding and head back): the norm outputs, the "
         "4-bit linears' outputs, the SwiGLU and the residual stream run in fp32, and each linear saves its own bf16 "
-        "cast of its input (tools/perf/finetune.py fp32_norm_changes); null: true for qlora, false otherwise")
+        "cast of its input (tools/perf/finetune_tensors.py fp32_norm_changes); null: true for qlora, false otherwise")
     loss_kernel: Annotated[LossKernel | None, NOT_LEAN] = Field(
         default=None, description="how the LM head's logits and the loss are computed (tools/perf/loss.py): fused "
         "(Megatron's vocab-parallel cross-entropy, one fp32 softmax made and turned into the gradient in place: 4 B "

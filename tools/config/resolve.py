@@ -33,7 +33,11 @@ def resolve_method(method, lora_rank, lora_targets, model, precision) -> tuple[M
     try:
         targets = LoraTargets(lora_targets or LoraTargets.all_linear)
     except ValueError:
-        raise InputError(f"lora_targets='{lora_targets}' is not one of: attention, all-linear") from None
+        raise InputError(f"lora_targets='{lora_targets}' is not one of: "
+                         f"{', '.join(t.value for t in LoraTargets)}") from None
+    if targets is LoraTargets.qv and model.attention_type == "mla":
+        raise InputError(f"lora_targets=qv adapts q_proj and v_proj, which {model.name}'s multi-head latent attention "
+                         "does not have: use attention or all-linear")
     rank = DEFAULT_LORA_RANK if lora_rank is None else lora_rank
     if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
         raise InputError(f"lora_rank={lora_rank} must be a positive whole number (e.g. 16)")

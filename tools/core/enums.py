@@ -175,6 +175,9 @@ class LoraTargets(str, Enum):
     """q, k, v and o projections"""
     all_linear = "all-linear"
     """every linear layer of the blocks (attention and MLP/experts), PEFT's "all-linear" """
+    qv = "qv"
+    """the q and v projections only: PEFT's default target_modules for Llama-family models, the LoRA paper's choice
+    (Hu et al. 2021 §7.1) and LitGPT's default"""
 
 
 class LossKernel(str, Enum):

@@ -17,6 +17,7 @@ import numpy as np
 
 from trainplan.tools.perf import offload as offload_rules
 from trainplan.tools.perf import finetune
+from trainplan.tools.perf import finetune_tensors
 from trainplan.tools.perf import recompute as recompute_rules
 from trainplan.tools.perf.loss import LOSS_CODES
 from trainplan.tools.config.resolve import resolved_fp32_norms, resolved_loss_kernel
@@ -279,12 +280,12 @@ def activation_layer(model: ModelSpec, moe: bool, k: dict) -> tuple[dict, dict]:
     s = k["seq"] / k["cp"]
     full = _layer_tensors(model, moe, k)
     if np.any(k.get("method", 0) > 0):   # LoRA/QLoRA: frozen linears save no input; the x A products
-        full = finetune.saved_tensor_changes(model, moe, full, s * k["mbs"], k["method"], k["lora_rank"],
+        full = finetune_tensors.saved_tensor_changes(model, moe, full, s * k["mbs"], k["method"], k["lora_rank"],
                                              k["lora_targets"])
     if np.any(k.get("fp32_norms", 0) > 0):   # PEFT's fp32 norms: fp32 block tensors and residual stream
-        full = finetune.fp32_norm_changes(model, moe, full, k["method"], k["lora_targets"], k["fp32_norms"])
+        full = finetune_tensors.fp32_norm_changes(model, moe, full, k["method"], k["lora_targets"], k["fp32_norms"])
     if np.any(k.get("lora_dropout", 0) > 0):   # each adapter's dropout output and mask
-        full = finetune.dropout_changes(model, moe, full, s * k["mbs"], k, r)
+        full = finetune_tensors.dropout_changes(model, moe, full, s * k["mbs"], k, r)
     residual_bytes = np.where(k.get("fp32_norms", 0) > 0, 4.0, 2.0) if not moe else 2.0
     layer_input = residual_bytes * s * k["mbs"] * model.hidden_size / r
     stored = _stored(full, k["recompute"], k["recompute_modules"], layer_input)

@@ -30,7 +30,7 @@ Memory per parameter (the frozen base has no gradients and no optimizer states):
   FSDP + QLoRA as in Answer.AI's fsdp_qlora); optimizer_offload (DeepSpeed offload) removes the
   adapter optimizer states from the GPU.
 
-Activations (per block, with memory.py's tensors as the full-method baseline): a frozen linear
+Activations (per block, tools/perf/finetune_tensors.py, with memory.py's tensors as the baseline): a frozen linear
 needs no copy of its input for backward (dX = dY W^T reads only W), so the inputs of untargeted
 linears are not saved; a targeted one saves its input for A's gradient, as before, plus the rank-r
 product x A for B's gradient (bf16). A non-zero lora_dropout (dropout_changes) gives every adapted module a
@@ -69,7 +69,19 @@ from trainplan.tools.core.enums import Launch, Precision
 
 
 METHOD_CODES = {method: i for i, method in enumerate(Method)}      # full 0, lora 1, qlora 2
-TARGET_CODES = {target: i for i, target in enumerate(LoraTargets)}  # attention 0, all-linear 1
+TARGET_CODES = {target: i for i, target in enumerate(LoraTargets)}  # attention 0, all-linear 1, qv 2
+
+
+def by_target(targets_code, values: dict) -> np.ndarray:
+    """values[target] for each target code (numpy-friendly): the vectorised paths' one lookup of a per-target figure."""
+    code = np.asarray(targets_code)
+    return np.select([code == TARGET_CODES[target] for target in LoraTargets],
+                     [np.asarray(values[target], dtype=float) for target in LoraTargets], default=np.nan)
+
+
+def adapts_mlp(target) -> bool:
+    """Whether the target set puts adapters on the MLP (or the experts)."""
+    return LoraTargets(target) is LoraTargets.all_linear
 DEFAULT_LORA_ALPHA_PER_RANK = assumptions.DEFAULT_LORA_ALPHA_PER_RANK.value
 """lora_alpha = 2 r in the exports (a common choice; alpha only scales the update, no cost)."""
 
@@ -97,7 +109,7 @@ class Linear:
     expert: bool = False
 
 
-def _attention_linears(model) -> list[Linear]:
+def attention_linears(model) -> list[Linear]:
     h, a = model.hidden_size, model.num_attention_heads
     if model.attention_type == "mla":
         qk = model.qk_nope_head_dim + model.qk_rope_head_dim
@@ -120,9 +132,16 @@ def _mlp_linears(model, width: int, copies: int = 1, rows: float = 1.0, expert: 
             + [Linear("down_proj" if model.gated_mlp else "fc2", width, h, copies, rows, True, expert)])
 
 
+QV_NAMES = ("q_proj", "v_proj", "c_attn")
+"""The modules of LoraTargets.qv: q and v, or the one fused qkv projection that makes them (Qwen-1's c_attn, which
+PEFT adapts whole: its target_modules default for Qwen-1 is c_attn)."""
+
+
 def targeted_linears(model, moe_layer: bool, targets: LoraTargets | str) -> list[Linear]:
     """The linear layers of one block that carry adapters."""
-    linears = _attention_linears(model)
+    linears = attention_linears(model)
+    if LoraTargets(targets) is LoraTargets.qv:
+        return [lin for lin in linears if lin.name in QV_NAMES]
     if LoraTargets(targets) is LoraTargets.attention:
         return linears
     if not moe_layer:
@@ -161,139 +180,13 @@ def adapter_forward_flops_per_token(model, rank: int, targets) -> float:
 # --- resolve ---------------------------------------------------------------------------------------
 
 
-# --- memory hooks (memory.py) ------------------------------------------------------------------------
+# --- memory hooks (memory.py; the saved tensors' changes are tools/perf/finetune_tensors.py) ------------
 
 
 def frozen_weight_bytes(method_code, gemm_params, other_params):
     """Bytes of a frozen base: bf16 everywhere (lora), NF4 for the blocks' linears (qlora)."""
     gemm = np.where(method_code == METHOD_CODES[Method.qlora], NF4_BYTES_PER_PARAM, BF16_BYTES)
     return gemm * gemm_params + BF16_BYTES * other_params
-
-
-def saved_tensor_changes(model, moe: bool, tensors: dict, tok, method_code, rank, targets_code) -> dict:
-    """The full-method saved tensors of a block, adjusted for frozen weights and the LoRA branch
-    (numpy-friendly: method_code, rank and targets_code may be arrays of codes).
-
-    Frozen, untargeted bf16 linears (lora) save no input: with attention-only targets the MLP's fc1 and fc2
-    inputs (MoE: the dispatched copies and the expert fc2 inputs; the shared experts' fc2 input) go. A
-    bitsandbytes 4-bit linear (qlora) keeps its input all the same: MatMul4Bit.forward saves
-    `ctx.tensors = (A, B)` whenever the input needs a gradient (bitsandbytes/autograd/_functions.py), though
-    its backward reads only B, so under qlora they stay.
-    Every targeted linear adds its rank-r product x A in bf16 (2 B x rows x r per token).
-    """
-    lora = np.asarray(method_code) > 0
-    attention_only = lora & (np.asarray(targets_code) == TARGET_CODES[LoraTargets.attention])
-    frees_inputs = attention_only & (np.asarray(method_code) == METHOD_CODES[Method.lora])
-    out = dict(tensors)
-    for key in ("mlp/fc1_input", "mlp/fc2_input", "moe/dispatched", "moe/expert_fc2_input", "moe/shared_fc2_input"):
-        if key in out:
-            out[key] = np.where(frees_inputs, 0.0, out[key])
-    rows = {target: sum(lin.rows * lin.copies for lin in targeted_linears(model, moe, target)) for target in LoraTargets}
-    per_token = np.where(attention_only, rows[LoraTargets.attention], rows[LoraTargets.all_linear])
-    out["lora/xa_products"] = np.where(lora, BF16_BYTES * tok * rank * per_token, 0.0)
-    return out
-
-
-DROPOUT_SAVED_BYTES = BF16_BYTES + 1.0
-"""Per input element of an adapted module under lora_dropout > 0: the dropout's bf16 output, which lora_A saves
-for its weight gradient, and the bool mask native_dropout returns and its backward reads (1 B; PyTorch
-derivatives.yaml native_dropout_backward(grad, mask, scale))."""
-_ADAPTER_ONLY_INPUTS = ("attention/qkv_input", "mlp/fc1_input", "mlp/fc2_input")
-"""Saved inputs that, under bf16 LoRA, only the adapters' lora_A keep (a frozen bf16 linear saves no input: dX reads W
-only): the norm outputs q, k, v and gate, up read, and the SwiGLU product the down projection reads. The attention
-output the out projection reads is not one: flash attention saves it for its own backward."""
-
-
-def adapter_dropout_inputs(model, moe: bool, targets, fp32_norms: bool) -> dict[str, float]:
-    """Bytes per token that every adapted module's dropout saves beyond what the block saved without it, one
-    dropout per module (PEFT's LoraLayer keeps an nn.Dropout per adapted module: q, k and v each drop their own
-    copy of one input), split by TP layout: 'column' (the module's whole input on every rank) and 'row'
-    (row-parallel: the input split over t). DROPOUT_SAVED_BYTES per input element; with fp32 norms (dense
-    blocks, fp32_norm_changes) the mask alone (1 B) for the modules whose lora_A already kept a bf16 cast of its
-    own of an fp32 input (every one but the attention out-projection, which reads flash attention's bf16 output):
-    the cast is now of the dropout's output, the same size."""
-    out = {"column": 0.0, "row": 0.0}
-    reads_attention_output = {lin.name for lin in _attention_linears(model) if lin.row_parallel}
-    for lin in targeted_linears(model, moe, targets):
-        own_cast = fp32_norms and not moe and lin.name not in reads_attention_output
-        per_element = DROPOUT_SAVED_BYTES - (BF16_BYTES if own_cast else 0.0)
-        out["row" if lin.row_parallel else "column"] += per_element * lin.d_in * lin.rows * lin.copies
-    return out
-
-
-def dropout_changes(model, moe: bool, tensors: dict, tok, k: dict, r) -> dict:
-    """A block's saved tensors with lora_dropout > 0 (numpy-friendly over the knob arrays k; r: the sequence-parallel
-    divisor of the column-parallel inputs, as theirs): each adapted module adds what its dropout saves
-    (adapter_dropout_inputs, 'lora/dropout'), and under bf16 LoRA (method lora, bf16 norms) the inputs only lora_A
-    kept (_ADAPTER_ONLY_INPUTS) go, since lora_A now saves its dropout's output instead. QLoRA keeps them:
-    bitsandbytes' MatMul4Bit saves its input whatever reads it (saved_tensor_changes)."""
-    code = np.asarray(k["method"])
-    on = (np.asarray(k.get("lora_dropout", 0.0)) > 0) & (code > 0)
-    if not np.any(on):
-        return tensors
-    fp32 = np.asarray(k.get("fp32_norms", 0)) > 0
-    attention_only = np.asarray(k["lora_targets"]) == TARGET_CODES[LoraTargets.attention]
-    saved = 0.0
-    for target, norms in ((t, n) for t in LoraTargets for n in (False, True)):
-        split = adapter_dropout_inputs(model, moe, target, norms)
-        chosen = (attention_only == (target is LoraTargets.attention)) & (fp32 == norms)
-        saved = saved + np.where(chosen, tok * (split["column"] / r + split["row"] / k["tp"]), 0.0)
-    out = dict(tensors)
-    out["lora/dropout"] = np.where(on, saved, 0.0)
-    frees = on & (code == METHOD_CODES[Method.lora]) & ~fp32
-    for key in _ADAPTER_ONLY_INPUTS:   # attention targets: the MLP's inputs went already (saved_tensor_changes)
-        if key in out:
-            out[key] = np.where(frees, 0.0, out[key])
-    return out
-
-
-def fp32_norm_changes(model, moe: bool, tensors: dict, method_code, targets_code, fp32_norms) -> dict:
-    """A block's saved tensors when its norms hold fp32 weights (Layout.fp32_norms), numpy-friendly.
-
-    PEFT's prepare_model_for_kbit_training casts every bf16 parameter of a k-bit model to fp32 ("cast all
-    non INT8 parameters to fp32", peft/utils/other.py), and TRL's SFTTrainer, which calls it, casts the
-    embedding and LM head back to bf16 but keeps the norms fp32 (trl peft_module_casting_to_bf16). The
-    transformers RMSNorm returns `self.weight * hidden_states.to(input_dtype)`: with an fp32 weight its output
-    is fp32, and so is what follows it:
-      - bitsandbytes' Linear4bit casts its input to the compute dtype and returns `out.to(inp_dtype)`
-        (bitsandbytes/nn/modules.py), so q, k, v, gate and up give fp32 outputs, and MatMul4Bit saves its
-        bf16 copy of the input (ctx.tensors = (A, B)); each LoRA A under bf16 autocast saves a bf16 cast
-        of its own: 2 B per linear reading the tensor, per copy, instead of one shared bf16 tensor;
-      - the SwiGLU (silu, then mul) runs and saves in fp32: the gate and up outputs and silu(gate), 4 B;
-      - flash attention casts q, k, v back to bf16 (transformers' "silently casted in float32" warning): its
-        saved tensors stay bf16; the out-projection reads its bf16 output;
-      - the MLP's fp32 output promotes the residual stream to fp32 (bf16 + fp32 adds to fp32): every
-        layer's input, the checkpoint full recompute keeps, is 4 B per element (memory.py doubles it);
-      - the norm's fp32 product is saved by no op (the frozen weight multiply keeps the weight only):
-        norm/inputs drops, norm/eager_fp32 (the fp32 input pow and rsqrt save) stays.
-    MoE blocks are left as they are (the expert path's casts are not modelled)."""
-    on = np.asarray(fp32_norms) > 0
-    if not np.any(on) or moe:
-        return tensors
-    code = np.asarray(method_code)
-    lora = code > 0
-    # the base linear keeps its own bf16 cast: a trained weight (full: autocast saves the cast input for the
-    # weight gradient) or a 4-bit one (MatMul4Bit); a frozen bf16 weight (lora) keeps none
-    base = (code == METHOD_CODES[Method.full]) | (code == METHOD_CODES[Method.qlora])
-    all_linear = np.asarray(targets_code) == TARGET_CODES[LoraTargets.all_linear]
-    h = model.hidden_size
-    readers = sum(1 for lin in _attention_linears(model) if lin.d_in == h and not lin.row_parallel)
-    mlp_readers = 2 if model.gated_mlp else 1
-    attention_copies = readers * (base.astype(float) + lora)
-    mlp_copies = base.astype(float) + (lora & all_linear)
-    out = dict(tensors)
-
-    def scaled(key, factor):
-        if key in out:
-            out[key] = np.where(on, factor * out[key], out[key])
-
-    scaled("norm/inputs", 0.0)
-    scaled("attention/qkv_input", attention_copies)
-    scaled("mlp/fc1_input", mlp_readers * mlp_copies)
-    scaled("mlp/act_input", 2.0)
-    scaled("mlp/eager_silu_output", 2.0)
-    scaled("mlp/fc2_input", mlp_copies)
-    return out
 
 
 def adapter_coefficients(model, moe: bool) -> dict[str, float]:
@@ -308,7 +201,7 @@ def adapter_coefficients(model, moe: bool) -> dict[str, float]:
 
 def largest_linear(model, moe: bool) -> float:
     """Parameters of the block's largest linear layer (the QLoRA dequantisation buffer, one at a time)."""
-    every = _attention_linears(model) + (_mlp_linears(model, model.moe_intermediate_size) if moe
+    every = attention_linears(model) + (_mlp_linears(model, model.moe_intermediate_size) if moe
                                          else _mlp_linears(model, model.intermediate_size))
     return max(lin.d_in * lin.d_out for lin in every)
 
@@ -387,7 +280,7 @@ def _is_moe(model, index: int) -> bool:
 def frozen_linears(model, moe: bool) -> list[Linear]:
     """The nn.Linear modules of one block (HF layout: q, k, v, o and the MLP or router + shared experts; routed
     experts are grouped weights, not counted here): what bitsandbytes replaces by Linear4bit."""
-    every = _attention_linears(model)
+    every = attention_linears(model)
     if not moe:
         return every + _mlp_linears(model, model.intermediate_size)
     shared = (_mlp_linears(model, model.shared_expert_intermediate_size or model.moe_intermediate_size)
@@ -451,6 +344,12 @@ def training_flops_per_token(flops, model, cfg) -> float:
 # --- the report's sentence ---------------------------------------------------------------------------
 
 
+TARGET_PHRASES = {LoraTargets.attention: "the attention projections",
+                  LoraTargets.all_linear: "every linear layer of the blocks",
+                  LoraTargets.qv: "the q and v projections"}
+"""How the report names each target set."""
+
+
 def _bytes(value: float) -> str:
     return f"{value:.4g}"
 
@@ -477,7 +376,7 @@ def model_states_sentence(config: dict) -> str:
         return (f"Model states follow Megatron: bf16 weights ({_bytes(state_bytes.WEIGHT_BYTES)} B/param), "
                 f"{grads_text}, fp32 master + {moments} ({_bytes(states)}){where}, sharded by ZeRO-{zero}.")
     targets = LoraTargets(config.get("lora_targets") or LoraTargets.all_linear)
-    where = "the attention projections" if targets is LoraTargets.attention else "every linear layer of the blocks"
+    where = TARGET_PHRASES[targets]
     if method is Method.qlora:
         base = (f"a frozen base (no gradients, no optimizer states) with the blocks' linear weights in 4-bit NF4 "
                 f"with double quantisation ({NF4_BYTES_PER_PARAM * 8:.3f} bits = {_bytes(NF4_BYTES_PER_PARAM)} "

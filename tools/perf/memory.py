@@ -308,9 +308,11 @@ def _finetune_states(out, m: ModelParts, rank, k, weights: RankWeights, sharded)
     qlora = k["method"] == finetune.METHOD_CODES[finetune.Method.qlora]
     t, ep = k["tp"], k["ep"]
     et = k["etp"] if "etp" in k else t
-    all_linear = k["lora_targets"] == finetune.TARGET_CODES[finetune.LoraTargets.all_linear]
-    adapters_ne = k["lora_rank"] * np.where(all_linear, rank["lora_1_ne"], rank["lora_0_ne"]) / t
-    adapters_ex = k["lora_rank"] * np.where(all_linear, rank["lora_1_ex"], rank["lora_0_ex"]) / (ep * et)
+    codes = finetune.TARGET_CODES
+    adapters_ne = k["lora_rank"] * finetune.by_target(k["lora_targets"], {
+        target: rank[f"lora_{codes[target]}_ne"] for target in codes}) / t
+    adapters_ex = k["lora_rank"] * finetune.by_target(k["lora_targets"], {
+        target: rank[f"lora_{codes[target]}_ex"] for target in codes}) / (ep * et)
     total_ne = sum(ne for ne, _ in modules.values())
     total_ex = sum(ex for _, ex in modules.values())
     for key in ("weights/fp32_params", *(f"{c}/{name}" for name in modules for c in ("weights", "gradients", "optimizer"))):
@@ -381,7 +383,7 @@ optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp32_params (0), fp8_ac
 save_mlp_act_output (1), fused_kernels (1), offload_modules (an integer mask of offload.OFFLOAD_BITS; 0), attention (0: flash;
 1: eager), recompute_modules (an integer mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where
 recompute is selective), etp (expert TP; default: tp), dp_shard (ZeRO shard group in dp ranks; default: dp),
-method (0 full, 1 lora, 2 qlora), lora_rank (0), lora_targets (0 attention, 1 all-linear), loss_kernel
+method (0 full, 1 lora, 2 qlora), lora_rank (0), lora_targets (finetune.TARGET_CODES: 0 attention, 1 all-linear, 2 qv), loss_kernel
 (loss.LOSS_CODES; 0 fused), fp32_norms (0), lora_dropout (the probability; 0).
 Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""

@@ -32,8 +32,8 @@ def rank_layouts(spec: ModelSpec, pp: int, vpp: int, dualpipe: bool) -> list[tup
 
 
 PARAM_KEYS = ("shard", "repl", "kv", "expert", "norm_router")
-LORA_KEYS = ("lora_0_ne", "lora_0_ex", "lora_1_ne", "lora_1_ex")
-"""adapter parameters per unit of rank (finetune.adapter_coefficients): targets 0 attention, 1 all-linear"""
+LORA_KEYS = tuple(f"lora_{code}_{kind}" for code in finetune.TARGET_CODES.values() for kind in ("ne", "ex"))
+"""adapter parameters per unit of rank (finetune.adapter_coefficients), per target code (finetune.TARGET_CODES)"""
 
 
 def layer_param_parts(model: ModelSpec, lp: LayerParams) -> dict[str, float]:
