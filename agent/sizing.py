@@ -25,7 +25,6 @@ The same searches tell a request whose own count fails what would meet it: "1,02
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import SimpleNamespace
 
 from trainplan.tools.hardware import catalog
 from trainplan.tools.hardware.counting import count_params
@@ -65,7 +64,7 @@ def ladder(job: dict, top: int) -> list[int]:
     spec, gpu = catalog.load_model(job["model"]), catalog.load_gpu(job["gpu"])
     per_node = job.get("gpus_per_node") or gpu.gpus_per_node
     method = job.get("method") or "full"
-    floor = min(min_gpus(spec, gpu, frozen_bytes_per_param(SimpleNamespace(method=method))) if is_lora(method)
+    floor = min(min_gpus(spec, gpu, frozen_bytes_per_param(method)) if is_lora(method)
                 else min_gpus(spec, gpu), top)
     return sorted(gpu_counts(top, top, per_node, floor))
 

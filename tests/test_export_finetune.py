@@ -19,7 +19,7 @@ from trainplan.tools.config.layout import resolve_config
 
 METHODS = [dict(method="full"), dict(method="lora", lora_rank=8, lora_targets="attention"),
            dict(method="lora", lora_rank=32, lora_targets="all-linear", lora_dropout=0.05),
-           dict(method="lora", lora_rank=8, lora_targets="qv"),
+           dict(method="lora", lora_rank=8, lora_targets="qv"), dict(method="qlora", lora_rank=16, double_quant=False),
            dict(method="qlora", lora_rank=64)]
 
 
@@ -68,6 +68,9 @@ def test_axolotl_keys_follow_the_layout():
         else:
             assert config["lora_target_modules"] == HF_MODULES[cfg.lora_targets.value]
         assert (config.get("optimizer") == "paged_adamw_32bit") is (cfg.method.value == "qlora")
+        # Axolotl's 4-bit loader double-quantises; bnb_config_kwargs overrides it only where the layout does not
+        assert config.get("bnb_config_kwargs") == ({"bnb_4bit_use_double_quant": False} if cfg.double_quant is False
+                                                   else None)
 
 
 def test_attention_targets_use_hugging_face_module_names_for_mla():
@@ -129,7 +132,7 @@ def test_llamafactory_keys_follow_the_layout():
         qlora = cfg.method.value == "qlora"
         assert (config.get("quantization_bit") == 4) is qlora and (config.get("optim") == "paged_adamw_32bit") is qlora
         if qlora:
-            assert config["quantization_type"] == "nf4" and config["double_quantization"] is True
+            assert config["quantization_type"] == "nf4" and config["double_quantization"] is cfg.double_quant
 
 
 def test_trl_peft_arguments_follow_the_layout():
@@ -157,7 +160,8 @@ def test_trl_peft_arguments_follow_the_layout():
         assert ("bnb_config" in args) is qlora and (sft.get("optim") == "paged_adamw_32bit") is qlora
         if qlora:
             assert args["bnb_config"] == {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
-                                          "bnb_4bit_use_double_quant": True, "bnb_4bit_compute_dtype": "bfloat16"}
+                                          "bnb_4bit_use_double_quant": cfg.double_quant,
+                                          "bnb_4bit_compute_dtype": "bfloat16"}
 
 
 def test_trl_offload_is_zero_offload_in_the_deepspeed_dict():

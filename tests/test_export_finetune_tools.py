@@ -92,7 +92,7 @@ def test_trl_sections_build_sftconfig_loraconfig_and_bitsandbytesconfig(monkeypa
         if _is_qlora(cfg):
             bnb = BitsAndBytesConfig(**args["bnb_config"])
             assert bnb.load_in_4bit and not bnb.load_in_8bit and bnb.bnb_4bit_quant_type == "nf4"
-            assert bnb.bnb_4bit_use_double_quant and bnb.bnb_4bit_compute_dtype is torch.bfloat16
+            assert bnb.bnb_4bit_use_double_quant is cfg.double_quant and bnb.bnb_4bit_compute_dtype is torch.bfloat16
     assert checked >= 60
 
 
@@ -212,7 +212,7 @@ def test_llamafactory_yaml_parses_with_its_train_arguments(monkeypatch, tmp_path
                                           else ["q_proj", "k_proj", "v_proj", "o_proj"])
         if _is_qlora(cfg):
             assert model.quantization_method == "bitsandbytes" and model.quantization_type == "nf4"
-            assert model.double_quantization is True
+            assert model.double_quantization is cfg.double_quant
     assert checked >= 60
 
 

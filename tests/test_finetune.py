@@ -83,6 +83,35 @@ def test_frozen_base_has_no_gradients_and_no_base_optimizer_states():
     assert lora.breakdown["weights/frozen_base"] == pytest.approx(2 * count_params(load_model("llama3-8b")).total / gib)
 
 
+def test_nf4_without_double_quantisation_is_4_5_bits_and_one_kernel():
+    """bitsandbytes without double quantisation keeps an fp32 absmax per 64 weights (Dettmers et al. 2023 §3): 0.373
+    bits per base weight more, on the 4-bit linears only; its dequantisation is the NF4 kernel alone."""
+    from trainplan.tools.perf.state_bytes import NF4_SINGLE_QUANT_BYTES_PER_PARAM
+
+    assert NF4_SINGLE_QUANT_BYTES_PER_PARAM * 8 == pytest.approx(4 + 32 / 64)
+    counts = count_params(load_model("llama3-8b"))
+    linear = sum(lp.non_expert - lp.norms - lp.router for lp in counts.layers)
+    single, double = (_memory(method="qlora", double_quant=dq).breakdown["weights/frozen_base"] for dq in (False, None))
+    assert (single - double) * 2**30 == pytest.approx((NF4_SINGLE_QUANT_BYTES_PER_PARAM - finetune.NF4_BYTES_PER_PARAM)
+                                                      * linear)
+    spec = load_model("llama3-8b")
+    cfgs = [resolve_config(spec, 1, method="qlora", double_quant=dq, gbs=8) for dq in (False, True)]
+    assert [finetune.dequant_kernels(c) for c in cfgs] == [1, finetune.DEQUANT_KERNELS]
+    assert "NF4 without double quantisation (4.500 bits" in finetune.model_states_sentence(cfgs[0].model_dump())
+    for dq in (0, 1):   # the vectorised path takes the code as the scalar path takes the knob
+        cfg = cfgs[dq]
+        arrays = {key: np.array([value]) for key, value in dict(
+            tp=1, pp=1, cp=1, ep=1, dp=1, vpp=1, zero=0, mbs=1, num_microbatches=8, seq=cfg.seq, recompute=1,
+            schedule=1, precision=0, method=finetune.METHOD_CODES[cfg.method], lora_rank=cfg.lora_rank,
+            lora_targets=finetune.TARGET_CODES[cfg.lora_targets], loss_kernel=LOSS_CODES[cfg.loss_kernel],
+            fp32_norms=int(cfg.fp32_norms), double_quant=dq, fused_kernels=int(cfg.fused_kernels)).items()}
+        assert memory_totals_vectorised(spec, load_gpu("h100"), arrays)["total"][0] == pytest.approx(
+            memory_breakdown(spec, cfg, load_gpu("h100")).total)
+    with pytest.raises(InputError) as err:
+        estimate("llama3-8b", "h100", 1, method="lora", double_quant=False)
+    assert "double_quant applies to qlora" in str(err.value)
+
+
 def test_nf4_with_double_quantisation_is_4_127_bits_and_only_for_the_linears():
     assert finetune.NF4_BYTES_PER_PARAM * 8 == pytest.approx(4 + 8 / 64 + 32 / (64 * 256))
     spec = load_model("llama3-8b")

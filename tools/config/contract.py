@@ -307,6 +307,11 @@ class Layout(BaseModel):
         "lora_dropout; LoRA and QLoRA only): above 0 every adapted module saves its dropout's bf16 output and 1 B "
         "mask for the backward and runs the dropout kernel (tools/perf/finetune_tensors.py dropout_changes); 0: PEFT's "
         "default, an nn.Identity")
+    double_quant: Annotated[bool | None, NOT_LEAN] = Field(
+        default=None, description="qlora's NF4 block scales quantised again (bitsandbytes bnb_4bit_use_double_quant): "
+        "4.127 bits per base weight and two dequantisation kernels; false: fp32 scales, 4.5 bits and one kernel "
+        "(transformers' BitsAndBytesConfig default); null: true, as the QLoRA paper, Axolotl and LLaMA-Factory run "
+        "it (qlora only)")
     fp32_norms: Annotated[bool | None, NOT_LEAN] = Field(
         default=None, description="the norms hold fp32 weights, as PEFT's prepare_model_for_kbit_training leaves a "
         "k-bit model (TRL's SFTTrainer calls it and casts only the embedding and head back): the norm outputs, the "

@@ -21,9 +21,9 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention, Precision, Recompute, RecomputeModule, Schedule
 from trainplan.tools.config.validity import Knobs, check
-from trainplan.tools.config.resolve import is_lora, resolve_method, resolved_fp32_norms
+from trainplan.tools.config.resolve import is_lora, resolve_method, resolved_double_quant, resolved_fp32_norms
 from trainplan.tools.config.resolve import resolved_loss_kernel
-from trainplan.tools.core.enums import LossKernel
+from trainplan.tools.core.enums import LossKernel, Method
 from trainplan.tools.hardware.counting import count_params
 
 
@@ -170,6 +170,8 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
         raise InputError(f"lora_dropout={dropout!r} must be a probability from 0 to below 1 (e.g. 0.05)")
     if dropout and not is_lora(method):
         raise InputError(f"lora_dropout={dropout} needs --method lora or qlora (method is full)")
+    if values["double_quant"] is not None and method is not Method.qlora:
+        raise InputError(f"double_quant applies to qlora's 4-bit base (method is {method.value}): drop it")
     seq = seq or default_seq(model.max_seq_len, fine_tune=is_lora(method))
     loss_kernel = resolved_loss_kernel(_choice(LossKernel, "loss_kernel", values["loss_kernel"])
                                        if values["loss_kernel"] is not None else None, method)
@@ -196,7 +198,8 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
                   grouped_gemm=grouped_gemm,
                   sequence_parallel=sequence_parallel and tp > 1, tp_comm_overlap=tp_comm_overlap and tp > 1,
                   method=method, lora_rank=lora_rank, lora_targets=lora_targets, loss_kernel=loss_kernel,
-                  fp32_norms=resolved_fp32_norms(values["fp32_norms"], method))
+                  fp32_norms=resolved_fp32_norms(values["fp32_norms"], method),
+                  double_quant=resolved_double_quant(values["double_quant"], method))
     return ParallelConfig(**values)
 
 

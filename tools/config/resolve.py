@@ -48,6 +48,13 @@ def resolve_method(method, lora_rank, lora_targets, model, precision) -> tuple[M
     return method, rank, targets
 
 
+def resolved_double_quant(double_quant, method) -> bool | None:
+    """Layout.double_quant: as given, else true for qlora; None for the other methods (no 4-bit base)."""
+    if Method(method) is not Method.qlora:
+        return None
+    return True if double_quant is None else bool(double_quant)
+
+
 def resolved_fp32_norms(fp32_norms, method) -> bool:
     """Layout.fp32_norms: as given, else true for qlora (PEFT's k-bit preparation, fp32_norm_changes)."""
     if fp32_norms is not None:

@@ -39,6 +39,8 @@ def export_axolotl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> 
     if adapter is not None:
         config["adapter"] = adapter.method
         config["load_in_4bit"] = adapter.method == "qlora"
+        if not adapter.double_quant:   # Axolotl's 4-bit loader sets double quantisation; these keys override it
+            config["bnb_config_kwargs"] = {"bnb_4bit_use_double_quant": False}
         config["lora_r"] = adapter.rank
         config["lora_alpha"] = adapter.alpha
         config["lora_dropout"] = adapter.dropout

@@ -151,6 +151,7 @@ class Adapter:
     all_linear: bool     # True: every linear layer of the blocks (PEFT "all-linear")
     modules: tuple[str, ...]  # Hugging Face module names of the targeted layers (attention targets)
     dropout: float = 0.0      # Layout.lora_dropout: PEFT's lora_dropout
+    double_quant: bool = True  # Layout.double_quant (qlora): bitsandbytes' bnb_4bit_use_double_quant
 
 
 # trainplan's linear names (finetune.targeted_linears) that Hugging Face models spell differently.
@@ -164,7 +165,8 @@ def adapter_of(model: ModelSpec, cfg: ParallelConfig) -> Adapter | None:
     targets = LoraTargets(cfg.lora_targets)
     modules = tuple(_HF_MODULE_NAMES.get(lin.name, lin.name) for lin in targeted_linears(model, False, targets))
     return Adapter(method=cfg.method.value, rank=cfg.lora_rank, alpha=DEFAULT_LORA_ALPHA_PER_RANK * cfg.lora_rank,
-                   all_linear=targets is LoraTargets.all_linear, modules=modules, dropout=cfg.lora_dropout)
+                   all_linear=targets is LoraTargets.all_linear, modules=modules, dropout=cfg.lora_dropout,
+                   double_quant=cfg.double_quant is not False)
 
 
 MOE_ALL_LINEAR_NOTE = (
@@ -189,8 +191,9 @@ def adapter_notes(adapter: Adapter | None, model: ModelSpec) -> list[str]:
     elif model.is_moe:
         notes.append(MOE_ALL_LINEAR_NOTE)
     if adapter.method == "qlora":
-        notes.append("qlora: base weights in 4-bit NF4 with double quantisation, bf16 compute, and paged 32-bit AdamW"
-                     " (optim paged_adamw_32bit), as the estimate assumes (QLoRA reference code)")
+        notes.append(f"qlora: base weights in 4-bit NF4 {'with' if adapter.double_quant else 'without'} double quantisation, "
+                     "bf16 compute, and paged 32-bit AdamW (optim paged_adamw_32bit), as the estimate assumes (QLoRA "
+                     "reference code)")
     return notes
 
 

@@ -48,7 +48,8 @@ def export_llamafactory(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str
         config["lora_target"] = "all" if adapter.all_linear else ",".join(adapter.modules)
         if adapter.method == "qlora":
             config.update({"quantization_bit": 4, "quantization_method": "bitsandbytes",
-                           "quantization_type": "nf4", "double_quantization": True, "optim": "paged_adamw_32bit"})
+                           "quantization_type": "nf4", "double_quantization": adapter.double_quant,
+                           "optim": "paged_adamw_32bit"})
     config.update({
         "cutoff_len": cfg.seq,
         "per_device_train_batch_size": batch.micro,

@@ -62,7 +62,8 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
         if adapter.method == "qlora":
             sft["optim"] = "paged_adamw_32bit"
             args["bnb_config"] = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
-                                  "bnb_4bit_use_double_quant": True, "bnb_4bit_compute_dtype": "bfloat16"}
+                                  "bnb_4bit_use_double_quant": adapter.double_quant,
+                                  "bnb_4bit_compute_dtype": "bfloat16"}
             notes.append("qlora: load the model with quantization_config=BitsAndBytesConfig(**bnb_config) and pass"
                          " it to SFTTrainer (model_init_kwargs cannot hold the config object in YAML)")
     if cfg.recompute is Recompute.selective:

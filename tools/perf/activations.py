@@ -244,7 +244,8 @@ def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
                   method=finetune.METHOD_CODES[cfg.method], lora_rank=cfg.lora_rank or 0,
                   lora_targets=finetune.TARGET_CODES[cfg.lora_targets] if cfg.lora_targets else 0,
                   loss_kernel=LOSS_CODES[resolved_loss_kernel(cfg.loss_kernel, cfg.method)],
-                  fp32_norms=resolved_fp32_norms(cfg.fp32_norms, cfg.method), lora_dropout=cfg.lora_dropout)
+                  fp32_norms=resolved_fp32_norms(cfg.fp32_norms, cfg.method), lora_dropout=cfg.lora_dropout,
+                  double_quant=cfg.double_quant is not False)
     return {k: np.array([[v]], dtype=float) for k, v in values.items()}
 
 

@@ -62,7 +62,7 @@ from trainplan.tools.core.enums import LoraTargets, Method
 from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, is_lora
 from trainplan.tools.perf import state_bytes
 from trainplan.tools.perf.state_bytes import (ADAPTER_GRAD_BYTES, ADAPTER_OPTIMIZER_BYTES, ADAPTER_WEIGHT_BYTES, BF16_BYTES,
-                                              DEQUANT_BYTES_PER_PARAM, NF4_BYTES_PER_PARAM)
+                                              NF4_BYTES_PER_PARAM, NF4_SINGLE_QUANT_BYTES_PER_PARAM)
 from trainplan.tools.hardware.counting import is_moe_layer, layer_params
 from trainplan.tools.perf import compute
 from trainplan.tools.core.enums import Launch, Precision
@@ -183,9 +183,14 @@ def adapter_forward_flops_per_token(model, rank: int, targets) -> float:
 # --- memory hooks (memory.py; the saved tensors' changes are tools/perf/finetune_tensors.py) ------------
 
 
-def frozen_weight_bytes(method_code, gemm_params, other_params):
-    """Bytes of a frozen base: bf16 everywhere (lora), NF4 for the blocks' linears (qlora)."""
-    gemm = np.where(method_code == METHOD_CODES[Method.qlora], NF4_BYTES_PER_PARAM, BF16_BYTES)
+def nf4_bytes(double_quant) -> np.ndarray:
+    """Bytes per NF4 weight, with or without double quantisation (numpy-friendly over 0/1 codes)."""
+    return np.where(np.asarray(double_quant) > 0, NF4_BYTES_PER_PARAM, NF4_SINGLE_QUANT_BYTES_PER_PARAM)
+
+
+def frozen_weight_bytes(method_code, gemm_params, other_params, double_quant=1):
+    """Bytes of a frozen base: bf16 everywhere (lora), NF4 for the blocks' linears (qlora; Layout.double_quant)."""
+    gemm = np.where(method_code == METHOD_CODES[Method.qlora], nf4_bytes(double_quant), BF16_BYTES)
     return gemm * gemm_params + BF16_BYTES * other_params
 
 
@@ -225,7 +230,12 @@ native_dropout_backward): forward reads x (2 B) and writes the bf16 output and t
 reads the output's gradient and the mask (2 + 1 B) and writes x's gradient (2 B). One kernel each way per module."""
 DEQUANT_KERNELS = 2
 """bitsandbytes dequantize_4bit with double quantisation (bitsandbytes/functional.py): dequantize_blockwise of the
-8-bit absmax, then the NF4 kernel writing the bf16 weight."""
+8-bit absmax, then the NF4 kernel writing the bf16 weight; without it the NF4 kernel alone (dequant_kernels)."""
+
+
+def dequant_kernels(cfg) -> int:
+    """Kernels of one 4-bit linear's dequantisation (DEQUANT_KERNELS with double quantisation, else 1)."""
+    return DEQUANT_KERNELS if cfg.double_quant is not False else 1
 
 
 def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
@@ -268,7 +278,8 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
         lp = layer_params(model, next(i for i in range(model.num_layers) if _is_moe(model, i) is moe))
         frozen = (lp.non_expert - lp.norms - lp.router) / tp + lp.routed_experts / (tp * cfg.ep)
         linears = len(frozen_linears(model, moe))
-        seconds = compute.memory_bound_time_s(DEQUANT_BYTES_PER_PARAM * frozen, gpu, kernels=DEQUANT_KERNELS * linears)
+        streamed = float(nf4_bytes(cfg.double_quant is not False)) + BF16_BYTES   # packed weight in, bf16 weight out
+        seconds = compute.memory_bound_time_s(streamed * frozen, gpu, kernels=dequant_kernels(cfg) * linears)
         out.add("qlora/dequant", seconds, seconds)
     return out
 
@@ -327,9 +338,10 @@ def adapter_bytes(method_code, table: dict):
     return np.where(np.asarray(method_code) == METHOD_CODES[Method.qlora], table["qlora"], table["lora"])
 
 
-def frozen_bytes_per_param(cfg) -> float:
-    """Mean bytes per frozen GEMM weight (for ZeRO-3 all-gathers of the frozen base)."""
-    return NF4_BYTES_PER_PARAM if Method(cfg.method) is Method.qlora else BF16_BYTES
+def frozen_bytes_per_param(method, double_quant: bool | None = None) -> float:
+    """Mean bytes per frozen GEMM weight (for ZeRO-3 all-gathers of the frozen base; double_quant: Layout's, null
+    true)."""
+    return float(nf4_bytes(double_quant is not False)) if Method(method) is Method.qlora else BF16_BYTES
 
 
 def training_flops_per_token(flops, model, cfg) -> float:
@@ -378,8 +390,10 @@ def model_states_sentence(config: dict) -> str:
     targets = LoraTargets(config.get("lora_targets") or LoraTargets.all_linear)
     where = TARGET_PHRASES[targets]
     if method is Method.qlora:
+        double = config.get("double_quant") is not False
+        nf4 = float(nf4_bytes(double))
         base = (f"a frozen base (no gradients, no optimizer states) with the blocks' linear weights in 4-bit NF4 "
-                f"with double quantisation ({NF4_BYTES_PER_PARAM * 8:.3f} bits = {_bytes(NF4_BYTES_PER_PARAM)} "
+                f"{'with' if double else 'without'} double quantisation ({nf4 * 8:.3f} bits = {_bytes(nf4)} "
                 f"B/param, block scales included), embedding, LM head and norms in bf16 ({_bytes(BF16_BYTES)})")
         optimizer = (f"paged 32-bit AdamW m + v ({_bytes(ADAPTER_OPTIMIZER_BYTES)}) in CPU memory, not counted on "
                      "the GPU")

@@ -77,6 +77,9 @@ COMPILED_LORA_KERNELS_PER_ADAPTED_LINEAR = 2
 # the offset add, the bf16 weight buffer and the NF4 dequantisation kernel, and the transpose view of the
 # dequantised weight: 6 host ops per 4-bit linear per dequantisation (two of them kernels, finetune.DEQUANT_KERNELS).
 DEQUANT_OPS_PER_4BIT_LINEAR = 6
+# Without double quantisation the fp32 absmax is read as it is: the absmax buffer, its dequantize_blockwise and the
+# offset add go, 3 host ops (the bf16 weight buffer, the NF4 kernel, the transpose view).
+SINGLE_QUANT_DEQUANT_OPS = 3
 # Kernels of the eager attention core that torch.compile still launches: the two batched GEMMs and one fused
 # softmax-dropout kernel (Inductor fuses the pointwise and reduction ops between them).
 COMPILED_EAGER_ATTENTION_KERNELS = 3
@@ -117,7 +120,8 @@ def fine_tuning_ops_forward(model: ModelSpec, cfg: ParallelConfig, is_moe: bool)
         ops = LORA_OPS_PER_ADAPTED_LINEAR * adapted
     if finetune.Method(cfg.method) is finetune.Method.qlora:
         quantised = len(finetune.frozen_linears(model, is_moe))
-        ops += (finetune.DEQUANT_KERNELS if cfg.launch is Launch.compile else DEQUANT_OPS_PER_4BIT_LINEAR) * quantised
+        eager_ops = DEQUANT_OPS_PER_4BIT_LINEAR if cfg.double_quant is not False else SINGLE_QUANT_DEQUANT_OPS
+        ops += (finetune.dequant_kernels(cfg) if cfg.launch is Launch.compile else eager_ops) * quantised
     return float(ops)
 
 

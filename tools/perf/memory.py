@@ -317,8 +317,10 @@ def _finetune_states(out, m: ModelParts, rank, k, weights: RankWeights, sharded)
     total_ex = sum(ex for _, ex in modules.values())
     for key in ("weights/fp32_params", *(f"{c}/{name}" for name in modules for c in ("weights", "gradients", "optimizer"))):
         out[key] = np.where(lora, 0.0, out[key])
+    double_quant = k["double_quant"] if "double_quant" in k else 1
     out["weights/frozen_base"] = np.where(lora, finetune.frozen_weight_bytes(
-        k["method"], sharded(gemm_ne, gemm_ex, 3), sharded(total_ne - gemm_ne, total_ex - gemm_ex, 3)), 0.0)
+        k["method"], sharded(gemm_ne, gemm_ex, 3), sharded(total_ne - gemm_ne, total_ex - gemm_ex, 3),
+        double_quant), 0.0)
     weight_bytes = finetune.adapter_bytes(k["method"], finetune.ADAPTER_WEIGHT_BYTES)
     grad_bytes = finetune.adapter_bytes(k["method"], finetune.ADAPTER_GRAD_BYTES)
     out["weights/adapters"] = np.where(lora, weight_bytes * sharded(adapters_ne, adapters_ex, 3), 0.0)
@@ -326,7 +328,7 @@ def _finetune_states(out, m: ModelParts, rank, k, weights: RankWeights, sharded)
     # qlora: paged AdamW keeps its states in CPU-evictable unified memory (not counted on the GPU)
     out["optimizer/adapters"] = np.where(lora & ~qlora & (k["optimizer_offload"] == 0),
                                          finetune.ADAPTER_OPTIMIZER_BYTES * sharded(adapters_ne, adapters_ex, 1), 0.0)
-    frozen_bytes = np.where(qlora, finetune.NF4_BYTES_PER_PARAM, WEIGHT_BYTES)
+    frozen_bytes = np.where(qlora, finetune.nf4_bytes(double_quant), WEIGHT_BYTES)
     out["weights/zero3_prefetch"] = np.where(lora, np.where(k["zero"] >= 3, 2 * frozen_bytes * unit, 0.0),
                                              out["weights/zero3_prefetch"])
     layers = np.maximum(rank["num_layers"], 1)
@@ -384,7 +386,7 @@ save_mlp_act_output (1), fused_kernels (1), offload_modules (an integer mask of 
 1: eager), recompute_modules (an integer mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where
 recompute is selective), etp (expert TP; default: tp), dp_shard (ZeRO shard group in dp ranks; default: dp),
 method (0 full, 1 lora, 2 qlora), lora_rank (0), lora_targets (finetune.TARGET_CODES: 0 attention, 1 all-linear, 2 qv), loss_kernel
-(loss.LOSS_CODES; 0 fused), fp32_norms (0), lora_dropout (the probability; 0).
+(loss.LOSS_CODES; 0 fused), fp32_norms (0), lora_dropout (the probability; 0), double_quant (1).
 Codes: recompute 0 none, 1 selective, 2 full; schedule
 in Schedule order (0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1, 4 dualpipe); precision 0 bf16, 1 fp8."""
 
@@ -407,10 +409,10 @@ VECTOR_DEFAULTS = {
     "attention": layout_default_code("attention"), "method": layout_default_code("method"),
     "lora_rank": 0, "lora_targets": 1,
     "loss_kernel": loss_rules.LOSS_CODES[loss_rules.LossKernel.fused], "fp32_norms": 0,
-    "lora_dropout": layout_default_code("lora_dropout")}
+    "lora_dropout": layout_default_code("lora_dropout"), "double_quant": 1}
 """The optional keys of memory_totals_vectorised and their codes when absent: the Layout default where it is
 a value (bools, attention, method); where the Layout's null means a rule, the rule's code for full training
-(no offload, rank 0, all-linear, the fused loss, no fp32 norms)."""
+(no offload, rank 0, all-linear, the fused loss, no fp32 norms, double quantisation)."""
 
 
 def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -43,11 +43,14 @@ OFFLOAD_BYTES_PER_PARAM = GRAD_BYTES + WEIGHT_BYTES
 NF4_BYTES_PER_PARAM = (4 + 8 / 64 + 32 / (64 * 256)) / 8
 """4-bit NF4 with double quantisation: 4 bits + an 8-bit absmax per 64-weight block + an fp32 constant per 256
 absmax = 4.127 bits per weight (Dettmers et al. 2023 §3)."""
+NF4_SINGLE_QUANT_BYTES_PER_PARAM = (4 + 32 / 64) / 8
+"""4-bit NF4 without double quantisation: 4 bits + an fp32 absmax per 64-weight block = 4.5 bits per weight
+(Dettmers et al. 2023 §3: double quantisation "reduces the memory footprint from 32/64 = 0.5 bits, to
+8/64 + 32/(64 * 256) = 0.127 bits per parameter"); transformers' BitsAndBytesConfig default
+(bnb_4bit_use_double_quant=False)."""
 ADAPTER_WEIGHT_BYTES = {"lora": FP32_BYTES, "qlora": BF16_BYTES}
 """adapter weights: fp32 (PEFT autocast_adapter_dtype) for lora, bf16 (qlora.py casts LoraLayer to bf16) for qlora"""
 ADAPTER_GRAD_BYTES = {"lora": FP32_BYTES, "qlora": BF16_BYTES}
 """adapter gradients, in the adapter weights' dtype"""
 ADAPTER_OPTIMIZER_BYTES = 2 * FP32_BYTES
 """fp32 Adam m and v of each adapter parameter (lora: on the GPU; qlora: paged to CPU RAM)"""
-DEQUANT_BYTES_PER_PARAM = NF4_BYTES_PER_PARAM + BF16_BYTES
-"""NF4 -> bf16 dequantisation streams the packed weight in and the bf16 weight out"""

@@ -374,7 +374,7 @@ def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster
                                  if lora else (dense, expert))
     exposed = data_parallel_s(zero, train_dense, train_expert, groups, cluster, window, cfg.bf16_grads)
     if lora:   # the frozen base, sharded under ZeRO-3: all-gathered (bf16, or NF4) with no gradient to reduce
-        scale = finetune.frozen_bytes_per_param(cfg) / 2
+        scale = finetune.frozen_bytes_per_param(cfg.method, cfg.double_quant) / 2
         frozen = sum(dp_exchange_s(3, params * scale, group, cluster, window, 0)
                      for params, group in ((dense, groups["dp_shard"]), (expert, groups["edp_shard"])))
         exposed = exposed + np.where(np.asarray(zero) >= 3, frozen, 0.0)
