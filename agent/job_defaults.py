@@ -35,11 +35,16 @@ OBJECTIVE = "throughput"
 def probe_fine_tune_seq(request: PlanRequest, search: sizing.Search) -> tuple[int, str] | None:
     """The seq a fine-tune that gives none on a given GPU count is planned at, when not the recipes' FINETUNE_SEQ,
     and the assumption that says so: the longest of plan_defaults.finetune_seqs at which a layout fits
-    (sizing.longest_seq_that_fits with the planner's search), the shortest when none does. None when the recipe
-    length fits, or the request gives its seq (never changed), is no fine-tune or leaves the GPU count open
+    (sizing.longest_seq_that_fits with the planner's search), the shortest when none does; a count left open up to a
+    bound ("up to 2 RTX 4090s") is probed at its bound, the most GPUs it allows. None when the recipe length fits,
+    or the request gives its seq (never changed), is no fine-tune or leaves the GPU count open without a bound
     (the count is then chosen for the recipe length): complete_request's own default then holds."""
-    if request.seq is not None or request.gpus is None or not is_fine_tune(request):
+    if request.seq is not None or not is_fine_tune(request) or (request.gpus is None and request.max_gpus is None):
         return None
+    where = "on these GPUs"
+    if request.gpus is None:
+        where = f"on {request.max_gpus:,} GPUs, the most the request allows"
+        request = request.model_copy(update={"gpus": request.max_gpus, "max_gpus": None})
     job, _ = complete_request(request)
     seqs = finetune_seqs(catalog.load_model(job["model"]).max_seq_len)
     found = sizing.longest_seq_that_fits(search, job, seqs)
@@ -49,7 +54,7 @@ def probe_fine_tune_seq(request: PlanRequest, search: sizing.Search) -> tuple[in
         return seqs[-1], (f"seq not given: planned at {seqs[-1]:,} tokens, the shortest fine-tuning recipe length "
                           f"tried: no layout fits at {_or(seqs)} (recipes use {seqs[0]:,}: "
                           f"{FINETUNE_SOURCE})")
-    return found[0], (f"seq not given: planned at {found[0]:,} tokens, the longest that fits on these GPUs (recipes "
+    return found[0], (f"seq not given: planned at {found[0]:,} tokens, the longest that fits {where} (recipes "
                       f"use {seqs[0]:,}: {FINETUNE_SOURCE})")
 
 

@@ -213,7 +213,9 @@ def choose_count(search: Search, job: dict, headroom_gib: float, table: tradeoff
             if cheapest:
                 return fallback, (f"gpus not given: {tried}, and none meets {limits_text(job)}; the plan uses "
                                   f"{fallback:,}, the count of the cheapest plan"), False, None
-        return fallback, (f"gpus not given: {tried}, and none meets {limits_text(job) or 'the memory the model needs'}; "
+        memory = (f"a layout that keeps {headroom_gib:.2f} GiB of memory free" if headroom_gib > 0
+                  else "the memory the model needs")
+        return fallback, (f"gpus not given: {tried}, and none meets {limits_text(job) or memory}; "
                           f"the plan uses {fallback:,}"), False, None
     gpus, best = chosen
     return gpus, f"gpus not given: {gpus:,} GPUs, {how} ({_outcome(best)}); {tried}", True, note

@@ -312,3 +312,14 @@ def test_a_bounded_open_gpu_count_chooses_the_method_at_its_bound():
     assert config["method"] == "lora" and not config.get("optimizer_offload") and config["gpus"] <= 8
     assert "on 8 GPUs, the most the request allows, full fine-tuning fits only with the optimizer offloaded" in (
         _method_note(report))
+
+
+def test_a_fine_tune_up_to_a_bound_is_planned_at_the_longest_length_that_fits_there():
+    """'up to 2 RTX 4090s': nothing fits at the recipes' 2,048 tokens on 2 cards, so the probe runs at the bound, as
+    for a stated count, and the plan is QLoRA at the length that fits instead of no plan."""
+    bounded = plan("QLoRA Llama 3 70B on up to 2 RTX 4090s", backend="offline")
+    stated = plan("QLoRA Llama 3 70B on 2 RTX 4090s", backend="offline")
+    assert bounded.recommended is not None and bounded.recommended["config"]["gpus"] == 2
+    assert bounded.recommended["config"]["seq"] == stated.recommended["config"]["seq"] < FINETUNE_SEQ
+    note = next(a for a in bounded.assumptions if a.startswith("seq not given"))
+    assert "the longest that fits on 2 GPUs, the most the request allows" in note
