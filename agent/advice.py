@@ -122,6 +122,7 @@ def stack_line(config: dict) -> str:
     if config.get("fp32_norms"):
         parts.append("fp32 norms (PEFT's k-bit preparation)")
     others = [k.value for k in LossKernel if k is not loss and k is not LossKernel.fused]
+    flags = [f"--loss-kernel {' or '.join(others)}", "--unfused-kernels" if config.get("fused_kernels")
+             else "--fused-kernels", "--launch eager" if config.get("launch") == "compile" else "--launch compile"]
     return (f"the figures assume this fine-tuning stack: {', '.join(parts)}; peak memory differs up to about 2x "
-            f"between stacks at long context: plan another with --loss-kernel {' or '.join(others)}, --fused-kernels "
-            "and --launch compile")
+            f"between stacks at long context: plan another with {', '.join(flags[:-1])} and {flags[-1]}")

@@ -1,11 +1,10 @@
 """The fine-tuning method of a request that names none, chosen as a practitioner on 1-8 GPUs chooses it.
 
-A fine-tune on a given GPU count that says neither full, LoRA nor QLoRA (nor the adapters' targets) is tried,
+A fine-tune on a given (or bounded) GPU count that says neither full, LoRA nor QLoRA (nor the adapters' targets) is tried,
 at the request's sequence or the recipes' (job_defaults.complete_request), in this order, and planned with the
 first that fits:
 
-  1. full fine-tuning in GPU memory (every weight trains: the quality reference, QLoRA's Table 3 baseline,
-     Dettmers et al. 2023);
+  1. full fine-tuning in GPU memory (every weight trains: the reference the adapter methods are measured against);
   2. LoRA over a frozen bf16 base (Hu et al. 2021): the frozen base drops the weights' gradients and optimizer
      states, so it fits where full training does not;
   3. QLoRA over a frozen 4-bit NF4 base (Dettmers et al. 2023, "QLoRA reduces the average memory requirements

@@ -376,6 +376,7 @@ def build_report(origin: ReportOrigin, choice: LayoutChoice, notes: ReportNotes 
             timeline = timeline_from(pipeline)
     risks = [*notes.extra_risks, *(risks_of(recommended, request) if recommended else [])]
     evidence, band, gaps = [], None, []
+    adapters = recommended is not None and (recommended["config"].get("method") or "full") != "full"
     if recommended is not None:
         model = request.get("model") or recommended["config"]["model"]
         evidence = evidence_lines(search, model, recommended["config"])
@@ -383,12 +384,11 @@ def build_report(origin: ReportOrigin, choice: LayoutChoice, notes: ReportNotes 
         if outside:
             risks.append(f"the recommended layout is {outside}: the model's figures there are not checked "
                          "against a published run")
-        adapters = (recommended["config"].get("method") or "full") != "full"
         band = error_band(model, recommended["config"]["gpus"], bool(recommended.get("training")), adapters)
         gaps = known_gaps(model, request.get("gpu") or recommended["config"]["gpu"], adapters)
         risks.extend(gaps)
     assumptions = list(notes.assumptions)
-    if recommended is not None and adapters:
+    if adapters:
         assumptions.append(stack_line(recommended["config"]))
     return PlanReport(
         backend=origin.backend, llm_model=origin.llm_model, request_text=origin.request_text, request=request,
