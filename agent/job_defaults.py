@@ -26,7 +26,7 @@ from trainplan.tools.config.plan_defaults import (FINETUNE_SEQ, FINETUNE_SOURCE,
 from . import sizing
 from .request import PINS, PlanRequest, require_complete, resolve_gbs
 
-__all__ = ["OBJECTIVE", "complete_request", "is_fine_tune", "default_gbs_note", "probe_fine_tune_seq", "shown_job"]
+__all__ = ["OBJECTIVE", "at_count_bound", "complete_request", "is_fine_tune", "default_gbs_note", "probe_fine_tune_seq", "shown_job"]
 
 OBJECTIVE = "throughput"
 """The objective of a request that names none and leaves no limit open to optimise (_default_objective)."""
@@ -41,10 +41,7 @@ def probe_fine_tune_seq(request: PlanRequest, search: sizing.Search) -> tuple[in
     (the count is then chosen for the recipe length): complete_request's own default then holds."""
     if request.seq is not None or not is_fine_tune(request) or (request.gpus is None and request.max_gpus is None):
         return None
-    where = "on these GPUs"
-    if request.gpus is None:
-        where = f"on {request.max_gpus:,} GPUs, the most the request allows"
-        request = request.model_copy(update={"gpus": request.max_gpus, "max_gpus": None})
+    request, where = at_count_bound(request)
     job, _ = complete_request(request)
     seqs = finetune_seqs(catalog.load_model(job["model"]).max_seq_len)
     found = sizing.longest_seq_that_fits(search, job, seqs)
@@ -56,6 +53,15 @@ def probe_fine_tune_seq(request: PlanRequest, search: sizing.Search) -> tuple[in
                           f"{FINETUNE_SOURCE})")
     return found[0], (f"seq not given: planned at {found[0]:,} tokens, the longest that fits {where} (recipes "
                       f"use {seqs[0]:,}: {FINETUNE_SOURCE})")
+
+
+def at_count_bound(request: PlanRequest) -> tuple[PlanRequest, str]:
+    """The request on its GPU count, a count left open up to a bound taken at that bound (the most GPUs it allows),
+    and where that is in words ('on these GPUs', 'on 8 GPUs, the most the request allows')."""
+    if request.gpus is not None or request.max_gpus is None:
+        return request, "on these GPUs"
+    return (request.model_copy(update={"gpus": request.max_gpus, "max_gpus": None}),
+            f"on {request.max_gpus:,} GPUs, the most the request allows")
 
 
 def _or(seqs: list[int]) -> str:

@@ -32,7 +32,7 @@ from trainplan.tools.hardware import catalog
 from trainplan.tools.core.enums import Method
 
 from . import sizing
-from .job_defaults import complete_request, is_fine_tune
+from .job_defaults import at_count_bound, complete_request, is_fine_tune
 from .request import PlanRequest
 
 __all__ = ["METHOD_ORDER", "METHOD_RULE", "choose_method"]
@@ -91,10 +91,9 @@ def choose_method(request: PlanRequest, engine: str | None, search_for: SearchFo
     if not chooses_method(request, engine):
         return None
     planned = request
-    if request.gpus is None:   # the bound of an open count: what fits on the most GPUs the request allows
-        request = request.model_copy(update={"gpus": request.max_gpus, "max_gpus": None})
+    request, where = at_count_bound(request)   # an open count: what fits on the most GPUs the request allows
     found = {method: _best(request, method, engine, search_for) for method in METHOD_ORDER}
-    seq = request.seq or finetune_seqs(catalog.load_model(request.model).max_seq_len)[0]   # complete_request's
+    seq = complete_request(request)[0]["seq"]   # the sequence the methods were tried at
     in_memory = {m: b for m, b in found.items() if b is not None and not b["config"].get("optimizer_offload")}
     shorter = None if in_memory or request.seq is not None else _at_a_shorter_seq(request, engine, search_for)
     if in_memory:
@@ -123,9 +122,8 @@ def choose_method(request: PlanRequest, engine: str | None, search_for: SearchFo
                f"{shorter[2]:,} tokens, {_NAMES[chosen]} does at {shorter[1]:,}")
     else:
         how = "full fine-tuning with the optimizer on the CPU, since no method fits in GPU memory alone"
+    at = f"at {seq:,} tokens {where}" + ("," if planned.gpus is None else "")   # 'on 8 GPUs, the most ..., full ...'
     note = (f"method not given: {_NAMES[chosen]}, {how} (every weight trains in full fine-tuning; LoRA and QLoRA "
-            "train adapters beside a frozen base)" + (f"; at {seq:,} tokens on these GPUs {'; '.join(said)}"
-                                                      if said else "") + "; say full, LoRA or QLoRA to choose")
-    where = "on these GPUs" if planned.gpus is not None else f"on {request.gpus:,} GPUs, the most the request allows,"
-    note = note.replace("on these GPUs", where, 1)
+            "train adapters beside a frozen base)" + (f"; {at} {'; '.join(said)}" if said else "")
+            + "; say full, LoRA or QLoRA to choose")
     return planned.model_copy(update={"method": chosen.value}), note

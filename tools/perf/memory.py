@@ -317,7 +317,7 @@ def _finetune_states(out, m: ModelParts, rank, k, weights: RankWeights, sharded)
     total_ex = sum(ex for _, ex in modules.values())
     for key in ("weights/fp32_params", *(f"{c}/{name}" for name in modules for c in ("weights", "gradients", "optimizer"))):
         out[key] = np.where(lora, 0.0, out[key])
-    double_quant = k["double_quant"] if "double_quant" in k else 1
+    double_quant = k["double_quant"]   # VECTOR_DEFAULTS and knob_arrays both give it
     out["weights/frozen_base"] = np.where(lora, finetune.frozen_weight_bytes(
         k["method"], sharded(gemm_ne, gemm_ex, 3), sharded(total_ne - gemm_ne, total_ex - gemm_ex, 3),
         double_quant), 0.0)
