@@ -42,11 +42,16 @@ def evidence_lines(search: dict | None, model: str, config: dict) -> list[str]:
     return lines
 
 
+def departures(model: str, config: dict, cite: bool = True) -> list[str]:
+    """The features of a layout of `model` outside the evals' evidence (tools/search/evidence.py), as sentences."""
+    spec = catalog.load_model(model)
+    return departures_of(config, shape_of(spec, config["seq"], config["gpus_per_node"]), cite=cite)
+
+
 def departures_risk(model: str, config: dict) -> str | None:
     """One line for an alternative outside the evidence: its departures; None inside it."""
-    spec = catalog.load_model(model)
-    departures = departures_of(config, shape_of(spec, config["seq"], config["gpus_per_node"]))
-    return ("outside the evals' evidence: " + "; ".join(departures)) if departures else None
+    outside = departures(model, config)
+    return ("outside the evals' evidence: " + "; ".join(outside)) if outside else None
 
 
 def error_band(model: str, gpus: int, with_tokens: bool, adapters: bool = False) -> str:

@@ -10,6 +10,7 @@ launched for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trainplan.prompts import render
@@ -19,9 +20,10 @@ from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.config import engines as engine_registry
 from trainplan.tools.search.memo import layout_memo
 from trainplan.tools.search.results import SearchResult
+from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
 from trainplan.agent.registry import estimate_kwargs
 
-from . import method_choice, sizing, tradeoffs
+from . import advice, method_choice, sizing, tradeoffs
 from .job_defaults import OBJECTIVE, complete_request, default_gbs_note, is_fine_tune, probe_fine_tune_seq, shown_job
 from .plan_search import (ALTERNATIVES, PLAN_HEADROOM, evaluate_for_job, search_job, search_relaxing,
                           search_summary)
@@ -153,7 +155,7 @@ class _PlanDraft:
         constrained = not self.counted or bool(job["deadline_days"] or job["budget_usd"] or job["max_gpus"])
         if recommended.get("training") and (constrained or request.tokens is not None):
             top = job["max_gpus"] or max(job["gpus"] * 4, sizing.DEFAULT_MAX_GPUS if not self.counted else 0)
-            rows = tradeoffs.plan_rows(self.table, job, constrained, sizing.ladder(job, top)[0], top)
+            rows = tradeoffs.plan_rows(self.table, job, constrained, sizing.ladder(job, top)[0], top, recommended)
             alternatives += tradeoffs.neighbours(rows, job["gpus"], ALTERNATIVES - len(alternatives))
         return build_report(
             ReportOrigin(backend="offline", request_text=self.request_text),
@@ -309,14 +311,37 @@ def _best_engine_plan(parsed: PlanRequest, text: str, seq: tuple[int, str] | Non
                                 request.get("price") or 0.0, tokens)
 
     winner = min(fitting, key=lambda engine: score(fitting[engine]))
+    why = _engine_evidence(fitting, winner, score)
+    if why is not None:
+        winner, why = why
     others = [f"{engine}'s best {_objective_phrase(drafts[engine])}" if drafts[engine].recommended
               else f"{engine} fits no layout" for engine in PLAN_ENGINES if engine != winner]
     report = fitting[winner].finish()
     report.assumptions.append(
         f"no engine named: planned for {', '.join(PLAN_ENGINES)}, each with its own kernels and limits; {winner}'s "
         f"best layout wins ({_objective_phrase(fitting[winner])}; {'; '.join(others)}), so the plan is scored and "
-        f"launched as {winner} runs it")
+        f"launched as {winner} runs it" + (f"; {why}" if why else ""))
     return report, winner
+
+
+def _engine_evidence(fitting: dict[str, _PlanDraft], winner: str, score: Callable[[_PlanDraft], float]
+                     ) -> tuple[str, str] | None:
+    """The evidence rule across engines (tools/search/evidence.py, as search_choice.prefer_evidence within one
+    search): when the winner's layout is outside the evals' evidence and another engine's best is inside it, the
+    winner must beat that one by EVIDENCE_MARGIN on the objective. Returns (the engine that carries the plan, the
+    sentence that says why), or None when the winner's layout is inside the evidence or no other engine's is."""
+    outside = advice.departures(fitting[winner].job["model"], fitting[winner].recommended["config"], cite=False)
+    inside = [e for e, draft in fitting.items() if not advice.departures(draft.job["model"], draft.recommended["config"])]
+    if not outside or not inside:
+        return None
+    best = min(inside, key=lambda engine: score(fitting[engine]))
+    gain = score(fitting[best]) / score(fitting[winner]) - 1
+    where = f"{winner}'s best layout is outside the evals' evidence ({'; '.join(outside)})"
+    if gain >= EVIDENCE_MARGIN:
+        return winner, (f"{where} and beats {best}'s, inside it, by {gain:.1%}, over the {EVIDENCE_MARGIN:.0%} "
+                        "margin such a layout must clear")
+    return best, (f"{where} and only {gain:.1%} better than {best}'s, inside it: a layout outside the evidence must "
+                  f"win by at least {EVIDENCE_MARGIN:.0%}, so {best} carries the plan")
 
 
 def _objective_phrase(draft: _PlanDraft) -> str:

@@ -5,7 +5,10 @@ A request may leave the GPU count open and bound it instead:
   plan_defaults.DEADLINE_MARGIN to spare (30 days: 27; the deadline itself when no count meets the
   tighter date, which the plan then says), bisecting the ladder of counts (more GPUs finish sooner),
   then refining between the last count that misses and the first that meets among the standard
-  counts (agent/tradeoffs.standard_counts: 768 between 512 and 1,024, never 896);
+  counts (agent/tradeoffs.standard_counts: 768 between 512 and 1,024, never 896). When that count meets
+  the date only with a layout outside the evals' evidence (tools/search/evidence.py), the cheapest
+  standard count up to 4x whose best layout is inside it and meets the date is taken instead, unless the
+  outside one is cheaper by plan_defaults.EVIDENCE_MARGIN (_inside_evidence: the trade is stated);
 - a budget alone ("under $2M"): the most GPUs whose best layout stays within it (more GPUs cost
   more, through lower efficiency at scale), for the fastest plan the budget buys, by bisection;
 - an upper bound alone ("up to 512 H100s"): every count of the ladder up to it, and the best by
@@ -30,7 +33,10 @@ from trainplan.tools.hardware import catalog
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.perf.finetune import frozen_bytes_per_param
 from trainplan.tools.config.resolve import is_lora
-from trainplan.tools.config.plan_defaults import DEADLINE_MARGIN, default_finetune_gbs, default_gbs, halvings
+from trainplan.tools.config.plan_defaults import (DEADLINE_MARGIN, EVIDENCE_MARGIN, default_finetune_gbs, default_gbs,
+                                                  halvings)
+from trainplan.tools.search.evidence import departures_of, shape_of
+from trainplan.tools.search.explain import label
 from trainplan.tools.search.driver import gpu_counts, min_gpus
 from trainplan.tools.search.results import SearchResult
 from trainplan.tools.search.space import R_BUDGET
@@ -183,6 +189,7 @@ def choose_count(search: Search, job: dict, headroom_gib: float, table: tradeoff
         how = (f"the fewest GPUs that finish {DEADLINE_MARGIN:.0%} inside {limits_text(job)} (by "
                f"{early['deadline_days']:.3g} days: restarts and the model's error need the margin)")
         if chosen is None:
+            early = job
             chosen = _fewest(search, job, counts, headroom_gib, refine=True)
             how = (f"the fewest GPUs that meet {limits_text(job)}, with less than the {DEADLINE_MARGIN:.0%} margin "
                    "a deadline plan keeps (none meets the earlier date)")
@@ -190,6 +197,12 @@ def choose_count(search: Search, job: dict, headroom_gib: float, table: tradeoff
             largest = _largest_usable(search, job, counts, headroom_gib)
             if largest and largest[0] < counts[-1]:  # the bisection assumed every larger count usable
                 chosen = _fewest(search, job, [c for c in counts if c <= largest[0]], headroom_gib, refine=True)
+        if chosen is not None and table is not None:
+            fewest = chosen[0]
+            chosen, note = _inside_evidence(table, job, chosen, early["deadline_days"], top)
+            if chosen[0] != fewest:
+                how = (f"the cheapest count whose best layout is inside the evals' evidence and finishes by "
+                       f"{early['deadline_days']:.3g} days (the fewest that do, {fewest:,}, need a layout outside it)")
     elif job.get("budget_usd"):
         chosen = _most(search, job, counts, headroom_gib)
         how = f"the most GPUs that stay within {limits_text(job)}, for the fastest plan it buys"
@@ -219,6 +232,38 @@ def choose_count(search: Search, job: dict, headroom_gib: float, table: tradeoff
                           f"the plan uses {fallback:,}"), False, None
     gpus, best = chosen
     return gpus, f"gpus not given: {gpus:,} GPUs, {how} ({_outcome(best)}); {tried}", True, note
+
+
+def _inside_evidence(table: tradeoffs.Table, job: dict, chosen: tuple[int, dict], days: float, top: int
+                     ) -> tuple[tuple[int, dict], str | None]:
+    """A deadline's count against the evidence rule (module doc): `chosen` (count, its best layout meeting the date,
+    `days`) kept, or the cheapest standard count up to 4x whose best layout (table: the job's limits dropped) is
+    inside the evals' evidence and finishes by `days`; and the sentence that states the trade (None: the chosen
+    layout is inside the evidence)."""
+    gpus, best = chosen
+    config = best["config"]
+    outside = departures_of(config, shape_of(catalog.load_model(job["model"]), config["seq"], config["gpus_per_node"]),
+                            cite=False)
+    if not outside or not best.get("training"):
+        return chosen, None
+    per_node = job.get("gpus_per_node") or catalog.load_gpu(job["gpu"]).gpus_per_node
+    where = (f"on {gpus:,} GPUs the layout that finishes by {days:.3g} days, {label(config)}, is outside the evals' "
+             f"evidence ({'; '.join(outside)})")
+    rows = table.rows(tradeoffs.standard_counts(gpus, min(top, 4 * gpus), per_node), None)
+    inside = [r for r in rows if r["departures"] == 0 and r["days"] <= days]
+    if not inside:
+        return chosen, f"{where}, and no standard count up to {min(top, 4 * gpus):,} GPUs finishes by then inside it"
+    alt = min(inside, key=lambda r: (r["cost_usd"], r["days"]))
+    gain = alt["cost_usd"] / best["training"]["cost_usd"] - 1
+    than = f"{alt['gpus']:,} GPUs with {alt['layout']} ({alt['days']:.1f} days, ${alt['cost_usd']:,.0f})"
+    if gain < 0:
+        return (alt["gpus"], alt["result"]), f"{where}, and {than}, inside it, costs {-gain:.1%} less: the plan takes them"
+    if gain < EVIDENCE_MARGIN:
+        return (alt["gpus"], alt["result"]), (
+            f"{where} and only {gain:.1%} cheaper than {than}, inside it: a layout outside the evidence must win by at "
+            f"least {EVIDENCE_MARGIN:.0%}, so the plan takes {alt['gpus']:,} GPUs")
+    return chosen, (f"{where}: it is {gain:.1%} cheaper than the cheapest count that finishes by then with a layout "
+                    f"inside it, {than}, over the {EVIDENCE_MARGIN:.0%} margin such a layout must clear; a risk")
 
 
 def what_would_meet(search: Search, job: dict, headroom_gib: float) -> str | None:

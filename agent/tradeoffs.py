@@ -62,12 +62,14 @@ class Table:
             self._cache[gpus] = self._best_at({**self.job, "deadline_days": None, "budget_usd": None}, gpus)
         return self._cache[gpus]
 
-    def rows(self, counts: list[int], chosen: int | None) -> list[dict]:
+    def rows(self, counts: list[int], chosen: int | None, planned: dict | None = None) -> list[dict]:
         """One row per count with a layout that fits: gpus, days, cost_usd, mfu, layout, departures (from
-        the evals' evidence, tools/search/evidence.py), meets, pareto, chosen, and the result (for the report's alternatives; dropped from the report's table)."""
+        the evals' evidence, tools/search/evidence.py), meets, pareto, chosen, and the result (for the report's
+        alternatives; dropped from the report's table). planned: the plan's own layout, the chosen count's row (it
+        meets the request's limits, which the other rows drop)."""
         rows = []
         for gpus in counts:
-            result = self.best(gpus)
+            result = planned if gpus == chosen and planned is not None else self.best(gpus)
             if result is None or not result.get("training"):
                 continue
             training = result["training"]
@@ -115,20 +117,21 @@ def shown(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in row.items() if k != "result"} for row in rows]
 
 
-def plan_rows(table: Table, job: dict, constrained: bool, low: int, top: int) -> list[dict]:
-    """The table of a plan on job["gpus"]: for a constrained one (a deadline, a budget, a bound, or a
-    count the planner chose) the standard counts from `low` up to the bound ("up to N"), else around
+def plan_rows(table: Table, job: dict, constrained: bool, low: int, top: int, planned: dict | None = None
+              ) -> list[dict]:
+    """The table of a plan on job["gpus"] (its layout `planned`): for a constrained one (a deadline, a budget, a
+    bound, or a count the planner chose) the standard counts from `low` up to the bound ("up to N"), else around
     the planned count; for any other, half and twice the planned count beside it."""
     gpus = job["gpus"]
     per_node = job.get("gpus_per_node") or catalog.load_gpu(job["gpu"]).gpus_per_node
     if not constrained:
         near = [c for c in standard_counts(max(low, gpus // 2), gpus * 2, per_node) if c in (gpus // 2, gpus * 2)]
-        return table.rows(sorted({*near, gpus}), gpus)
+        return table.rows(sorted({*near, gpus}), gpus, planned)
     if job.get("max_gpus"):
         counts = sorted(set(standard_counts(low, top, per_node)[-TABLE_ROWS:]) | {gpus})
     else:
         counts = around(job, gpus, low, top)
-    return table.rows(counts, gpus)
+    return table.rows(counts, gpus, planned)
 
 
 def neighbours(rows: list[dict], gpus: int, wanted: int) -> list[dict]:

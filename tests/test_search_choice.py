@@ -70,7 +70,7 @@ def test_recommendation_is_the_simplest_within_the_margin_inside_the_evidence(jo
     fastest = min(job_70b.candidates, key=lambda c: c["time"]["step_s"])
     assert lead["time"]["step_s"] <= (1 + EVIDENCE_MARGIN) * fastest["time"]["step_s"]
     if fastest is not lead:
-        note = next(n for n in job_70b.notes if n.startswith("recommended") and "outside it" in n)
+        note = next(n for n in job_70b.notes if n.startswith("ranked") and "outside it" in n)
         assert label(lead["config"]) in note and f"at least {EVIDENCE_MARGIN:.0%}" in note
     assert first["time"]["step_s"] <= (1 + SIMPLER_MARGIN) * lead["time"]["step_s"]
     for other in inside:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 import trainplan
+from trainplan.agent.advice import departures
 from trainplan.agent.tradeoffs import cheapest, standard_counts
+from trainplan.tools.search.explain import label
 from trainplan.tools.config.plan_defaults import COST_SLACK, DEADLINE_MARGIN
 
 
@@ -80,3 +82,14 @@ def test_cheapest_plan_does_not_trade_weeks_for_a_fraction_of_a_percent(cheapest
     assert chosen["cost_usd"] <= lowest * (1 + COST_SLACK)
     assert all(row["days"] >= chosen["days"] for row in rows if row["cost_usd"] <= lowest * (1 + COST_SLACK))
     assert cheapest_plan.tradeoff_note and "GPUs" in cheapest_plan.tradeoff_note
+
+
+def test_the_deadline_plan_shows_its_own_layout_on_its_row_and_states_any_departure(deadline_plan):
+    """The chosen count's row is the plan's layout (the other rows drop the deadline); a layout outside the evals'
+    evidence states the trade against the cheapest count inside it (agent/sizing.py _inside_evidence)."""
+    config = deadline_plan.recommended["config"]
+    chosen = next(row for row in deadline_plan.tradeoffs if row["chosen"])
+    assert chosen["layout"] == label(config)
+    assert chosen["days"] == pytest.approx(deadline_plan.recommended["training"]["days"])
+    if departures("llama3-70b", config):
+        assert deadline_plan.tradeoff_note and "margin such a layout must clear" in deadline_plan.tradeoff_note

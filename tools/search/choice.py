@@ -96,14 +96,14 @@ def prefer_evidence(ranked: list[dict], objective: Objective, price: float, toke
     inside = next((r for r in ranked if _distance(r, shape) == 0), None)
     outside = "; ".join(departures_of(best["config"], shape, cite=False))
     if inside is None:
-        return ranked, (f"no exactly scored layout is inside the evals' evidence: {label(best['config'])} leads "
-                        f"outside it ({outside})")
+        return ranked, (f"no exactly scored layout that fits and meets the job's limits is inside the evals' evidence: "
+                        f"{label(best['config'])} leads outside it ({outside})")
     gain = result_objective(objective, inside, price, tokens) / result_objective(objective, best, price, tokens) - 1
     if gain >= margin:
         return ranked, (f"recommended {label(best['config'])} outside the evals' evidence ({outside}): it beats the "
                         f"best layout inside it, {label(inside['config'])}, by {gain:.1%} on {objective.value}, over "
                         f"the {margin:.0%} margin such a layout must clear; a risk, shown with the alternative")
-    note = (f"recommended {label(inside['config'])}, inside the evals' evidence, over {label(best['config'])}, "
+    note = (f"ranked {label(inside['config'])}, inside the evals' evidence, ahead of {label(best['config'])}, "
             f"{gain:.1%} better on {objective.value} but outside it ({outside}): a layout outside the evidence "
             f"must win by at least {margin:.0%}")
     return [inside] + [r for r in ranked if r is not inside], note
