@@ -139,6 +139,9 @@ DEEPSPEED_REFUSALS = (
     Refusal("deepspeed", lambda m, k: (k.pp > 1) & (k.zero >= 2),
             lambda m, k: (f"zero={k.zero} with pp={k.pp}: DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 "
                           "only: use --zero 1 or --pp 1")),
+    Refusal("deepspeed", lambda m, k: (k.tp > 1) & (k.zero >= 3),
+            lambda m, k: (f"tp={k.tp} with zero={k.zero}: DeepSpeed's AutoTP training works with ZeRO stage 0, 1 or "
+                          "2 only: use --zero 2, or --tp 1 for ZeRO-3")),
     Refusal("deepspeed", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
             lambda m, k: "optimizer offload in DeepSpeed is part of ZeRO: use --zero 1 or more"),
     no_hybrid_refusal("deepspeed", "DeepSpeed"),

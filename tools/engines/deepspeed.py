@@ -11,6 +11,9 @@ What DeepSpeed cannot express is refused with one line:
 - pipeline schedules other than 1F1B: the pipeline engine runs one schedule (TrainSchedule, 1F1B-like);
 - ZeRO-2/3 with pp > 1: its pipeline engine asserts "ZeRO-2 and ZeRO-3 are incompatible with
   pipeline parallelism";
+- ZeRO-3 with tp > 1: AutoTP training works with ZeRO stages 0, 1 and 2 only (DeepSpeed's "Automatic Tensor
+  Parallelism (Training)" tutorial, docs/_tutorials/autotp-training.md, Limitations 1: "ZeRO Stage 3 not
+  supported");
 - optimizer offload without ZeRO.
 """
 
