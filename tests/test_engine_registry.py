@@ -90,3 +90,45 @@ def test_no_source_file_lists_the_engines_by_hand():
              if path.suffix in (".py", ".j2") and path not in REGISTRY_FILES
              for number, line in _lines_naming_engines(path.read_text(), 4)]
     assert not found, "hand-written engine lists:\n" + "\n".join(found)
+
+
+def test_only_megatron_selects_recompute_modules():
+    from trainplan.tools.config.engines import selects_recompute_modules
+
+    assert [p.name for p in ENGINE_PROFILES if p.recompute_modules] == ["megatron"]
+    assert selects_recompute_modules(None) and not selects_recompute_modules("axolotl")
+
+
+@pytest.mark.parametrize("engine", [p.name for p in ENGINE_PROFILES if not p.recompute_modules])
+def test_engines_that_checkpoint_whole_layers_refuse_module_recompute_in_one_line(engine):
+    """Selective recompute of chosen modules is Megatron-Core's --recompute-modules: an export for an engine without
+    it refuses, where the attention core alone (FlashAttention recomputes it anyway) and full recompute pass that
+    rule."""
+    from trainplan.tools.config.layout import resolve_config
+    from trainplan.tools.engines import export
+    from trainplan.tools.engines.common import ExportError
+    from trainplan.tools.engines.support import knobs_of
+    from trainplan.tools.hardware.catalog import load_model
+
+    model = load_model("llama3-8b")
+    modules = resolve_config(model, 8, recompute="selective", recompute_modules="layernorm,mlp")
+    with pytest.raises(ExportError, match=f"{engine} checkpoints whole layers or nothing") as refused:
+        export(engine, model, modules, model_ref="llama3-8b")
+    assert "\n" not in str(refused.value)
+    rule = next(r for r in ENGINE_REFUSALS[engine] if "whole layers" in r.message(model, knobs_of(modules)))
+    for passing in (dict(recompute="selective"), dict(recompute="full"), dict(recompute="none")):
+        assert not rule.refuses(model, knobs_of(resolve_config(model, 8, **passing)))
+
+
+def test_a_search_for_an_engine_without_module_recompute_never_picks_modules():
+    import trainplan
+    from trainplan.tools.core.errors import InputError
+
+    job = dict(model="llama3-8b", gpu="rtx-4090", gpus=1, method="qlora", seq=2048, gbs=16)
+    unpinned = trainplan.search(**job).candidates
+    assert any(c["config"]["recompute_modules"] not in (None, ["core_attn"]) for c in unpinned)
+    for engine in ("axolotl", "trl", "deepspeed"):
+        candidates = trainplan.search(**job, engine=engine).candidates
+        assert candidates and all(c["config"]["recompute_modules"] in (None, ["core_attn"]) for c in candidates)
+    with pytest.raises(InputError, match="axolotl checkpoints whole layers or nothing"):
+        trainplan.search(**job, engine="axolotl", recompute_modules="layernorm,mlp")

@@ -449,7 +449,10 @@ def test_exports_name_the_planned_recompute_modules_and_low_precision_storage():
     plain_export = export("megatron", model, resolve_config(model, 2048, **layout), model_ref=model.name)
     plain = " ".join(plain_export.notes)
     assert "--recompute-modules" not in plain_export.content and "--exp-avg-dtype" not in plain and "no flag for it" not in plain
-    titan = " ".join(export("torchtitan", model, planned, model_ref=model.name).notes)
+    with pytest.raises(ExportError, match="torchtitan checkpoints whole layers or nothing"):
+        export("torchtitan", model, planned, model_ref=model.name)   # no --recompute-modules there
+    stored = resolve_config(model, 2048, **layout, fp8_activations=True, bf16_moments=True)
+    titan = " ".join(export("torchtitan", model, stored, model_ref=model.name).notes)
     assert "no setting for" in titan and "low-precision storage" in titan
     titan_plain = " ".join(export("torchtitan", model, resolve_config(model, 2048, **layout), model_ref=model.name).notes)
     assert "low-precision storage" not in titan_plain

@@ -57,6 +57,18 @@ def no_hybrid_refusal(engine: str, how: str) -> Refusal:
                                  "--dp-shard"))
 
 
+def module_recompute_refusal(engine: str) -> Refusal:
+    """Engines that checkpoint whole layers or nothing (tools/config/engines.py, recompute granularity): selective
+    recompute of modules beyond the attention core is Megatron-Core's --recompute-modules, which they lack."""
+    return Refusal(engine, lambda m, k: k.recompute_modules != 0, lambda m, k: module_recompute_message(engine))
+
+
+def module_recompute_message(engine: str) -> str:
+    """The line refusing module recompute in `engine` (module_recompute_refusal), also for a search request."""
+    return (f"selective recompute of chosen modules is Megatron-Core's --recompute-modules; {engine} checkpoints "
+            "whole layers or nothing: use --recompute full or none, or --engine megatron")
+
+
 def hf_trainer_refusals(engine: str) -> tuple[Refusal, ...]:
     """What the Hugging Face Trainer based fine-tuning tools cannot run: one rule set for all of them."""
     return (

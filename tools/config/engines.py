@@ -26,6 +26,15 @@ compiles each TransformerBlock with fullgraph=True (models/llama3/infra/parallel
 405B preset does (train_configs/llama3_405b.toml: compile = true): fused, compiled. The Hugging Face models that
 the other engines load run LlamaRMSNorm, apply_rotary_pos_emb and the gated MLP as eager op chains, and their
 exports turn on neither torch_compile nor Liger (unfused, eager).
+
+Recompute granularity (EngineProfile.recompute_modules, Layout.recompute_modules): only Megatron selects the modules
+selective recompute reruns (Megatron-Core --recompute-granularity selective --recompute-modules, arguments.py).
+The others checkpoint whole layers or nothing: the Hugging Face models' gradient_checkpointing wraps each decoder
+layer (transformers GradientCheckpointingLayer), DeepSpeed's activation checkpointing runs where the model calls
+deepspeed.checkpointing.checkpoint, Accelerate's FSDP activation_checkpointing wraps each transformer block, and
+torchtitan's selective mode is an op-level policy or a layer frequency (activation_checkpoint.selective_ac_option),
+not a module list. So their selective recompute is the attention core alone (Megatron's default set), which
+FlashAttention recomputes in its backward anyway, and a layout that reruns other modules is refused.
 """
 
 from __future__ import annotations
@@ -39,7 +48,8 @@ from trainplan.tools.core.errors import InputError
 
 from trainplan.tools.config.engine_refusals import (ACCELERATE_REFUSALS, DEEPSPEED_REFUSALS, MEGATRON_REFUSALS,
                                                     TORCHTITAN_REFUSALS, Refusal, adapter_refusal,
-                                                    head_split_refusal, hf_trainer_refusals, param_storage_refusal)
+                                                    head_split_refusal, hf_trainer_refusals, module_recompute_refusal,
+                                                    param_storage_refusal)
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,8 @@ class EngineProfile:
     """Layout.fused_kernels as it runs norms, rotary and SwiGLU (see the module docstring)."""
     launch: Launch
     """Layout.launch as its launch settings issue the kernels (see the module docstring)."""
+    recompute_modules: bool = False
+    """Whether it selects the modules selective recompute reruns (see the module docstring)."""
     fp32_params: bool = False
     """Whether its parameters stay fp32 as the optimizer's master copy (see the module docstring)."""
     hf_trainer: bool = False
@@ -97,7 +109,7 @@ ENGINE_PROFILES: tuple[EngineProfile, ...] = (
         "megatron", "Megatron-LM / Megatron-Core pretrain_gpt.py arguments (a bash array).",
         r"megatron(?:[\s-]*(?:lm|core))?(?![\s-]*turing)", "Megatron-LM",
         "trainplan.tools.engines.megatron:export_megatron", attention="flash", loss_kernel="fused",
-        fused_kernels=True, launch=Launch.eager,
+        fused_kernels=True, launch=Launch.eager, recompute_modules=True,
         refuses_adapters=True, refusals=MEGATRON_REFUSALS, default=True, plan_candidate=True,
         head_split_why="Megatron-Core's TransformerConfig raises unless num_query_groups % "
                        "tensor_model_parallel_size == 0, and each rank holds whole heads"),
@@ -163,12 +175,14 @@ ENGINE_LIST = spoken(ENGINES)
 
 def refusals_of(profile: EngineProfile) -> tuple[Refusal, ...]:
     """Everything `profile`'s engine refuses, in the order its exporter checks them: the parameter storage (bf16
-    parameters engines), the head split, the adapters, the Hugging Face Trainer rules, then its own."""
+    parameters engines), the head split, the adapters, the recompute modules, the Hugging Face Trainer rules, then
+    its own."""
     engine = profile.name
     return (
         *(() if profile.fp32_params else (param_storage_refusal(engine, " or ".join(FP32_PARAM_ENGINES)),)),
         *((head_split_refusal(engine, profile.head_split_why),) if profile.head_split_why else ()),
         *((adapter_refusal(engine, spoken(HF_TRAINER_ENGINES)),) if profile.refuses_adapters else ()),
+        *(() if profile.recompute_modules else (module_recompute_refusal(engine),)),
         *(hf_trainer_refusals(engine) if profile.hf_trainer else ()),
         *profile.refusals,
     )
@@ -196,6 +210,11 @@ ENGINE_DECIDED_KNOBS = tuple(engine_knobs(ENGINES[0]))
 """The names of the knobs engine_knobs sets (every engine sets the same ones)."""
 
 
+def selects_recompute_modules(engine: str | None) -> bool:
+    """Whether `engine` runs selective recompute of any module set (None: any engine will do)."""
+    return engine is None or PROFILES[engine].recompute_modules
+
+
 def check_engine(engine: str, error: type[InputError] = InputError) -> None:
     """Raise `error` unless `engine` is a registry engine."""
     if engine not in PROFILES:
@@ -204,7 +223,8 @@ def check_engine(engine: str, error: type[InputError] = InputError) -> None:
 
 def runs(engine: str, model, knobs) -> np.ndarray:
     """True where `engine` runs the layouts: knobs holds numpy columns tp, pp, cp, ep, zero, dp, dp_shard,
-    schedule, precision, optimizer_offload, adapter (1 for lora/qlora) and fp32_params (codes as in codes.py)."""
+    schedule, precision, optimizer_offload, adapter (1 for lora/qlora), fp32_params (codes as in codes.py) and
+    recompute_modules (1 where selective recompute reruns more than the attention core)."""
     check_engine(engine)
     ok = np.ones(np.broadcast(knobs.tp, knobs.pp, knobs.zero, knobs.schedule).shape, dtype=bool)
     for refusal in ENGINE_REFUSALS[engine]:

@@ -14,7 +14,8 @@ from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.config.engine_refusals import Refusal
 from trainplan.tools.config.engines import ENGINE_REFUSALS, check_engine, stores_fp32_params
 from trainplan.tools.config.engines import runs as runs_any
-from trainplan.tools.config.resolve import is_lora
+from trainplan.tools.config.resolve import DEFAULT_RECOMPUTE_MODULES, is_lora
+from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import ExportError
 from trainplan.tools.hardware.specs import ModelSpec
 
@@ -32,13 +33,18 @@ def param_storage_note(engine: str, cfg: ParallelConfig) -> str | None:
             "fp32 master); --fp32-params plans it as it runs")
 
 
+def reruns_modules(cfg: ParallelConfig) -> bool:
+    """Whether selective recompute reruns modules beyond the attention core (Megatron's default set)."""
+    return cfg.recompute is Recompute.selective and set(cfg.recompute_modules or ()) - set(DEFAULT_RECOMPUTE_MODULES) != set()
+
+
 def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:
     """A resolved layout as the refusals read it."""
     return SimpleNamespace(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, zero=cfg.zero, dp=cfg.dp,
                            dp_shard=cfg.dp_shard_size,
                            schedule=SCHEDULE_CODES[cfg.schedule], precision=PRECISION_CODES[cfg.precision],
                            optimizer_offload=int(cfg.optimizer_offload), adapter=int(is_lora(cfg.method)),
-                           fp32_params=int(cfg.fp32_params))
+                           fp32_params=int(cfg.fp32_params), recompute_modules=int(reruns_modules(cfg)))
 
 
 def learned_positions(model: ModelSpec) -> int:

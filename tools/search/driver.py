@@ -37,8 +37,9 @@ from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.contract import SEARCH_CHOSEN_KNOBS, check_job_numbers, default_gbs, default_seq
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import evaluate
-from trainplan.tools.config.engines import check_engine, engine_knobs, runs
-from trainplan.tools.config.resolve import is_lora
+from trainplan.tools.config.engine_refusals import module_recompute_message
+from trainplan.tools.config.engines import check_engine, engine_knobs, runs, selects_recompute_modules
+from trainplan.tools.config.resolve import DEFAULT_RECOMPUTE_MODULES, is_lora
 from trainplan.tools.config.contract import Layout, ParallelConfig
 from trainplan.tools.hardware.specs import ClusterSpec
 from trainplan.tools.config.layout import check_moe_a2a_overlap_job, resolve_config
@@ -179,6 +180,8 @@ def prepare(request: SearchRequest) -> tuple[SearchJob, Objective, list[int]]:
                evidence_margin=EVIDENCE_MARGIN if margin is None else float(margin),
                fixed=_fixed(model_spec, seq, precision_enum, gpu_spec, fixed))
     given = {k: v for k, v in fixed.items() if v is not None}
+    if not selects_recompute_modules(engine) and set(job.recompute_modules or ()) - set(DEFAULT_RECOMPUTE_MODULES):
+        raise InputError(module_recompute_message(engine))
     ladder, options = recompute_choices(job, job.recompute_modules if "recompute_modules" in given else None)
     job = replace(job, storage_variants=storage_variants(job, given), recompute_ladder=ladder,
                   recompute_options=options, chosen=tuple(k for k in SEARCH_CHOSEN_KNOBS if k not in given))
@@ -385,7 +388,8 @@ def _engine_filter(job: SearchJob):
         knobs = SimpleNamespace(**{k: rows[k] for k in ("tp", "pp", "cp", "ep", "zero", "schedule", "dp_shard")},
                                 dp=dp,
                                 precision=PRECISION_CODES[job.precision], optimizer_offload=int(job.optimizer_offload),
-                                adapter=int(is_lora(job.method)), fp32_params=int(job.fp32_params))
+                                adapter=int(is_lora(job.method)), fp32_params=int(job.fp32_params),
+                                recompute_modules=0)   # recipes.recompute_choices offers no module set it refuses
         return runs(job.engine, job.model, knobs)
     return runs_rows
 

@@ -15,7 +15,8 @@ search_score.vector_memory). Memory-bound recomputes (norms, activations) free t
 few memory passes, so they come first: the choice DeepSeek-V3 made, "all RMSNorm operations and MLA
 up-projections" and the SwiGLU output (DeepSeek-V3 report §3.2.3, §3.3.3). Selective recompute with
 Megatron's default set (core_attn) and full recompute are enumerated beside the ladder. A request's
-recompute_modules is the only selective set tried.
+recompute_modules is the only selective set tried. Only an engine that selects modules (Megatron) climbs the
+ladder: the others checkpoint whole layers (tools/config/engines.py, recompute granularity).
 
 Low-precision storage (DeepSeek-V3 report §3.3.3, part of its FP8 training framework): BF16 Adam
 moments (bf16_moments) and FP8 caching of the SwiGLU inputs (fp8_activations). Both change memory;
@@ -30,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from trainplan.tools.config.codes import RECOMPUTE_CODES, SCHEDULE_CODES
+from trainplan.tools.config.engines import selects_recompute_modules
 from trainplan.tools.hardware.counting import is_moe_layer
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.perf.recompute import DEFAULT_MASK, MODULE_BITS, mask_of
@@ -88,13 +90,17 @@ def recompute_choices(job: SearchJob, given_modules) -> tuple[tuple, tuple]:
     modules); each step adds recompute seconds and frees memory, so for every objective (all grow
     with the step time) the first step that fits is the best of them. options: the ladder's first
     step, selective with Megatron's default set (core_attn; unless the request names modules), full.
-    A request that names modules and leaves recompute open gets selective recompute of those modules."""
+    A request that names modules and leaves recompute open gets selective recompute of those modules. A job
+    whose engine selects no modules (tools/config/engines.py selects_recompute_modules) climbs no module ladder."""
     allowed = job.pins.recompute or tuple(RECOMPUTE_CODES.values())
     if given_modules is not None and not job.pins.recompute:
         allowed = (_SELECTIVE,)   # naming modules asks for selective recompute of them, as estimate reads it
     ladder = [(_NONE, 0)] if _NONE in allowed else []
     if _SELECTIVE in allowed:
-        masks = (mask_of(given_modules),) if given_modules is not None else module_ladder(job)
+        if given_modules is not None:
+            masks = (mask_of(given_modules),)
+        else:   # an engine that checkpoints whole layers runs no module set but the attention core (options)
+            masks = module_ladder(job) if selects_recompute_modules(job.engine) else ()
         ladder += [(_SELECTIVE, mask) for mask in masks]
     options = ladder[:1]
     if _SELECTIVE in allowed and given_modules is None:
