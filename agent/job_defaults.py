@@ -7,7 +7,7 @@ FINETUNE_SEQ (the recipes' length) where a layout fits on the request's GPUs, el
 plan_defaults.finetune_seqs at which one does (probe_fine_tune_seq with the planner's search, agent/sizing.py
 longest_seq_that_fits), gbs default_finetune_gbs, and no token count (no cost) unless given; precision: bf16;
 price: the GPU's catalog price; goodput: tools/config/plan_defaults.py DEFAULT_GOODPUT; the GPU of a solve=gpu
-request: the cheapest catalog GPU on which its leanest layout fits. A seq the request gives is never changed.
+request: the cheapest catalog GPU per token (by the evidence rule) on which its leanest layout fits. A seq the request gives is never changed.
 """
 
 from __future__ import annotations
@@ -158,8 +158,9 @@ def complete_request(request: PlanRequest, fine_tune_seq: tuple[int, str] | None
 
 
 def _cheapest_gpu(request: PlanRequest, assumptions: list[str]) -> str:
-    """The catalog GPU a solve=gpu request runs on: the cheapest on which its leanest layout fits (data parallel,
-    ZeRO-3 across GPUs, full recompute, micro-batch 1), as tools/search/limits.py finds it."""
+    """The catalog GPU a solve=gpu request runs on: the cheapest per token (by the evidence rule) of those on which its
+    leanest layout fits (data parallel, ZeRO-3 across GPUs, full recompute, micro-batch 1), as tools/search/limits.py
+    finds it."""
     from trainplan.tools.search.limits import solve
 
     gpus = request.gpus or 1
@@ -170,8 +171,12 @@ def _cheapest_gpu(request: PlanRequest, assumptions: list[str]) -> str:
     if not answer["fits_on"]:
         raise InputError(f"{request.model} fits on no catalog GPU with {gpus} GPU(s), even with ZeRO-3, full "
                          "recompute and micro-batch 1: use more GPUs, LoRA or QLoRA, or a shorter sequence")
-    assumptions.append(f"GPU not given: the cheapest catalog GPU on which the leanest layout fits, "
-                       f"{answer['cheapest']} (smallest: {answer['smallest']}; {len(answer['fits_on'])} fit)")
+    row = next(r for r in answer["fits_on"] if r["gpu"] == answer["cheapest"])
+    why = f"; {answer['cheapest_why']}" if answer["cheapest_why"] else ""
+    assumptions.append(f"GPU not given: the cheapest catalog GPU per token with the leanest layout that fits, "
+                       f"{answer['cheapest']} (${row['usd_per_million_tokens']:.3f} per million tokens at "
+                       f"{row['tokens_per_s']:,.0f} tokens/s{why}; lowest price per hour: {answer['lowest_price']}; "
+                       f"smallest: {answer['smallest']}; {len(answer['fits_on'])} fit)")
     return answer["cheapest"]
 
 

@@ -72,14 +72,43 @@ def test_a_longer_context_fits_with_a_fused_linear_loss():
     assert fused > 2 * hf
 
 
-def test_the_gpus_that_fit_are_ranked_by_price_and_the_smallest_is_named():
+def test_the_gpus_that_fit_are_ranked_per_token_and_the_smallest_and_lowest_price_are_named():
     answer = trainplan.limits("gpu", model="llama3-8b", gpus=1, method="qlora", seq=4096, recompute="full")
-    prices = [row["price_per_hour"] for row in answer["fits_on"]]
-    assert prices == sorted(prices) and answer["cheapest"] == answer["fits_on"][0]["gpu"]
-    assert answer["smallest"] == min(answer["fits_on"], key=lambda r: r["capacity_gib"])["gpu"]
-    assert all(row["memory_gib"] <= row["capacity_gib"] for row in answer["fits_on"])
+    rows = answer["fits_on"]
+    per_token = [row["usd_per_million_tokens"] for row in rows]
+    assert per_token == sorted(per_token)
+    for row in rows:   # dollars per million tokens = price per hour / tokens per hour, each row's own figures
+        assert row["usd_per_million_tokens"] == pytest.approx(row["price_per_hour"] / (row["tokens_per_s"] * 3600) * 1e6,
+                                                              rel=1e-3)
+    assert answer["smallest"] == min(rows, key=lambda r: r["capacity_gib"])["gpu"]
+    assert answer["lowest_price"] == min(rows, key=lambda r: r["price_per_hour"])["gpu"]
+    assert all(row["memory_gib"] <= row["capacity_gib"] for row in rows)
     # full fine-tuning of a 70B model fits on no single catalog card of under 1 TB
     assert "h100-sxm-80gb" not in {r["gpu"] for r in trainplan.limits("gpu", model="llama3-70b", gpus=1)["fits_on"]}
+
+
+@pytest.mark.parametrize(("assumed", "fitted", "chosen"), [(0.90, 1.0, "assumed-gpu"), (0.97, 1.0, "fitted-gpu"),
+                                                          (1.10, 1.0, "fitted-gpu")])
+def test_the_cheapest_gpu_is_ranked_by_evidence(assumed, fitted, chosen):
+    """A GPU whose efficiencies no public run fitted is named cheapest only when it beats the cheapest fitted GPU per
+    token by more than the evidence margin (5%), and the answer says why."""
+    from trainplan.tools.search.limits import _cheapest_by_evidence
+
+    rows = sorted([{"gpu": "assumed-gpu", "usd_per_million_tokens": assumed, "efficiency_basis": "assumed"},
+                   {"gpu": "fitted-gpu", "usd_per_million_tokens": fitted, "efficiency_basis": "fitted"}],
+                  key=lambda r: r["usd_per_million_tokens"])
+    name, why = _cheapest_by_evidence(rows)
+    assert name == chosen
+    assert ("assumed" in why) == (assumed < fitted)
+
+
+def test_the_cheapest_gpu_costs_the_least_per_token_not_per_hour():
+    """QLoRA of a 70B model: the lowest price per hour (h20) is not the cheapest per token."""
+    answer = trainplan.limits("gpu", model="llama3-70b", gpus=1, method="qlora", seq=2048, recompute="full", mbs=1)
+    cheapest = next(r for r in answer["fits_on"] if r["gpu"] == answer["cheapest"])
+    lowest = next(r for r in answer["fits_on"] if r["gpu"] == answer["lowest_price"])
+    assert lowest["price_per_hour"] < cheapest["price_per_hour"]
+    assert cheapest["usd_per_million_tokens"] < lowest["usd_per_million_tokens"]
 
 
 def test_nothing_fits_says_so():

@@ -2,10 +2,15 @@
 
 - seq: the longest sequence that fits one layout (bisection on seq: memory grows with it),
 - mbs: the largest micro-batch that fits (bisection on mbs),
-- gpu: every catalog GPU on which the layout fits with the same GPU count, the smallest (least memory)
-  and the cheapest (catalog price per GPU-hour x gpus) named.
+- gpu: every catalog GPU on which the layout fits with the same GPU count, each with the layout's throughput
+  there (tools/perf/estimate.py) and its dollars per million tokens (catalog price per GPU-hour x gpus / tokens
+  per hour); the smallest (least memory), the cheapest (fewest dollars per token: a card that rents for less
+  but runs slower can cost more per token) and the lowest price per hour named. The cheapest is ranked by
+  evidence as the search ranks layouts: a GPU whose efficiencies no public run fitted (GPUSpec.efficiency_basis
+  assumed) is named only when it beats the cheapest fitted one by EVIDENCE_MARGIN (plan_defaults.py).
 
-"Fits" is memory.memory_breakdown's: the most loaded rank's total <= capacity - headroom_gib. Each
+The layout is timed at its global batch, or the default one (tools/config/plan_defaults.py default_gbs: a
+fine-tune's for LoRA and QLoRA). "Fits" is memory.memory_breakdown's: the most loaded rank's total <= capacity - headroom_gib. Each
 answer carries the memory at the limit and at one step past it, so the margin is visible.
 """
 
@@ -15,8 +20,13 @@ from typing import Any
 
 from trainplan.tools.hardware.catalog import gpu_names, load_gpu, load_model
 from trainplan.tools.config.contract import Job, Layout
+from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN, default_gbs
+from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.hardware.counting import count_params
+from trainplan.tools.hardware.specs import ClusterSpec
+from trainplan.tools.perf.estimate import evaluate
 from trainplan.tools.perf.memory import memory_breakdown
 
 TARGETS = ("seq", "mbs", "gpu")
@@ -94,6 +104,15 @@ def solve(target: str, model: str, gpu: str | None = None, gpus: int = 1, **fiel
     return out
 
 
+def _tokens_per_s(model_spec, gpu_spec, gpus: int, knobs: dict) -> float:
+    """Throughput of the layout on `gpus` of this GPU, at its global batch or the default one (module doc)."""
+    if knobs.get("gbs") is None:
+        seq = resolve_config(model_spec, gpus, **{**knobs, "fp8_supported": gpu_spec.fp8_tflops is not None}).seq
+        knobs = {**knobs, "gbs": default_gbs(seq, gpus, count_params(model_spec).total, is_lora(knobs.get("method")))}
+    cfg = resolve_config(model_spec, gpus, fp8_supported=gpu_spec.fp8_tflops is not None, **knobs)
+    return evaluate(model_spec, ClusterSpec.build(gpu_spec, gpus), cfg).time.tokens_per_s
+
+
 def _cheapest_gpu(model_spec, gpus: int, knobs: dict, headroom: float) -> dict:
     rows = []
     for name in gpu_names():
@@ -103,17 +122,38 @@ def _cheapest_gpu(model_spec, gpus: int, knobs: dict, headroom: float) -> dict:
         except InputError:   # e.g. fp8 on a GPU without FP8 tensor cores
             continue
         if fits:
+            tokens_per_s = _tokens_per_s(model_spec, spec, gpus, knobs)
             rows.append({"gpu": spec.name, "memory_gib": round(total, 3), "capacity_gib": spec.memory_gib,
-                         "price_per_hour": round(spec.price * gpus, 4)})
+                         "price_per_hour": round(spec.price * gpus, 4), "tokens_per_s": round(tokens_per_s, 1),
+                         "efficiency_basis": spec.efficiency_basis,
+                         "usd_per_million_tokens": round(spec.price * gpus / (tokens_per_s * 3600) * 1e6, 4)})
     out: dict[str, Any] = {"solve": "gpu", "model": model_spec.name, "gpus": gpus, "headroom_gib": headroom,
-                           "fits_on": sorted(rows, key=lambda r: (r["price_per_hour"], r["capacity_gib"]))}
+                           "fits_on": sorted(rows, key=lambda r: (r["usd_per_million_tokens"], r["capacity_gib"]))}
     if rows:
         out["smallest"] = min(rows, key=lambda r: (r["capacity_gib"], r["price_per_hour"]))["gpu"]
-        out["cheapest"] = out["fits_on"][0]["gpu"]
-        out["note"] = "cheapest by catalog price per GPU-hour x gpus; the step time differs between GPUs"
+        out["cheapest"], out["cheapest_why"] = _cheapest_by_evidence(out["fits_on"])
+        out["lowest_price"] = min(rows, key=lambda r: (r["price_per_hour"], r["capacity_gib"]))["gpu"]
+        out["note"] = ("cheapest: the fewest dollars per million tokens with this layout on each GPU (catalog price "
+                       "per GPU-hour x gpus / throughput)" + (f"; {out['cheapest_why']}" if out["cheapest_why"] else "")
+                       + "; a GPU with more memory may run a faster layout")
     else:
         out["note"] = f"fits on no catalog GPU with {gpus} GPU(s): use more GPUs, lora/qlora or recompute=full"
     return out
+
+
+def _cheapest_by_evidence(rows: list[dict]) -> tuple[str, str]:
+    """The cheapest GPU of `rows` (sorted by dollars per token) by the evidence rule (module doc), and why when the
+    rule weighed an assumed GPU ("" otherwise)."""
+    best = rows[0]
+    fitted = next((r for r in rows if r["efficiency_basis"] == "fitted"), None)
+    if fitted is None or best is fitted:
+        return best["gpu"], ""
+    saving = 1 - best["usd_per_million_tokens"] / fitted["usd_per_million_tokens"]
+    if saving > EVIDENCE_MARGIN:
+        return best["gpu"], (f"{best['gpu']}'s efficiencies are assumed (no public run of its family fitted them), "
+                             f"and it is {saving:.0%} cheaper than {fitted['gpu']}, the cheapest fitted one")
+    return fitted["gpu"], (f"{fitted['gpu']} rather than {best['gpu']}, {saving:.0%} cheaper but with efficiencies "
+                           f"assumed (no public run of its family fitted them), under the {EVIDENCE_MARGIN:.0%} margin")
 
 
 def render_limit(answer: dict) -> str:
@@ -122,9 +162,11 @@ def render_limit(answer: dict) -> str:
     if answer["solve"] == "gpu":
         lines = [f"{answer['model']} on {answer['gpus']} GPU(s): fits on {len(answer['fits_on'])} catalog GPU(s)"]
         lines += [f"  {r['gpu']:16s} {r['memory_gib']:8.2f} of {r['capacity_gib']:7.2f} GiB  ${r['price_per_hour']:.2f}/h"
+                  f"  {r['tokens_per_s']:>10,.0f} tokens/s  ${r['usd_per_million_tokens']:.3f} per M tokens"
                   for r in answer["fits_on"]]
         if answer["fits_on"]:
-            lines.append(f"smallest: {answer['smallest']}; cheapest: {answer['cheapest']}")
+            lines.append(f"smallest: {answer['smallest']}; cheapest per token: {answer['cheapest']}; lowest price per "
+                         f"hour: {answer['lowest_price']}")
     else:
         value = answer[answer["solve"]]
         name = "longest sequence" if answer["solve"] == "seq" else "largest micro-batch"
