@@ -132,3 +132,14 @@ def test_a_search_for_an_engine_without_module_recompute_never_picks_modules():
         assert candidates and all(c["config"]["recompute_modules"] in (None, ["core_attn"]) for c in candidates)
     with pytest.raises(InputError, match="axolotl checkpoints whole layers or nothing"):
         trainplan.search(**job, engine="axolotl", recompute_modules="layernorm,mlp")
+
+
+def test_no_feasible_hint_looks_past_the_engines_refusals():
+    """The engine's refusals come first, so they outnumber the rest; the hint is what rejected the layouts it runs."""
+    from trainplan.tools.search.explain import no_feasible_hint
+    from trainplan.tools.search.space import R_ENGINE, R_MEMORY
+
+    hint = no_feasible_hint({R_ENGINE: 456, R_MEMORY: 108})
+    assert f"{R_ENGINE}, 456; of the layouts it runs, most rejected: {R_MEMORY}, 108" in hint
+    assert "shorter seq" in hint and "\n" not in hint
+    assert "another engine" in no_feasible_hint({R_ENGINE: 10})

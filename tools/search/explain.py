@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from trainplan.tools.config.plan_defaults import SIMPLER_MARGIN
 from trainplan.tools.core.enums import Objective
-from trainplan.tools.search.space import R_BUDGET, R_DEADLINE, R_MEMORY
+from trainplan.tools.search.space import R_BUDGET, R_DEADLINE, R_ENGINE, R_MEMORY
 from trainplan.tools.config.validity import R_BATCH
 
 
@@ -66,10 +66,18 @@ def explain_runner_up(best: dict, runner: dict, objective: Objective | str = Obj
 
 
 def no_feasible_hint(rejected: dict[str, int]) -> str:
-    """What to change when nothing survives, from the biggest rejection reason."""
+    """What to change when nothing survives, from the biggest rejection reason. The engine's refusals come first
+    (the layouts it cannot run are never sized), so when it ran some, the hint is that of what rejected those."""
     if not rejected:
         return "no layout to try: check the pins"
     top = max(rejected, key=rejected.get)
+    if top == R_ENGINE:
+        rest = {reason: n for reason, n in rejected.items() if reason != R_ENGINE}
+        if not rest:
+            return (f"no feasible layout ({top}, {rejected[top]}): name another engine, or drop the pins it refuses "
+                    "(trainplan export says why in one line)")
+        inner = no_feasible_hint(rest).removeprefix("no feasible layout (most rejected: ")
+        return f"no feasible layout ({top}, {rejected[top]}; of the layouts it runs, most rejected: {inner}"
     if top == R_MEMORY:
         hint = "try more GPUs (max_gpus), recompute=full, zero=3, a larger GPU, or a shorter seq"
     elif top == R_DEADLINE:
