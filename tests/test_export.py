@@ -336,7 +336,9 @@ def test_deepspeed_refusals_and_mapping():
     model = dense(32)
     for kwargs, message in [(dict(cp=2), "cp=2"), (dict(precision="fp8"), "fp8"),
                             (dict(pp=2, zero=2), "ZeRO stage 0 or 1"), (dict(pp=2, schedule="gpipe"), "1F1B"),
-                            (dict(tp=2, zero=3), "AutoTP training works with ZeRO stage 0, 1 or 2")]:
+                            (dict(tp=2, zero=3), "AutoTP training works with ZeRO stage 0, 1 or 2"),
+                            (dict(tp=2, method="qlora"), "tp=2 pp=1 with LoRA/QLoRA adapters"),
+                            (dict(pp=2, method="lora"), "tp=1 pp=2 with LoRA/QLoRA adapters")]:
         with pytest.raises(ExportError, match=message):
             export("deepspeed", model, resolve_config(model, 16, **kwargs), model_ref="x")
     ds = json.loads(export("deepspeed", model, resolve_config(model, 16, tp=2, zero=2, gbs=64,

@@ -215,7 +215,7 @@ def test_plain_language_names_the_method():
 def test_the_offline_planner_plans_qlora_as_qlora():
     import trainplan
 
-    report = trainplan.plan("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq 1024", backend="offline")
+    report = trainplan.plan("fine-tune Llama 3 70B with QLoRA on 2 RTX 4090s, seq 512", backend="offline")
     config = report.model_dump(mode="json")["recommended"]["config"]
     assert config["method"] == "qlora" and config["gpus"] == 2
 

@@ -281,16 +281,27 @@ def test_a_plan_naming_no_engine_launches_with_an_engine_that_runs_its_layout():
 
 
 def test_an_adapter_layout_naming_no_engine_launches_with_an_adapter_engine_that_runs_it():
-    """LoRA/QLoRA: axolotl for data-parallel layouts (as PEFT fine-tunes run); a tensor-parallel one (as an LLM
-    may choose) goes to the first ADAPTER_FALLBACK engine whose refusals admit it, never to Megatron-LM (no
-    adapters) nor to axolotl (data parallel only)."""
+    """LoRA/QLoRA: axolotl for data-parallel layouts (as PEFT fine-tunes run); a hybrid-sharded one goes to the
+    first ADAPTER_FALLBACK engine whose refusals admit it (accelerate's FSDP2), never to Megatron-LM (no adapters)
+    nor to axolotl or DeepSpeed (their ZeRO shards over every rank). A tensor-parallel one (as an LLM may choose)
+    no engine runs with PEFT's adapters: it keeps axolotl, whose refusal the report states."""
     from trainplan.agent.planner import launch_engine
+    from trainplan.tools.engines import export
+    from trainplan.tools.engines.common import ExportError
 
     job = dict(model="llama3-8b", gpu="h100-sxm-80gb", gpus=8, gbs=16, seq=2048, mbs=1, method="lora")
     data_parallel = trainplan.estimate(**job, zero=3).model_dump(mode="json")["config"]
+    hybrid = trainplan.estimate(**job, zero=3, dp_shard=4).model_dump(mode="json")["config"]
     tensor_parallel = trainplan.estimate(**job, tp=2).model_dump(mode="json")["config"]
     assert launch_engine("llama3-8b", data_parallel, adapters=True) == "axolotl"
-    assert launch_engine("llama3-8b", tensor_parallel, adapters=True) == "deepspeed"
+    assert launch_engine("llama3-8b", hybrid, adapters=True) == "accelerate"
+    assert launch_engine("llama3-8b", tensor_parallel, adapters=True) == "axolotl"
+    from trainplan.tools.config.layout import resolve_config
+    from trainplan.tools.hardware.catalog import load_model
+
+    model = load_model("llama3-8b")
+    with pytest.raises(ExportError, match="tp=2 pp=1 with LoRA/QLoRA adapters"):
+        export("deepspeed", model, resolve_config(model, 8, tp=2, gbs=16, method="lora"), model_ref="llama3-8b")
     full = trainplan.estimate(**{**job, "method": "full"}, tp=2).model_dump(mode="json")["config"]
     assert launch_engine("llama3-8b", full) == "megatron"
 

@@ -151,6 +151,12 @@ DEEPSPEED_REFUSALS = (
     Refusal("deepspeed", lambda m, k: (k.pp > 1) & (k.zero >= 2),
             lambda m, k: (f"zero={k.zero} with pp={k.pp}: DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 "
                           "only: use --zero 1 or --pp 1")),
+    Refusal("deepspeed", lambda m, k: ((k.tp > 1) | (k.pp > 1)) & (k.adapter != 0),
+            lambda m, k: (f"tp={k.tp} pp={k.pp} with LoRA/QLoRA adapters: DeepSpeed's AutoTP shards every nn.Linear's "
+                          "weight as a dense matrix, which PEFT's adapter layers and bitsandbytes' packed 4-bit weights "
+                          "are not, and its pipeline engine needs the model rewritten as a PipelineModule; no working "
+                          "example of PEFT adapters under either exists: use --tp 1 --pp 1 (ZeRO shards the frozen "
+                          "base) or more GPUs")),
     Refusal("deepspeed", lambda m, k: (k.tp > 1) & (k.zero >= 3),
             lambda m, k: (f"tp={k.tp} with zero={k.zero}: DeepSpeed's AutoTP training works with ZeRO stage 0, 1 or "
                           "2 only: use --zero 2, or --tp 1 for ZeRO-3")),
