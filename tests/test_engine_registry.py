@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainplan.tools.config.engines import (ADAPTER_ENGINE, ADAPTER_FALLBACK, DEFAULT_ENGINE, ENGINE_LIST, ENGINE_PROFILES,
-                                            ENGINE_REFUSALS, ENGINES, LAUNCH_FALLBACK, PLAN_ENGINES, spoken)
+                                            ENGINE_REFUSALS, ENGINES, LAUNCH_FALLBACK, PLAN_ENGINES, runs, spoken)
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY_FILES = {ROOT / "tools/config/engines.py", ROOT / "tools/config/engine_refusals.py"}
@@ -143,3 +143,20 @@ def test_no_feasible_hint_looks_past_the_engines_refusals():
     assert f"{R_ENGINE}, 456; of the layouts it runs, most rejected: {R_MEMORY}, 108" in hint
     assert "shorter seq" in hint and "\n" not in hint
     assert "another engine" in no_feasible_hint({R_ENGINE: 10})
+
+
+def test_no_engine_runs_adapters_model_parallel_so_no_memory_hint_proposes_it():
+    """tools/perf/memory_hints.py gives a LoRA/QLoRA layout no tp, pp or cp hint because no registry engine runs
+    PEFT's adapters model-parallel; an engine that starts to must change that hint too."""
+    from trainplan.tools.config.layout import resolve_config
+    from trainplan.tools.engines.support import knobs_of
+    from trainplan.tools.hardware.catalog import load_model
+    from trainplan.tools.perf.memory_hints import memory_fixes
+
+    model = load_model("llama3-8b")
+    for split in (dict(tp=2), dict(pp=2), dict(cp=2)):
+        knobs = knobs_of(resolve_config(model, 8, gbs=16, method="lora", seq=4096, **split))
+        assert not any(bool(runs(engine, model, knobs)) for engine in ENGINES), split
+    for component in ("weights", "activations", "gradients"):
+        hints = memory_fixes(component, {"method": "qlora", "zero": 3, "recompute": "full"})
+        assert not any("tp" in hint or "cp" in hint for hint in hints), hints

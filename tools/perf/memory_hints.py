@@ -16,12 +16,17 @@ the change shrinks that component (memory.py and activations.py hold the formula
 - gradients: ZeRO-2 shards them; bf16 gradients halve them.
 - weights: ZeRO-3 shards them; tp and pp divide them; bf16 drops the fp8 weight cache.
 - other: fewer parallel groups means fewer NCCL communicators.
+A LoRA/QLoRA layout gets no tp, pp or cp hint: no engine trainplan exports runs PEFT's adapters model-parallel
+(tools/config/engines.py refusals; tests/test_engine_registry.py checks it), so its weights shrink with more GPUs
+under ZeRO-3 and its activations with a shorter sequence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from trainplan.tools.config.resolve import is_lora
 
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "other")
 
@@ -70,7 +75,14 @@ def memory_fixes(component: str, config: Mapping[str, Any], dense_mlp: bool = Fa
             fixes.append("precision=bf16 (no fp8 weight cache)")
     elif component == "other":
         fixes.append("fewer parallel groups")
+    if is_lora(config.get("method") or "full"):
+        fixes = [fix for fix in fixes if fix not in _MODEL_PARALLEL_FIXES]
+        fixes += {"weights": ["more GPUs (ZeRO-3 shards the frozen base over them)"] if zero >= 3 else [],
+                  "activations": ["a shorter seq"]}.get(component, [])
     return fixes + ["a GPU with more memory"]
+
+
+_MODEL_PARALLEL_FIXES = ("a larger tp", "a larger cp", "a larger tp/pp")
 
 
 def phrase(fixes: list[str]) -> str:
