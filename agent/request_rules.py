@@ -377,6 +377,8 @@ def _read_count(t: RequestText, found: dict[str, Any]) -> None:
 
 
 _COUNT_WORDS = {"one": 1, "a single": 1, "single": 1, "a pair of": 2, "two": 2, "three": 3, "four": 4, "five": 5,
-                "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "sixteen": 16}
+                "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "sixteen": 16,
+                "an": 1, "a": 1, "my": 1}
 """GPU counts written as words, right before the GPU ('two 4090s', 'eight H100s'); larger counts are
-written in digits."""
+written in digits. An article or 'my' right before a GPU is one of it ('on a 4090', 'an H100', 'my 24 GB 3090'),
+and one node of it before 'node' ('a H100 node': 8)."""

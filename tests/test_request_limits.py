@@ -30,9 +30,14 @@ def test_cheapest_without_a_gpu_word_stays_the_objective():
 
 
 @pytest.mark.parametrize(("text", "gpu", "gpus"), [
-    ("QLoRA Llama 3 8B on a 24 GB 4090", "rtx-4090", None),
+    ("QLoRA Llama 3 8B on a 24 GB 4090", "rtx-4090", 1),
     ("QLoRA Llama 3 8B on one 4090", "rtx-4090", 1),
     ("QLoRA Llama 3 8B on two 4090s", "rtx-4090", 2),
+    ("QLoRA Llama 3 8B on a 4090 with TRL", "rtx-4090", 1),   # an article before the card is one card
+    ("LoRA Llama 3 8B on an H100", "h100-sxm-80gb", 1),
+    ("QLoRA Llama 3 8B on my 24 GB 3090", "rtx-3090", 1),
+    ("Llama 3 8B on a H100 node for 10B tokens", "h100-sxm-80gb", 8),   # one node of them
+    ("Llama 3 8B on a cluster of H100s for 1T tokens", "h100-sxm-80gb", None),
 ])
 def test_a_bare_card_number_after_an_article_is_the_card(text, gpu, gpus):
     request = parse_partial(text)
