@@ -4,7 +4,7 @@ LLM-backed when one is configured (streaming tokens, the function-calling loop k
 conversation as history), offline otherwise: each line is parsed and merged into the previous
 request ("what if I only have 256 GPUs?", "use fp8", "seq 4k"), and the plan is re-made.
 
-Commands: /help, /tools, /report [FILE], /save FILE, /load FILE, /quit.
+Commands: /help, /tools, /report [FILE], /save FILE, /load FILE, /quit (or a line of just quit, exit or bye).
 
 Transcript: JSON lines, one record each: {"kind": "session", ...}, {"kind": "user", "text"},
 {"kind": "plan", "request", "summary"} (offline), {"kind": "message", "message"} (LLM
@@ -40,6 +40,9 @@ from .planner import resolve_backend
 from .prose import neutralise_line, strip_terminal_controls
 from .report import PlanReport, summary_line
 from .request import PlanRequest, merge, parse_partial
+
+BARE_QUIT_WORDS = frozenset({"quit", "exit", "bye", "q"})
+"""A line of only one of these ends the session as /quit does."""
 
 TRANSCRIPT_VERSION = 1
 HELP = ("Ask for a plan in plain language, e.g. \"Llama 3 70B on 512 H100s for 15T tokens\"; then revise it: "
@@ -160,6 +163,8 @@ class ChatSession:
         line = line.strip()
         if not line:
             return True
+        if line.lower().rstrip(".!") in BARE_QUIT_WORDS:   # 'quit' said without the slash: no request says only that
+            return False
         if line.startswith("/"):
             command, _, argument = line.partition(" ")
             argument = argument.strip()

@@ -152,3 +152,9 @@ def test_llm_turns_without_tools_are_said_and_the_report_quotes_every_turn(opena
     assert "> Llama 3 8B on 64 H100s for 100B tokens / what if I only have 32 GPUs?" in out
     assert "# Training plan: llama3-8b on 32 x h100-sxm-80gb" in out
     assert "The LLM called no tool, so it gave no grounded plan." in out
+
+
+def test_a_line_of_just_quit_ends_the_session_as_slash_quit_does():
+    for word in ("quit", "exit", "Bye.", "q"):
+        _, out = chat(FIRST, word, "Llama 3 8B on 16 H100s")
+        assert out.count("plan (offline):") == 1 and "nothing to change" not in out, word
