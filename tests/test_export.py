@@ -469,7 +469,7 @@ def test_megatron_export_carries_the_rope_base_scaling_and_norm_epsilon_of_the_c
     config = json.loads((MODELS_DIR / "llama3-8b.json").read_text())
     base = spec_from_config(config, "llama3-8b")
     flags = parse_args_text(export("megatron", base, resolve_config(base, 8), model_ref="llama3-8b").content)
-    assert (flags["--rotary-base"], flags["--norm-epsilon"], flags["--vocab-size"]) == ("500000", "1e-06", "128256")
+    assert (flags["--rotary-base"], flags["--norm-epsilon"], flags["--vocab-size"]) == ("500000", "1e-05", "128256")
     assert "--use-rope-scaling" not in flags
     extended = copy.deepcopy(config) | {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                          "high_freq_factor": 4.0,
