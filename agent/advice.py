@@ -59,14 +59,15 @@ def error_band(model: str, gpus: int, with_tokens: bool, adapters: bool = False)
     measured it."""
     spec = catalog.load_model(model)
     regime = regime_of(spec.is_moe, gpus, adapters)
-    bands = load_summary()["bands"]
+    summary = load_summary()
+    bands = summary["bands"]
     band = bands.get(regime, {})
-    parts = []
-    for kind, what in (("throughput", "step time and throughput"), ("memory", "peak memory")):
-        if kind in band:
-            b = band[kind]
-            parts.append(f"{what} within about {b['mape']:.0%} on average (MAPE of {b['n']} held-out eval cases), "
-                         f"worst {b['worst']:+.1%} ({b['worst_case']})")
+    parts = [f"{what} {_within(band[kind])}" for kind, what in (("throughput", "step time and throughput"),
+                                                                 ("memory", "peak memory")) if kind in band]
+    if adapters and spec.is_moe and "throughput" in bands.get("MoE", {}) \
+            and not any(c["adapters"] and c["is_moe"] for c in summary["cases"]):
+        parts.append("no fine-tuning eval case is a mixture-of-experts model, so for its expert layers the nearest "
+                     f"measure is the MoE band: step time and throughput {_within(bands['MoE']['throughput'])}")
     hours = band.get("gpu_hours") or bands.get(ALL, {}).get("gpu_hours")
     if with_tokens and hours:
         b, pooled = hours, "gpu_hours" not in band
@@ -77,6 +78,12 @@ def error_band(model: str, gpus: int, with_tokens: bool, adapters: bool = False)
     if not parts:
         return f"expected error: no held-out eval case covers {REGIMES[regime]} ({regime}); treat the figures as unmeasured"
     return f"expected error for {REGIMES[regime]} ({regime}): " + "; ".join(parts)
+
+
+def _within(b: dict) -> str:
+    """One band figure as a sentence: 'within about X% on average (MAPE of N held-out eval cases), worst ...'."""
+    return (f"within about {b['mape']:.0%} on average (MAPE of {b['n']} held-out eval cases), "
+            f"worst {b['worst']:+.1%} ({b['worst_case']})")
 
 
 def known_gaps(model: str, gpu: str, adapters: bool = False) -> list[str]:

@@ -132,3 +132,16 @@ def test_llama_70b_plans_carry_the_gpu_hours_gap():
     report = trainplan.plan("Llama 3 70B on 64 H100s for 1T tokens", backend="offline")
     assert any("llama31-70b-gpu-hours" in g and "gpu_hours" in g for g in report.known_gaps)
     assert "dense" in report.error_band and "GPU-hours" in report.error_band
+
+
+def test_an_moe_fine_tune_says_no_fine_tuning_row_covers_its_experts():
+    """The fine-tuning band is measured on dense models only: a LoRA plan of an MoE model adds the MoE band as the
+    nearest measure of its expert layers; a dense LoRA plan does not."""
+    from trainplan.agent.advice import error_band
+    from trainplan.tools.search.eval_summary import load_summary
+
+    assert not any(c["adapters"] and c["is_moe"] for c in load_summary()["cases"])
+    moe = error_band("qwen3-30b-a3b", 2, False, adapters=True)
+    assert moe.startswith("expected error for LoRA and QLoRA fine-tunes") and "nearest measure is the MoE band" in moe
+    assert "nearest measure" not in error_band("llama3-8b", 2, False, adapters=True)
+    assert "nearest measure" not in error_band("qwen3-30b-a3b", 16, False)
