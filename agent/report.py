@@ -42,6 +42,7 @@ from trainplan.tools.config.engines import ENGINE_LIST, NON_HF_TRAINER_ENGINES
 from trainplan.tools.config.plan_defaults import DEFAULT_HEADROOM
 
 from .prose import neutralise_line
+from .sizing import SIZING_PREFIX
 
 HEADROOM_RISK = DEFAULT_HEADROOM
 """memory headroom below this share of capacity is a risk (fragmentation, spikes, longer sequences):
@@ -173,6 +174,13 @@ class PlanReport(BaseModel):
         from trainplan.tools.search.limits import render_limit
 
         return render_limit(self.limit) if self.limit else ""
+
+    def sizing_text(self) -> str:
+        """How the planner chose the GPU count the request left open (a deadline, a budget, 'up to N'), as its
+        assumption says it, without the counts tried; "" when the request gave the count, or when no count met the
+        request (a risk says so already)."""
+        said = next((a for a in self.assumptions if a.startswith(SIZING_PREFIX)), "")
+        return "" if said in self.risks else said.removeprefix(SIZING_PREFIX).split("; tried ", 1)[0]
 
     def to_markdown(self) -> str:
         recommended = self.recommended or {}

@@ -43,6 +43,9 @@ from trainplan.tools.search.space import R_BUDGET
 
 from . import tradeoffs
 
+SIZING_PREFIX = "gpus not given: "
+"""How the assumption that states the GPU count the planner chose begins (the short report reads it back)."""
+
 DEFAULT_MAX_GPUS = 16384
 """Most GPUs tried when a request bounds the count only by a deadline or a budget: the largest
 published dense run (Llama 3 405B on 16,384 H100s, Llama 3 paper §3.3)."""
@@ -218,20 +221,20 @@ def choose_count(search: Search, job: dict, headroom_gib: float, table: tradeoff
     if chosen is None:
         fallback = top
         if largest:
-            return largest[0], (f"gpus not given: {tried}, and none meets {limits_text(job)}; the plan uses "
+            return largest[0], (f"{SIZING_PREFIX}{tried}, and none meets {limits_text(job)}; the plan uses "
                                 f"{largest[0]:,}, the most GPUs a layout can use at this batch ({_outcome(largest[1])})"), False, None
         if job.get("budget_usd") and not job.get("deadline_days"):
             cheapest = _cheapest(search, job, counts, headroom_gib)
             fallback = cheapest[0] if cheapest else top
             if cheapest:
-                return fallback, (f"gpus not given: {tried}, and none meets {limits_text(job)}; the plan uses "
+                return fallback, (f"{SIZING_PREFIX}{tried}, and none meets {limits_text(job)}; the plan uses "
                                   f"{fallback:,}, the count of the cheapest plan"), False, None
         memory = (f"a layout that keeps {headroom_gib:.2f} GiB of memory free" if headroom_gib > 0
                   else "the memory the model needs")
-        return fallback, (f"gpus not given: {tried}, and none meets {limits_text(job) or memory}; "
+        return fallback, (f"{SIZING_PREFIX}{tried}, and none meets {limits_text(job) or memory}; "
                           f"the plan uses {fallback:,}"), False, None
     gpus, best = chosen
-    return gpus, f"gpus not given: {gpus:,} GPUs, {how} ({_outcome(best)}); {tried}", True, note
+    return gpus, f"{SIZING_PREFIX}{gpus:,} GPUs, {how} ({_outcome(best)}); {tried}", True, note
 
 
 def _inside_evidence(table: tradeoffs.Table, job: dict, chosen: tuple[int, dict], days: float, top: int

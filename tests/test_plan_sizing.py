@@ -127,3 +127,13 @@ def test_a_deadline_no_count_meets_plans_on_the_most_gpus_the_engine_can_use():
     assert report.recommended["training"]["days"] > 30
     assert any("none meets the 30-day deadline" in a and "the most GPUs a layout can use" in a
                for a in report.risks)
+
+
+def test_the_short_report_says_how_the_planner_chose_the_gpu_count(deadline_report):
+    """The count a deadline, budget or bound left open heads the short report's table, as the sizing assumption
+    words it (without the counts tried); a request that gave the count, or whose count missed (a risk says so),
+    has no such row."""
+    row = next(line for line in deadline_report.to_summary().splitlines() if line.startswith("| GPUs |"))
+    assert row.startswith(f"| GPUs | {deadline_report.request['gpus']:,} GPUs, ") and "days" in row and "tried" not in row
+    given = plan("Llama 3 8B on 8 H100s for 10B tokens", backend="offline")
+    assert given.sizing_text() == "" and "| GPUs |" not in given.to_summary()
