@@ -152,3 +152,12 @@ def test_fp32_norms_hold_the_residual_stream_in_fp32():
         assert fp32 - bf16 > checkpoints
     assert trainplan.estimate(model="llama3-8b", gpu="h100", gpus=1, method="qlora").config.fp32_norms
     assert not trainplan.estimate(model="llama3-8b", gpu="h100", gpus=1, method="lora").config.fp32_norms
+
+
+def test_the_gpu_limit_refuses_a_layout_whose_sizes_do_not_divide_in_one_line():
+    """A layout error is the layout's, not every GPU's: one line, not 'fits on no catalog GPU'."""
+    with pytest.raises(InputError, match="gbs=7 is not divisible by dp\\*mbs=3\\*1=3"):
+        trainplan.limits("gpu", model="llama3-8b", gpus=3, gbs=7)
+    # full training at an odd count is timed at the default batch, rounded to a multiple of dp x mbs
+    answer = trainplan.limits("gpu", model="llama3-8b", gpus=3, recompute="full")
+    assert answer["fits_on"] and all(row["tokens_per_s"] > 0 for row in answer["fits_on"])

@@ -9,8 +9,8 @@
   evidence as the search ranks layouts: a GPU whose efficiencies no public run fitted (GPUSpec.efficiency_basis
   assumed) is named only when it beats the cheapest fitted one by EVIDENCE_MARGIN (plan_defaults.py).
 
-The layout is timed at its global batch, or the default one (tools/config/plan_defaults.py default_gbs: a
-fine-tune's for LoRA and QLoRA). "Fits" is memory.memory_breakdown's: the most loaded rank's total <= capacity - headroom_gib. Each
+The layout is timed at its global batch, or the default one (tools/config/layout.py resolve_with_batch: a
+fine-tune's for LoRA and QLoRA, rounded up to a multiple of dp x mbs). "Fits" is memory.memory_breakdown's: the most loaded rank's total <= capacity - headroom_gib. Each
 answer carries the memory at the limit and at one step past it, so the margin is visible.
 """
 
@@ -20,11 +20,9 @@ from typing import Any
 
 from trainplan.tools.hardware.catalog import gpu_names, load_gpu, load_model
 from trainplan.tools.config.contract import Job, Layout
-from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN, default_gbs
-from trainplan.tools.config.resolve import is_lora
+from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.config.layout import resolve_config
-from trainplan.tools.hardware.counting import count_params
+from trainplan.tools.config.layout import resolve_config, resolve_with_batch
 from trainplan.tools.hardware.specs import ClusterSpec
 from trainplan.tools.perf.estimate import evaluate
 from trainplan.tools.perf.memory import memory_breakdown
@@ -106,14 +104,12 @@ def solve(target: str, model: str, gpu: str | None = None, gpus: int = 1, **fiel
 
 def _tokens_per_s(model_spec, gpu_spec, gpus: int, knobs: dict) -> float:
     """Throughput of the layout on `gpus` of this GPU, at its global batch or the default one (module doc)."""
-    if knobs.get("gbs") is None:
-        seq = resolve_config(model_spec, gpus, **{**knobs, "fp8_supported": gpu_spec.fp8_tflops is not None}).seq
-        knobs = {**knobs, "gbs": default_gbs(seq, gpus, count_params(model_spec).total, is_lora(knobs.get("method")))}
-    cfg = resolve_config(model_spec, gpus, fp8_supported=gpu_spec.fp8_tflops is not None, **knobs)
+    cfg, _ = resolve_with_batch(model_spec, gpus, fp8_supported=gpu_spec.fp8_tflops is not None, **knobs)
     return evaluate(model_spec, ClusterSpec.build(gpu_spec, gpus), cfg).time.tokens_per_s
 
 
 def _cheapest_gpu(model_spec, gpus: int, knobs: dict, headroom: float) -> dict:
+    resolve_config(model_spec, gpus, **knobs)   # the layout's own errors (sizes that do not divide), once, in one line
     rows = []
     for name in gpu_names():
         spec = load_gpu(name)
