@@ -7,7 +7,8 @@ FINETUNE_SEQ (the recipes' length) where a layout fits on the request's GPUs, el
 plan_defaults.finetune_seqs at which one does (probe_fine_tune_seq with the planner's search, agent/sizing.py
 longest_seq_that_fits), gbs default_finetune_gbs, and no token count (no cost) unless given; precision: bf16;
 price: the GPU's catalog price; goodput: tools/config/plan_defaults.py DEFAULT_GOODPUT; the GPU of a solve=gpu
-request: the cheapest catalog GPU per token (by the evidence rule) on which its leanest layout fits. A seq the request gives is never changed.
+request: the cheapest catalog GPU per token (by the evidence rule) on which its leanest layout fits. A seq the
+request gives is never changed.
 """
 
 from __future__ import annotations

@@ -293,7 +293,8 @@ TOOLS: tuple[Tool, ...] = (
     Tool("find_limit",
          "The limit of a layout over the memory model: the longest sequence (solve=seq) or the largest micro-batch "
          "(solve=mbs) that fits, with the memory at the limit and one past it, or every catalog GPU it fits on "
-         "(solve=gpu), the smallest and the cheapest per token. Answers 'longest context I can QLoRA Llama 3 8B on a 4090'.",
+         "(solve=gpu), the smallest and the cheapest per token. Answers 'longest context I can QLoRA Llama 3 8B on "
+         "a 4090'.",
          LimitArgs, _find_limit),
     Tool("estimate_step_time",
          "Step time of one layout built bottom-up (GEMMs, attention, collectives, pipeline bubble): "

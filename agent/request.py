@@ -92,8 +92,8 @@ class _Request(BaseModel):
     solve: Literal["seq", "mbs", "gpu"] | None = Field(
         default=None, description="the limit the request asks for (tools/search/limits.py): seq, the longest context that "
         "fits ('longest context I can QLoRA Llama 3 8B on a 4090'); mbs, the largest micro-batch that fits; gpu, the "
-        "smallest or cheapest catalog GPU that fits (the plan then runs on the cheapest per token); the report answers it for "
-        "the recommended layout; a request that asks one and names no GPU count plans one GPU")
+        "smallest or cheapest catalog GPU that fits (the plan then runs on the cheapest per token); the report answers "
+        "it for the recommended layout; a request that asks one and names no GPU count plans one GPU")
 
     def given(self) -> dict[str, Any]:
         """The fields that are set (the words not understood are not a field of the plan)."""

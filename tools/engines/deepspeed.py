@@ -12,12 +12,11 @@ What DeepSpeed cannot express is refused with one line:
 - ZeRO-2/3 with pp > 1: its pipeline engine asserts "ZeRO-2 and ZeRO-3 are incompatible with
   pipeline parallelism";
 - ZeRO-3 with tp > 1: AutoTP training works with ZeRO stages 0, 1 and 2 only (DeepSpeed's "Automatic Tensor
-  Parallelism (Training)" tutorial, docs/_tutorials/autotp-training.md, Limitations 1: "ZeRO Stage 3 not
-  supported");
-- LoRA/QLoRA with tp or pp > 1: AutoTP replaces every nn.Linear it meets (isinstance, so a bitsandbytes Linear4bit too)
-  with a layer that slices `weight` as a dense [out, in] matrix (deepspeed/module_inject/auto_tp.py _replace,
-  layers.py LinearLayer), while a 4-bit weight is a packed uint8 column and PEFT's lora_A/lora_B sit inside
-  wrapper modules; the pipeline engine runs a PipelineModule (a list of layers), not a Hugging Face model with
+  Parallelism (Training)" tutorial, Limitations 1: "ZeRO Stage 3 not supported");
+- LoRA/QLoRA with tp or pp > 1: AutoTP replaces every nn.Linear it meets (isinstance, so a bitsandbytes
+  Linear4bit too) with a layer that slices `weight` as a dense [out, in] matrix (DeepSpeed's
+  module_inject/auto_tp.py _replace, layers.py LinearLayer), while a 4-bit weight is a packed uint8 column and
+  PEFT's lora_A/lora_B sit inside wrapper modules; the pipeline engine runs a PipelineModule (a list of layers), not a Hugging Face model with
   PEFT's wrappers; PEFT's maintainers know of no working pipeline- or tensor-parallel example
   (huggingface/peft#1572), and LLaMA-Factory users report AutoTP without LoRA support (hiyouga/LlamaFactory#8206);
 - optimizer offload without ZeRO.

@@ -35,7 +35,8 @@ def param_storage_note(engine: str, cfg: ParallelConfig) -> str | None:
 
 def reruns_modules(cfg: ParallelConfig) -> bool:
     """Whether selective recompute reruns modules beyond the attention core (Megatron's default set)."""
-    return cfg.recompute is Recompute.selective and set(cfg.recompute_modules or ()) - set(DEFAULT_RECOMPUTE_MODULES) != set()
+    beyond_default = set(cfg.recompute_modules or ()) - set(DEFAULT_RECOMPUTE_MODULES)
+    return cfg.recompute is Recompute.selective and bool(beyond_default)
 
 
 def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:

@@ -1,4 +1,5 @@
-"""The answers fine-tuners ask first, solved over the memory model (tools/perf/memory.py); no physics of its own.
+"""The answers fine-tuners ask first, solved over the memory model (tools/perf/memory.py) and, for the GPU, timed
+by the estimate (tools/perf/estimate.py); no physics of its own.
 
 - seq: the longest sequence that fits one layout (bisection on seq: memory grows with it),
 - mbs: the largest micro-batch that fits (bisection on mbs),
@@ -10,8 +11,9 @@
   assumed) is named only when it beats the cheapest fitted one by EVIDENCE_MARGIN (plan_defaults.py).
 
 The layout is timed at its global batch, or the default one (tools/config/layout.py resolve_with_batch: a
-fine-tune's for LoRA and QLoRA, rounded up to a multiple of dp x mbs). "Fits" is memory.memory_breakdown's: the most loaded rank's total <= capacity - headroom_gib. Each
-answer carries the memory at the limit and at one step past it, so the margin is visible.
+fine-tune's for LoRA and QLoRA, rounded up to a multiple of dp x mbs). "Fits" is memory.memory_breakdown's:
+the most loaded rank's total <= capacity - headroom_gib. Each answer carries the memory at the limit and at one
+step past it, so the margin is visible.
 """
 
 from __future__ import annotations
