@@ -17,8 +17,12 @@ What it reads (case and word order do not matter; full-width and CJK text is rea
   "N GPUs", "64 nodes of 8 H100s" (= 512, gpus_per_node 8), "8 H100s per node, 64 nodes", "N nodes" (x the GPU's node);
   "up to 512 H100s" / "at most 512 GPUs" set max_gpus instead (the planner tries fewer);
 - tokens: "15T tokens", "15.6e12 tokens", "300 billion tokens", "15万亿 token"; tokens per batch
-  ("4M tokens per batch": gbs = tokens / seq, K and M read as 2^10 and 2^20);
-- seq ("sequence length 8192", "seq 4k", "8k context"), gbs ("global batch 1024", "gbs=256");
+  ("4M tokens per batch": gbs = tokens / seq, K and M read as 2^10 and 2^20); "2 epochs over 50M tokens" (x 2);
+- seq ("sequence length 8192", "seq 4k", "8k context"), gbs ("global batch 1024", "gbs=256"), mbs ("micro-batch
+  2", "per_device_train_batch_size=4"); "gradient accumulation 8" makes gbs = per-device batch x 8 x the
+  data-parallel GPUs, as the Hugging Face Trainer does (a bare "batch size 1" beside it is the per-device batch);
+- "gradient checkpointing" -> recompute full (each decoder layer rerun); "full SFT" -> method full; "4-bit" and
+  "NF4" -> qlora;
 - price ("$2/GPU-hour"), budget_usd ("budget $2M", "under $2M"), deadline_days ("within 30 days",
   "in 4 weeks", "30天内");
 - objective: "cheapest" / "minimise cost" -> cost, "fastest" -> time, "max throughput";
@@ -143,6 +147,7 @@ def parse_partial(text: str) -> PlanRequest:
     rules.read_gpu(t, found)
     amounts.read_sequence_in_tokens(t, found)   # before the training tokens: 'at 4096 tokens' is a sequence
     amounts.read_tokens(t, found)
+    amounts.read_epochs(t, found)
     amounts.read_sequence_and_batch(t, found)
     amounts.read_money(t, found)
     amounts.read_goodput(t, found)
@@ -154,6 +159,7 @@ def parse_partial(text: str) -> PlanRequest:
     steering.read_precision(t, found, negated)
     steering.read_pins(t, found)
     steering.read_method(t, found)
+    amounts.apply_accumulation(found)   # after the counts and pins: the data-parallel size
     rules.read_model_by_family(t, found)
     signed = t.signed_number(skip=tuple(found.pop("_spans", {}).values()))
     if signed is not None:   # after the rules, whose own refusals ('-512 H100s') say more

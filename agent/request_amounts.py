@@ -103,14 +103,63 @@ def read_sequence_and_batch(t: RequestText, found: dict[str, Any]) -> None:
                      r"seq(?:uence)?[\s-]*len(?:gth)?|seq)(?![a-z])"))
     if seq:
         found["seq"] = whole_count(t, seq, "tokens of sequence")
-    mbs = t.take(rf"(?<![a-z])(?:mbs|micro[\s_-]*batch(?:[\s_-]*size)?)\s*(?:of|:|=|is)?\s*{COUNT_PATTERN}")
-    if mbs:  # before gbs: 'micro-batch size 4' holds 'batch size 4'
+    mbs = t.take(rf"(?<![a-z])(?:mbs|micro[\s_-]*batch(?:[\s_-]*size)?|{_PER_DEVICE_BATCH})\s*(?:of|:|=|is)?\s*"
+                 rf"{COUNT_PATTERN}")
+    if mbs:  # before gbs: 'micro-batch size 4' and 'per_device_train_batch_size=4' hold 'batch size 4'
         found["mbs"] = whole_count(t, mbs, "sequences per micro-batch")
+    bare = t.first(rf"(?<![a-z])batch[\s_-]*size\s*(?:of|:|=|is)?\s*{COUNT_PATTERN}")
     gbs = (t.take(rf"(?:global[\s_-]*batch(?:[\s_-]*size)?|batch[\s_-]*size|gbs)\s*(?:of|:|=|is)?\s*{COUNT_PATTERN}"
                   r"(?!\s*(?:thousand|million|billion|trillion|[mbt])?\s*tokens)")
            or t.take(rf"{COUNT_PATTERN}\s*sequences?{_PER_BATCH}"))
     if gbs:
         found["gbs"] = whole_count(t, gbs, "sequences per batch")
+        found["_bare_batch"] = bare is not None and bare.start() == gbs.start()
+    accumulation = t.take(rf"(?<![a-z])(?:gradient|grad)[\s_-]*accum(?:ulation)?(?:[\s_-]*steps?)?\s*(?:of|:|=|is)?\s*"
+                          rf"{COUNT_PATTERN}")
+    if accumulation:
+        found["_accumulation"] = whole_count(t, accumulation, "gradient accumulation steps")
+
+
+_PER_DEVICE_BATCH = (r"per[\s_-]*(?:device|gpu)[\s_-]*(?:train[\s_-]*)?batch(?:[\s_-]*size)?"
+                     r"|batch[\s_-]*size[\s_-]*per[\s_-]*(?:device|gpu)")
+"""The Hugging Face Trainer's per_device_train_batch_size and its plain forms: the micro-batch of each GPU."""
+
+
+def apply_accumulation(found: dict[str, Any]) -> None:
+    """A Hugging Face style batch ('batch size 1, gradient accumulation 8' on N GPUs): the per-device batch (the
+    micro-batch, or a bare 'batch size' when accumulation is said) x accumulation x data-parallel GPUs is the
+    global batch, as the Trainer makes it; a global batch said as such gives the micro-batch instead. InputError
+    when the GPU count is not known or the figures disagree."""
+    steps = found.pop("_accumulation", None)
+    bare = found.pop("_bare_batch", False)
+    if steps is None:
+        return
+    model_parallel = found.get("tp", 1) * found.get("pp", 1) * found.get("cp", 1)
+    gpus = found.get("gpus")
+    if gpus is None or gpus % model_parallel:
+        raise InputError(f"gradient accumulation {steps} makes the global batch per-device batch x accumulation x "
+                         "data-parallel GPUs: give the GPU count (e.g. 'on 8 H100s'), or the global batch instead")
+    replicas = gpus // model_parallel
+    if found.get("gbs") is not None and not bare:   # 'global batch 1024, gradient accumulation 4'
+        per_device, left = divmod(found["gbs"], steps * replicas)
+        if left or not per_device or found.get("mbs") not in (None, per_device):
+            raise InputError(f"global batch {found['gbs']} is not gradient accumulation {steps} x {replicas} "
+                             f"data-parallel GPUs x {found.get('mbs') or 'a whole'} per-device batch: give two of them")
+        found["mbs"] = per_device
+        return
+    per_device = found.get("mbs") or (found.get("gbs") if bare else None) or 1
+    found["mbs"] = per_device
+    found["gbs"] = per_device * steps * replicas
+
+
+def read_epochs(t: RequestText, found: dict[str, Any]) -> None:
+    """Epochs over the training tokens ('2 epochs over 50M tokens', '3 epochs'): tokens x epochs. Epochs with no
+    token count stay unread (the report lists them)."""
+    if found.get("tokens") is None:
+        return
+    epochs = t.take(rf"{COUNT_PATTERN}\s*epochs?(?:\s+(?:over|of|on|through))?(?![a-z])")
+    if epochs:
+        found["tokens"] *= whole_count(t, epochs, "epochs")
 
 
 def read_money(t: RequestText, found: dict[str, Any]) -> None:

@@ -134,6 +134,10 @@ def read_pins(t: RequestText, found: dict[str, Any]) -> None:
                        r"checkpointing)(?![a-z])")
     if recompute and "recompute" not in found:
         found["recompute"] = recompute.group(1).lower()
+    # the Hugging Face models' gradient checkpointing reruns each decoder layer whole: full recompute
+    layers = t.take(r"(?<![a-z])(?:gradient|activation)[\s_-]*checkpointing(?![a-z])")
+    if layers and "recompute" not in found:
+        found["recompute"] = "full"
 
 
 def read_method(t: RequestText, found: dict[str, Any]) -> None:
@@ -146,8 +150,13 @@ def read_method(t: RequestText, found: dict[str, Any]) -> None:
         found["method"] = "full"  # 'without LoRA', 'not using QLoRA': every weight trains
     elif adapters:
         found["method"] = adapters.group(1).lower()
-    elif t.take(r"(?<![a-z])full[\s-]*(?:parameter[\s-]*)?(?:fine[\s-]*tun(?:e|ed|ing)|ft)(?![a-z])"):
+    elif t.take(r"(?<![a-z])full[\s-]*(?:parameter[\s-]*)?(?:fine[\s-]*tun(?:e|ed|ing)|finetun(?:e|ed|ing)|s?ft)"
+                r"(?![a-z])"):
         found["method"] = "full"
+        found["fine_tuning"] = True
+    # NF4 base weights are QLoRA's ('QLoRA 4-bit', 'LoRA on a 4-bit base')
+    if found.get("method") in (None, "lora", "qlora") and t.take(r"(?<![a-z0-9])(?:4[\s-]*bit|nf4)(?![a-z0-9])"):
+        found["method"] = "qlora"
         found["fine_tuning"] = True
     qv = t.take(r"(?<![a-z])(?:(?:on|to)\s+(?:the\s+)?)?(?:q(?:_proj)?\s*(?:and|,|&|/|\+)\s*v(?:_proj)?|query\s+and\s+value)"
                 r"(?:\s+(?:projections?|layers?|modules?|only))*(?![a-z])")

@@ -390,3 +390,38 @@ def test_a_named_dispatcher_reaches_the_search_pins():
     report = plan("Qwen3-30B-A3B on 16 H100s with DeepEP")
     assert report.request["dispatcher"] == "deepep"
     assert report.recommended["config"]["dispatcher"] == "deepep"
+
+
+# --- the Hugging Face Trainer's words: per-device batch, accumulation, epochs, checkpointing, 4-bit ------------
+
+@pytest.mark.parametrize(("text", "mbs", "gbs"), [
+    # per_device_train_batch_size x gradient_accumulation_steps x data-parallel GPUs is the global batch
+    ("LoRA Llama 3 8B on 4 A100s, per_device_train_batch_size=4, gradient_accumulation_steps=4", 4, 64),
+    # a bare 'batch size' beside accumulation is the per-device batch (the Qwen README's 'batch 1, accumulation 8')
+    ("LoRA Qwen2.5 7B on one A100, batch size 1, gradient accumulation 8", 1, 8),
+    ("Llama 3 8B on 8 H100s, tp 2, micro batch 2, grad accum 4", 2, 32),   # 4 data-parallel replicas
+    # a global batch said as such gives the micro-batch
+    ("Llama 3 70B on 512 H100s, global batch size 4096, gradient accumulation 4", 2, 4096),
+    ("LoRA Llama 3 8B on 8 H100s, batch size per device 2", 2, None),
+])
+def test_hugging_face_batch_words_make_the_global_batch(text, mbs, gbs):
+    assert read(text, "mbs", "gbs") == {"mbs": mbs, "gbs": gbs}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("LoRA Llama 3 8B with gradient accumulation 8 on H100s", "give the GPU count"),
+    ("Llama 3 70B on 512 H100s, global batch size 1024, gradient accumulation 4", "is not gradient accumulation 4"),
+])
+def test_accumulation_that_cannot_make_a_batch_is_one_line(text, message):
+    with pytest.raises(InputError, match=message) as refused:
+        parse_partial(text)
+    assert "\n" not in str(refused.value)
+
+
+def test_epochs_gradient_checkpointing_full_sft_and_4_bit_are_read():
+    request = parse_partial("LoRA Llama 3 8B, 2 epochs over 50M tokens, on one A100 40GB with gradient checkpointing")
+    assert (request.tokens, request.recompute, request.unparsed) == (1e8, "full", None)
+    assert parse_partial("Llama 3 8B on 8 H100s for 3 epochs").unparsed == ["3", "epochs"]   # no tokens to repeat
+    assert parse_partial("Llama 3 8B on 8 H100s without gradient checkpointing").recompute == "none"
+    assert (parse_partial("full SFT of Qwen2.5-7B on 8 A100s").method, parse_partial("QLoRA 4-bit Llama 3 8B on an L4")
+            .method, parse_partial("LoRA on a 4-bit Llama 3 8B on an L4").method) == ("full", "qlora", "qlora")
