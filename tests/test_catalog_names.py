@@ -102,3 +102,16 @@ def test_a_bare_number_is_not_a_gpu_alias():
 def test_model_family_and_size(text, sizes, model):
     family = family_mentions(text)[0]
     assert model_by_family_and_size(family, sizes)[0] == model
+
+
+@pytest.mark.parametrize(("text", "gpu"), [
+    ("Llama 3 8B on 8xA100-40G", "a100-sxm-40gb"),   # 'G' for GB, as people write it
+    ("Llama 3 8B on 8 A100 40G", "a100-sxm-40gb"),
+    ("Llama 3 8B on 8 A100s 40GB", "a100-sxm-40gb"),   # the memory after the plural
+    ("Llama 3 8B on 8 H100 80G", "h100-sxm-80gb"),
+])
+def test_a_memory_size_written_as_g_or_after_the_plural_picks_the_part(text, gpu):
+    from trainplan.agent.request import parse_partial
+
+    request = parse_partial(text)
+    assert (request.gpu, request.gpus, request.unparsed) == (gpu, 8, None)

@@ -27,8 +27,10 @@ from trainplan.tools.hardware.catalog.entries import GPU_ALIASES, gpu_memory_gib
 _FORM_FACTORS = ("sxm", "pcie", "nvl")
 _QUALIFIER_PART = re.compile(r"(?:sxm\d?|pcie|nvl|\d{2,3}gb)")
 _SEP = r"[\s_-]*"
-QUALIFIER = r"(?:sxm\d?|pci[\s-]?e(?:xpress)?|nvl|\d{2,3}\s*gi?b)"
-"""A qualifier as written in text (case-insensitive): 'SXM5', 'PCIe', 'PCI-E', 'NVL', '80 GB', '80GiB'."""
+QUALIFIER = r"(?:sxm\d?|pci[\s-]?e(?:xpress)?|nvl|\d{2,3}\s*g(?:i?b)?)"
+"""A qualifier as written in text (case-insensitive): 'SXM5', 'PCIe', 'PCI-E', 'NVL', '80 GB', '80GiB', '80G'."""
+_LATE_MEMORY = r"\d{2,3}\s*g(?:i?b)?"
+"""A memory size after the plural ('A100s 40GB'), the one qualifier read there."""
 
 
 def key(name: str) -> str:
@@ -43,7 +45,7 @@ def canonical_qualifier(written: str) -> str:
         return "sxm"
     if q.startswith("pci"):
         return "pcie"
-    memory = re.fullmatch(r"(\d+)gi?b", q)
+    memory = re.fullmatch(r"(\d+)g(?:i?b)?", q)
     return f"{memory.group(1)}gb" if memory else q
 
 
@@ -147,7 +149,8 @@ def _gpu_index(names: tuple[str, ...], aliases: tuple[tuple[str, str], ...]
         rf"(?P<pre>(?<![a-z0-9])\d{{2,3}}\s*gi?b\s+)?(?P<brand>(?<![a-z0-9]){_BRAND})?"
         rf"(?:(?<![a-z0-9])|(?<=[0-9][x×]))(?P<base>{alternatives})"
         rf"(?P<post>(?:{_SEP}{QUALIFIER}(?=s?(?![a-z0-9])))*)(?P<plural>s?)(?![a-z0-9])"
-        rf"(?P<paren>\s*\(\s*{QUALIFIER}(?:[\s,/]+{QUALIFIER})*\s*\))?", re.IGNORECASE)
+        rf"(?P<paren>\s*\(\s*{QUALIFIER}(?:[\s,/]+{QUALIFIER})*\s*\))?"
+        rf"(?P<late>(?<=s)[\s_-]+{_LATE_MEMORY}(?![a-z0-9]))?", re.IGNORECASE)
     return groups, {key(p.replace(_SEP, "")): g for p, g in spelling.items()}, pattern
 
 
@@ -159,7 +162,7 @@ def gpu_mentions(text: str, names: list[str] | None = None) -> list[GpuMention]:
     out = []
     for match in pattern.finditer(text):
         group = group_of[key(match.group("base"))]
-        paren = match.group("paren") or ""
+        paren = (match.group("paren") or "") + (match.group("late") or "")
         written_quals = {canonical_qualifier(q) for q in re.findall(
             QUALIFIER, " ".join((match.group("pre") or "", match.group("post"), paren)), re.IGNORECASE)}
         chosen = choose_gpu(groups[group], written_quals)
