@@ -18,6 +18,7 @@ What it reads (case and word order do not matter; full-width and CJK text is rea
   "up to 512 H100s" / "at most 512 GPUs" set max_gpus instead (the planner tries fewer);
 - tokens: "15T tokens", "15.6e12 tokens", "300 billion tokens", "15万亿 token"; tokens per batch
   ("4M tokens per batch": gbs = tokens / seq, K and M read as 2^10 and 2^20); "2 epochs over 50M tokens" (x 2);
+  "10k samples of 512 tokens" (tokens = 10,000 x 512, seq 512);
 - seq ("sequence length 8192", "seq 4k", "8k context"), gbs ("global batch 1024", "gbs=256"), mbs ("micro-batch
   2", "per_device_train_batch_size=4"); "gradient accumulation 8" makes gbs = per-device batch x 8 x the
   data-parallel GPUs, as the Hugging Face Trainer does (a bare "batch size 1" beside it is the per-device batch);
@@ -145,8 +146,10 @@ def parse_partial(text: str) -> PlanRequest:
     steering.read_dispatcher(t, found)
     rules.read_model_name(t, found)
     rules.read_gpu(t, found)
+    amounts.read_samples(t, found)   # before the rest: '10k samples of 512 tokens' is a length and a data set
     amounts.read_sequence_in_tokens(t, found)   # before the training tokens: 'at 4096 tokens' is a sequence
-    amounts.read_tokens(t, found)
+    if "tokens" not in found:
+        amounts.read_tokens(t, found)
     amounts.read_epochs(t, found)
     amounts.read_sequence_and_batch(t, found)
     amounts.read_money(t, found)

@@ -42,6 +42,20 @@ def _amount(t: RequestText, match: re.Match, what: str, group: int = 1) -> float
     return value
 
 
+def read_samples(t: RequestText, found: dict[str, Any]) -> None:
+    """A data set as samples of a length ('10k samples of 512 tokens', '50,000 examples of 2048 tokens each'):
+    seq is the length (k = 1024 there), tokens the samples x the length (k = 1000 for the count)."""
+    samples = t.take(rf"({NUM})\s*({_ANY_MULT})?\s*(?:samples|examples|sequences|conversations|rows|documents)\s*"
+                     rf"(?:of|at|with|,)?\s*(?:up\s*to\s*)?({NUM})\s*(k(?![a-z]))?\s*tokens?(?:\s*each)?(?![a-z])")
+    if samples:
+        count = _amount(t, samples, "samples")
+        length = number(samples.group(3)) * (1024 if samples.group(4) else 1)
+        if length != int(length) or length < 1:
+            raise InputError(f"'{written_at(t, *samples.span())}' needs a whole number of tokens per sample")
+        found.setdefault("seq", int(length))
+        found["tokens"] = count * length
+
+
 def read_tokens(t: RequestText, found: dict[str, Any]) -> None:
     """Tokens per batch ('4M tokens per batch': gbs = tokens / seq, K and M read as 2^10 and 2^20 as
     batch sizes are quoted) and training tokens ('15T tokens', '300 billion tokens', '15T token')."""
@@ -107,8 +121,8 @@ def read_sequence_and_batch(t: RequestText, found: dict[str, Any]) -> None:
                  rf"{COUNT_PATTERN}")
     if mbs:  # before gbs: 'micro-batch size 4' and 'per_device_train_batch_size=4' hold 'batch size 4'
         found["mbs"] = whole_count(t, mbs, "sequences per micro-batch")
-    bare = t.first(rf"(?<![a-z])batch[\s_-]*size\s*(?:of|:|=|is)?\s*{COUNT_PATTERN}")
-    gbs = (t.take(rf"(?:global[\s_-]*batch(?:[\s_-]*size)?|batch[\s_-]*size|gbs)\s*(?:of|:|=|is)?\s*{COUNT_PATTERN}"
+    bare = t.first(rf"(?<![a-z])batch(?:[\s_-]*size)?\s*(?:of|:|=|is)?\s*{COUNT_PATTERN}")
+    gbs = (t.take(rf"(?:global[\s_-]*batch(?:[\s_-]*size)?|batch(?:[\s_-]*size)?|gbs)\s*(?:of|:|=|is)?\s*{COUNT_PATTERN}"
                   r"(?!\s*(?:thousand|million|billion|trillion|[mbt])?\s*tokens)")
            or t.take(rf"{COUNT_PATTERN}\s*sequences?{_PER_BATCH}"))
     if gbs:

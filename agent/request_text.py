@@ -68,7 +68,7 @@ only just some any all new existing current same one from-scratch scratch way wa
 switch change try instead go move make let see compare now then again ok okay
 mixed precision data dataset corpus tokens token worth
 lay out fit fits long much many cost costs take takes time global
-instruct chat base memory max maximum
+instruct chat base memory max maximum continue continued continuing
 what's would've i'll we'll
 """.split())
 CJK_STOPWORDS = ("帮我", "请", "用", "在", "上", "训练", "預訓練", "预训练", "规划", "計画", "模型", "使用", "使", "的",

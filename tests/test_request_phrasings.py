@@ -425,3 +425,11 @@ def test_epochs_gradient_checkpointing_full_sft_and_4_bit_are_read():
     assert parse_partial("Llama 3 8B on 8 H100s without gradient checkpointing").recompute == "none"
     assert (parse_partial("full SFT of Qwen2.5-7B on 8 A100s").method, parse_partial("QLoRA 4-bit Llama 3 8B on an L4")
             .method, parse_partial("LoRA on a 4-bit Llama 3 8B on an L4").method) == ("full", "qlora", "qlora")
+
+
+def test_a_data_set_as_samples_of_a_length_is_its_tokens_and_its_sequence():
+    request = parse_partial("Llama 3 8B LoRA, 3 epochs on 10k samples of 512 tokens, 1 A100")
+    assert (request.tokens, request.seq, request.unparsed) == (10_000 * 512 * 3, 512, None)   # not 512 x 3 tokens
+    request = parse_partial("LoRA Llama 3 8B on 50,000 examples of 2k tokens each on 2 H100s")
+    assert (request.tokens, request.seq) == (50_000 * 2048, 2048)
+    assert read("Llama 3 8B on 8 H100s, micro batch 2, batch 256", "mbs", "gbs") == {"mbs": 2, "gbs": 256}
