@@ -31,7 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from trainplan.prompts import render
+from trainplan.prompts import duration, gpu_hours, render, usd
 
 from .advice import departures_risk, error_band, evidence_lines, known_gaps, stack_line
 from trainplan.tools.perf.finetune import TARGET_PHRASES, model_states_sentence
@@ -429,8 +429,9 @@ def summary_line(report: PlanReport) -> str:
         parts.append(f"step {r['time']['step_s']:.3f} s, MFU {r['time']['mfu']:.1%}, "
                      f"{r['time']['tokens_per_s']:,.0f} tokens/s")
     if "training" in r:
-        parts.append(f"{r['training']['days']:.1f} days, {r['training']['gpu_hours']:,.0f} GPU-hours, "
-                     f"${r['training']['cost_usd']:,.0f}")
+        training = r["training"]
+        parts.append(f"{duration(training['days'])}, {gpu_hours(training['gpu_hours'])} GPU-hours, "
+                     f"{usd(training['cost_usd'])}")
     return " | ".join(parts)
 
 

@@ -41,6 +41,8 @@ from trainplan.tools.search.driver import gpu_counts, min_gpus
 from trainplan.tools.search.results import SearchResult
 from trainplan.tools.search.space import R_BUDGET
 
+from trainplan.prompts import duration, usd
+
 from . import tradeoffs
 
 SIZING_PREFIX = "gpus not given: "
@@ -170,7 +172,7 @@ def _outcome(best: dict) -> str:
     training = best.get("training") or {}
     if training.get("days") is None:
         return f"{best['time']['tokens_per_s']:,.0f} tokens/s"
-    return f"{training['days']:.1f} days, ${training['cost_usd']:,.0f}"
+    return f"{duration(training['days'], 1)}, {usd(training['cost_usd'])}"
 
 
 def choose_count(search: Search, job: dict, headroom_gib: float, table: tradeoffs.Table | None = None

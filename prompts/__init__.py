@@ -58,9 +58,28 @@ def _sig(value: float, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def _usd(value: float) -> str:
-    amount = _unsigned_zero(f"{value:,.0f}")
+def usd(value: float) -> str:
+    """Whole dollars; cents under $100 (a short fine-tune's cost: '$1.48', not '$1')."""
+    amount = _unsigned_zero(f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}")
     return f"-${amount[1:]}" if amount.startswith("-") else f"${amount}"
+
+
+def duration(days: float, decimals: int | None = None) -> str:
+    """A training time: '2.206 days' (four significant digits, as sig, or `decimals` places), in hours under a
+    day ('23.8 hours')."""
+    if days < 1:
+        return f"{_sig(days * 24, 3)} hours"
+    return f"{_sig(days) if decimals is None else _num(days, decimals)} days"
+
+
+def days_cell(days: float) -> str:
+    """A table's days column: one decimal, or two significant digits under a day (0.04, not 0.0)."""
+    return _num(days, 1) if days >= 1 else f"{days:.2g}"
+
+
+def gpu_hours(value: float) -> str:
+    """GPU-hours: whole hours, or three significant digits under 100 (0.988, not 1)."""
+    return _num(value) if value >= 100 else _sig(value, 3)
 
 
 def _tokens(value: float) -> str:
@@ -84,7 +103,8 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters.update(gib=_gib, pct=_pct, num=_num, sig=_sig, usd=_usd, tokens=_tokens)
+    env.filters.update(gib=_gib, pct=_pct, num=_num, sig=_sig, usd=usd, tokens=_tokens, duration=duration,
+                       days_cell=days_cell, gpu_hours=gpu_hours)
     return env
 
 

@@ -69,13 +69,24 @@ def test_check_fails_on_a_stale_file(tmp_path):
 
 
 def test_report_filters_never_show_negative_zero_or_exponents():
-    from trainplan.prompts import _gib, _num, _pct, _tokens, _usd
+    from trainplan.prompts import _gib, _num, _pct, _tokens, usd as _usd
 
     assert _pct(-0.00001) == "0.0%" and _pct(-0.02) == "-2.0%"
     assert _num(-0.1) == "0" and _gib(-0.001) == "0.00"
-    assert _usd(-0.2) == "$0" and _usd(-5) == "-$5" and _usd(1234567) == "$1,234,567"
+    assert _usd(-0.001) == "$0.00" and _usd(-5) == "-$5.00" and _usd(1234567) == "$1,234,567"
     assert _tokens(1e18) == "1,000,000T" and _tokens(15e12) == "15T" and _tokens(2.5e11) == "250B"
     assert "e+" not in _tokens(3.3e21)
+
+
+def test_short_jobs_show_hours_and_cents_not_zeros():
+    """A one-hour fine-tune read '0.04119 days, 1 GPU-hours, $1': under a day in hours, cents under $100, GPU-hours
+    to three digits under 100; longer jobs as before."""
+    from trainplan.prompts import days_cell as _days_cell, duration as _duration, gpu_hours as _gpu_hours, usd as _usd
+
+    assert (_duration(0.04119), _gpu_hours(0.9885), _usd(1.482), _days_cell(0.04119)) == (
+        "0.989 hours", "0.989", "$1.48", "0.041")
+    assert (_duration(397.26), _gpu_hours(4881455.3), _usd(12154823.6), _days_cell(397.26)) == (
+        "397.3 days", "4,881,455", "$12,154,824", "397.3")
 
 
 def test_every_figure_the_prompt_asks_for_is_a_tool_output_field(monkeypatch):
