@@ -189,3 +189,37 @@ def test_all_linear_on_an_moe_model_says_how_the_tools_treat_fused_experts(engin
                                      (dense(32), "all-linear", False)):
         cfg = resolve_config(model, 8, method="lora", lora_targets=targets, gbs=8, seq=1024)
         assert (MOE_ALL_LINEAR_NOTE in export(engine, model, cfg, model_ref="x").notes) is expected
+
+
+@pytest.mark.parametrize("engine", ["axolotl", "llamafactory", "trl"])
+def test_the_fused_loss_and_kernels_the_plan_assumed_are_switched_on_with_liger(engine):
+    """A Hugging Face Trainer tool runs the transformers model's eager ops and whole fp32 logits unless Liger
+    Kernel replaces them: a plan that assumed the fused linear cross-entropy or fused norms, rotary and SwiGLU
+    switches Liger on (Axolotl kernel by kernel; LLaMA-Factory and TRL whole, saying what that changes); an
+    unfused, materialised plan leaves it off; a loss kernel the tool has no setting for is a note."""
+    from trainplan.tools.config.layout import resolve_config
+    from trainplan.tools.engines import export
+    from trainplan.tools.hardware.catalog import load_model
+
+    model = load_model("llama3-8b")
+
+    def exported(**knobs):
+        cfg = resolve_config(model, 1, method="lora", gbs=16, seq=2048, recompute="full", **knobs)
+        result = export(engine, model, cfg, model_ref="llama3-8b")
+        return yaml.safe_load(result.content), " ".join(result.notes)
+
+    switch = {"axolotl": lambda d: "axolotl.integrations.liger.LigerPlugin" in d.get("plugins", []),
+              "llamafactory": lambda d: d.get("enable_liger_kernel") is True,
+              "trl": lambda d: d["sft_config"].get("use_liger_kernel") is True}[engine]
+    both, notes = exported(loss_kernel="fused_linear", fused_kernels=True)
+    assert switch(both) and "pip install liger-kernel" in notes and "switches Liger on whole" not in notes
+    loss_only, notes = exported(loss_kernel="fused_linear", fused_kernels=False)
+    assert switch(loss_only)
+    if engine == "axolotl":   # each kernel as planned
+        assert loss_only["liger_fused_linear_cross_entropy"] and not loss_only["liger_rms_norm"]
+    else:
+        assert "switches Liger on whole" in notes and "shorter than estimated" in notes
+    plain, notes = exported(loss_kernel="materialised", fused_kernels=False)
+    assert not switch(plain) and "liger" not in notes.lower()
+    _, notes = exported(loss_kernel="chunked", fused_kernels=False)
+    assert "loss_kernel=chunked has no" in notes and "more memory than planned" in notes

@@ -8,7 +8,10 @@ lora_target_linear / lora_target_modules, sequence_len, micro_batch_size, gradie
 bf16, gradient_checkpointing, attn_implementation (Axolotl 0.19 deprecates the boolean flash_attention: true
 in its favour and rejects the two together), optimizer, deepspeed. ZeRO is written as one of the
 DeepSpeed files Axolotl ships in deepspeed_configs/ (zero1.json, zero2.json, zero3_bf16.json,
-zero3_bf16_cpuoffload_all.json).
+zero3_bf16_cpuoffload_all.json). Liger Kernel, where the plan assumes its fused loss or kernels
+(common.liger_wanted), is Axolotl's plugin (src/axolotl/integrations/liger README: plugins
+axolotl.integrations.liger.LigerPlugin, liger_rope, liger_rms_norm, liger_glu_activation,
+liger_fused_linear_cross_entropy), each kernel switched as planned.
 
 Batch: micro_batch_size x world size x gradient_accumulation_steps; the world size is the number of
 processes the launcher starts (dp = gpus here), so the file holds two of the three factors and the
@@ -21,7 +24,7 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export, ToolYaml,
-                     selective_recompute_note)
+                     liger_notes, liger_wanted, selective_recompute_note)
 from trainplan.tools.engines.support import refuse
 
 # ZeRO stage -> the DeepSpeed file Axolotl ships (deepspeed_configs/ in the Axolotl repository).
@@ -56,6 +59,12 @@ def export_axolotl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> 
         "gradient_checkpointing": cfg.recompute is Recompute.full,
         "attn_implementation": HF_ATTN_IMPLEMENTATION[cfg.attention],
     })
+    loss, kernels = liger_wanted(cfg)
+    if loss or kernels:
+        config.update({"plugins": ["axolotl.integrations.liger.LigerPlugin"], "liger_rope": kernels,
+                       "liger_rms_norm": kernels, "liger_glu_activation": kernels,
+                       "liger_fused_linear_cross_entropy": loss})
+    notes += liger_notes("Axolotl", cfg, all_or_nothing=False)
     if adapter is not None and adapter.method == "qlora":
         config["optimizer"] = "paged_adamw_32bit"
     if cfg.zero >= 1:

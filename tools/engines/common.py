@@ -19,7 +19,7 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.config.engines import ENGINE_LIST
 from trainplan.tools.core.enums import Attention
-from trainplan.tools.core.enums import Launch
+from trainplan.tools.core.enums import Launch, LossKernel
 from trainplan.tools.perf.finetune import DEFAULT_LORA_ALPHA_PER_RANK, targeted_linears
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.core.enums import LoraTargets
@@ -206,6 +206,36 @@ def data_parallel_note(engine: str, cfg: ParallelConfig) -> str:
 def base_model_note(key: str, model_ref: str) -> str:
     return (f"{key}: {model_ref} is the model as trainplan named it: put the Hugging Face repository id or a local"
             " path there if it differs")
+
+
+def liger_wanted(cfg: ParallelConfig) -> tuple[bool, bool]:
+    """(the fused linear cross-entropy, the fused RMSNorm, RoPE and SwiGLU) a Hugging Face Trainer tool's export
+    must switch on for the plan: the transformers models run neither, and Liger Kernel supplies both
+    (liger_kernel.transformers apply_liger_kernel_to_llama: rope, rms_norm, swiglu and fused_linear_cross_entropy,
+    each on by default)."""
+    return cfg.loss_kernel is LossKernel.fused_linear, cfg.fused_kernels
+
+
+def liger_notes(tool: str, cfg: ParallelConfig, all_or_nothing: bool) -> list[str]:
+    """What a Hugging Face Trainer tool's Liger switch cannot say of the plan: a loss kernel it has no setting for,
+    and (all_or_nothing: one switch for every Liger kernel) a plan that assumed only some of them."""
+    notes = []
+    loss, kernels = liger_wanted(cfg)
+    if loss or kernels:
+        planned = " and ".join(part for part, wanted in (("fused norms, rotary and SwiGLU", kernels),
+                                                          ("the fused linear cross-entropy", loss)) if wanted)
+        notes.append(f"the plan assumes {planned}, which Liger Kernel supplies to the transformers models: "
+                     f"pip install liger-kernel (or re-plan with --unfused-kernels --loss-kernel materialised)")
+    if cfg.loss_kernel in (LossKernel.chunked, LossKernel.fused):
+        notes.append(f"loss_kernel={cfg.loss_kernel.value} has no {tool} setting: the transformers model upcasts the "
+                     "whole logits (materialised), more memory than planned; re-plan with --loss-kernel materialised, "
+                     "or fused_linear for Liger's fused linear cross-entropy")
+    if all_or_nothing and loss != kernels:
+        notes.append(f"{tool} switches Liger on whole (its RMSNorm, RoPE, SwiGLU and fused linear cross-entropy), "
+                     + ("and the plan assumed the fused loss alone: the step will be shorter than estimated"
+                        if loss else "and the plan assumed fused kernels with the whole logits: the logits will take "
+                        "less memory than planned") + "; re-plan with --fused-kernels and --loss-kernel fused_linear")
+    return notes
 
 
 def selective_recompute_note(where: str) -> str:

@@ -10,7 +10,9 @@ double_quantization, cutoff_len, per_device_train_batch_size, gradient_accumulat
 disable_gradient_checkpointing (LLaMA-Factory checkpoints by default), flash_attn (fa2|sdpa|disabled)
 and deepspeed. ZeRO is written as one of the files LLaMA-Factory ships in examples/deepspeed/
 (ds_z0_config.json, ds_z2_config.json, ds_z3_config.json and their _offload variants; there is no
-ZeRO-1 file).
+ZeRO-1 file). Liger Kernel, where the plan assumes its fused loss or kernels (common.liger_wanted), is
+ModelArguments.enable_liger_kernel, which applies every Liger kernel of the model
+(src/llamafactory/model/model_utils/liger_kernel.py apply_liger_kernel: apply_liger_kernel_to_<model>).
 
 Batch: per_device_train_batch_size x world size x gradient_accumulation_steps, the world size being
 the number of processes launched (dp = gpus here).
@@ -22,7 +24,7 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import (ExportResult, adapter_of, batch_of, finetune_yaml_export, ToolYaml,
-                     selective_recompute_note)
+                     liger_notes, liger_wanted, selective_recompute_note)
 from trainplan.tools.engines.support import refuse
 
 # ZeRO stage -> the DeepSpeed file LLaMA-Factory ships (examples/deepspeed/ in its repository); ZeRO-1 has none,
@@ -58,6 +60,9 @@ def export_llamafactory(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str
         "disable_gradient_checkpointing": cfg.recompute is not Recompute.full,
         "flash_attn": "fa2" if cfg.attention.fused else "disabled",
     })
+    if any(liger_wanted(cfg)):
+        config["enable_liger_kernel"] = True
+    notes += liger_notes("LLaMA-Factory", cfg, all_or_nothing=True)
     if cfg.zero >= 1:
         files = DEEPSPEED_OFFLOAD_FILES if cfg.optimizer_offload else DEEPSPEED_FILES
         config["deepspeed"] = files[cfg.zero]

@@ -12,7 +12,9 @@ gradient_accumulation_steps, bf16, gradient_checkpointing, optim, deepspeed, mod
 LoraConfig (r, lora_alpha, lora_dropout, target_modules, "all-linear" included, task_type);
 BitsAndBytesConfig (load_in_4bit, bnb_4bit_quant_type, bnb_4bit_use_double_quant, bnb_4bit_compute_dtype).
 ZeRO is written as an inline DeepSpeed dict (TrainingArguments.deepspeed takes a dict) whose batch fields
-are "auto", so the Trainer fills them from the values here.
+are "auto", so the Trainer fills them from the values here. Liger Kernel, where the plan assumes its fused
+loss or kernels (common.liger_wanted), is TrainingArguments.use_liger_kernel, which applies every Liger kernel of
+the model (apply_liger_kernel_to_<model> with its defaults).
 
 Batch: per_device_train_batch_size x world size x gradient_accumulation_steps, the world size being
 the number of processes launched (dp = gpus here).
@@ -24,7 +26,7 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export, ToolYaml,
-                     selective_recompute_note)
+                     liger_notes, liger_wanted, selective_recompute_note)
 from trainplan.tools.engines.support import refuse
 
 
@@ -52,6 +54,9 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
     }
     if cfg.recompute is Recompute.full:
         sft["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if any(liger_wanted(cfg)):
+        sft["use_liger_kernel"] = True
+    notes += liger_notes("TRL", cfg, all_or_nothing=True)
     if cfg.zero >= 1:
         sft["deepspeed"] = deepspeed_dict(cfg)
     args: dict = {"model": model_ref, "sft_config": sft}
