@@ -28,17 +28,24 @@ from test_export_finetune import layouts, load
 from trainplan.tools.engines import export
 from trainplan.tools.perf.finetune import NF4_BYTES_PER_PARAM, total_adapter_params
 from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.core.enums import LossKernel
 
 # What a run adds to the exported file (the files say so in their notes): data, output, schedule.
 LLAMAFACTORY_RUN = {"dataset": "identity", "template": "llama3", "learning_rate": 1e-4, "num_train_epochs": 1.0}
 AXOLOTL_RUN = {"datasets": [{"path": "tatsu-lab/alpaca", "type": "alpaca"}], "num_epochs": 1, "learning_rate": 2e-4}
 
 
+# The kernels the Hugging Face Trainer tools run (tools/config/engines.py engine_knobs), as a plan for them holds:
+# the parsers here see no Liger keys, which test_export_finetune.py checks without the tools installed.
+HF_KERNELS = {"fused_kernels": False, "loss_kernel": "materialised"}
+
+
 def all_layouts():
-    """test_export_finetune's layouts, and eager attention with each method."""
-    yield from layouts()
+    """test_export_finetune's layouts, and eager attention with each method, with the Trainer tools' kernels."""
+    for cfg in layouts():
+        yield cfg.model_copy(update={"fused_kernels": False, "loss_kernel": LossKernel.materialised})
     for kwargs in ({"method": "full"}, {"method": "lora"}, {"method": "qlora", "lora_targets": "attention"}):
-        yield resolve_config(dense(32), 2, zero=2, gbs=8, seq=1024, attention="eager", **kwargs)
+        yield resolve_config(dense(32), 2, zero=2, gbs=8, seq=1024, attention="eager", **kwargs, **HF_KERNELS)
 
 
 def answer_bf16_as_a_gpu_host(monkeypatch):
@@ -228,7 +235,7 @@ def test_axolotl_yaml_validates_with_its_config_schema():
 
     checked = 0
     pairs = [(dense(32), cfg) for cfg in all_layouts()]
-    pairs.append((mla(), resolve_config(mla(), 8, method="lora", lora_targets="attention", gbs=8)))
+    pairs.append((mla(), resolve_config(mla(), 8, method="lora", lora_targets="attention", gbs=8, **HF_KERNELS)))
     for model, cfg in pairs:
         config, _ = load("axolotl", cfg, model)
         # The schema keeps keys it does not know, so a misspelt key would pass silently: each must be a field.
