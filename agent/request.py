@@ -23,7 +23,7 @@ What it reads (case and word order do not matter; full-width and CJK text is rea
   2", "per_device_train_batch_size=4"); "gradient accumulation 8" makes gbs = per-device batch x 8 x the
   data-parallel GPUs, as the Hugging Face Trainer does (a bare "batch size 1" beside it is the per-device batch);
 - "gradient checkpointing" -> recompute full (each decoder layer rerun); "full SFT" -> method full; "4-bit" and
-  "NF4" -> qlora;
+  "NF4" -> qlora; "Liger" -> fused_kernels and loss_kernel fused_linear, "Cut Cross-Entropy" -> the loss alone;
 - price ("$2/GPU-hour"), budget_usd ("budget $2M", "under $2M"), deadline_days ("within 30 days",
   "in 4 weeks", "30天内");
 - objective: "cheapest" / "minimise cost" -> cost, "fastest" -> time, "max throughput";
@@ -125,6 +125,8 @@ def plan_request_model(job: type[Job] = Job, layout: type[Layout] = Layout,
                                     f"{layout.model_fields['dispatcher'].default.value} (the search does not choose it)",
                       "attention": f"{layout.model_fields['attention'].description}; null: the engine's kernel, or "
                                    f"{layout.model_fields['attention'].default.value} (the search does not choose it)",
+                      **{k: f"{layout.model_fields[k].description}; null: the engine's (the search does not choose it)"
+                         for k in ("fused_kernels", "loss_kernel")},
                       "gpus": "total GPUs; null: the planner chooses up to max_gpus, or to meet deadline_days or "
                               "budget_usd"})
 
@@ -143,6 +145,7 @@ def parse_partial(text: str) -> PlanRequest:
     steering.read_engine(t, found)  # before the model: 'LLaMA-Factory' is no Llama, 'ZB-H1' no GPU
     steering.read_schedule(t, found)
     steering.read_attention(t, found)
+    steering.read_kernels(t, found)
     steering.read_dispatcher(t, found)
     rules.read_model_name(t, found)
     rules.read_gpu(t, found)

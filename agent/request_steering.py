@@ -236,6 +236,17 @@ ATTENTION_KERNELS = {
 fused kernel); the more specific first."""
 
 
+def read_kernels(t: RequestText, found: dict[str, Any]) -> None:
+    """Kernel libraries the Hugging Face stacks load: 'Liger (kernels)' -> its fused RMSNorm, RoPE and SwiGLU
+    (fused_kernels) and fused linear cross-entropy (loss_kernel fused_linear); 'Cut Cross-Entropy' -> the fused
+    loss alone."""
+    if t.take(r"(?<![a-z])liger(?:[\s_-]*kernels?)?(?![a-z])"):
+        found.setdefault("fused_kernels", True)
+        found.setdefault("loss_kernel", "fused_linear")
+    elif t.take(r"(?<![a-z])(?:cut[\s_-]*cross[\s_-]*entropy|cce)(?![a-z])"):
+        found.setdefault("loss_kernel", "fused_linear")
+
+
 def read_attention(t: RequestText, found: dict[str, Any]) -> None:
     """attention: the first kernel the text names, as `estimate --attention` sets it. A refused one
     ('no FlashAttention-2') sets nothing and stays unread; 'without flash attention' is read by

@@ -16,7 +16,8 @@ def test_contract_lists_are_the_former_literals():
 
 
 def test_request_lists_are_the_former_literals():
-    pins = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule", "dispatcher", "attention")
+    pins = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule", "dispatcher", "attention",
+            "fused_kernels", "loss_kernel")
     assert request.PINS == pins
     assert request._JOB == ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")
     assert request._LAYOUT == ("seq", "gbs", "precision", *pins, "method", "lora_rank", "lora_targets")

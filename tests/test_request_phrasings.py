@@ -433,3 +433,23 @@ def test_a_data_set_as_samples_of_a_length_is_its_tokens_and_its_sequence():
     request = parse_partial("LoRA Llama 3 8B on 50,000 examples of 2k tokens each on 2 H100s")
     assert (request.tokens, request.seq) == (50_000 * 2048, 2048)
     assert read("Llama 3 8B on 8 H100s, micro batch 2, batch 256", "mbs", "gbs") == {"mbs": 2, "gbs": 256}
+
+
+def test_liger_and_cut_cross_entropy_name_the_kernels_the_plan_assumes():
+    liger = parse_partial("QLoRA Llama 3 8B on a 4090 with Liger kernels")
+    assert (liger.fused_kernels, liger.loss_kernel, liger.unparsed) == (True, "fused_linear", None)
+    cce = parse_partial("LoRA Llama 3 8B on a 4090 with Cut Cross-Entropy")
+    assert (cce.fused_kernels, cce.loss_kernel) == (None, "fused_linear")
+
+
+def test_a_liger_plan_is_scored_and_launched_with_liger():
+    """The request's kernels reach the search (the engine's own are the default) and the Axolotl file switches
+    Liger on, so the plan's memory is the memory the run holds."""
+    from trainplan.agent.planner import plan
+
+    with_liger = plan("QLoRA Llama 3 8B on a 4090 with Liger", backend="offline")
+    config = with_liger.recommended["config"]
+    assert (config["fused_kernels"], config["loss_kernel"]) == (True, "fused_linear")
+    assert "axolotl.integrations.liger.LigerPlugin" in with_liger.launch.content
+    plain = plan("QLoRA Llama 3 8B on a 4090", backend="offline").recommended["config"]
+    assert (plain["fused_kernels"], plain["loss_kernel"]) == (False, "materialised")

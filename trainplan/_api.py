@@ -217,6 +217,8 @@ def plan(
     schedule: str | None = None,
     dispatcher: str | None = None,
     attention: str | None = None,
+    fused_kernels: bool | None = None,
+    loss_kernel: str | None = None,
     method: str | None = None,
     lora_rank: int | None = None,
     lora_targets: str | None = None,

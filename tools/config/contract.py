@@ -232,7 +232,7 @@ class Layout(BaseModel):
                                  "scores, 2021-22 Megatron) or flash1 (FlashAttention 1 or its Triton port, MPT 2023); a "
                                  "search given an engine and no value takes the engine's (tools/engines/support.py "
                                  "ENGINE_ATTENTION)")
-    fused_kernels: Annotated[bool, Cli("--fused-kernels/--unfused-kernels"), NOT_LEAN] = Field(
+    fused_kernels: Annotated[bool, Cli("--fused-kernels/--unfused-kernels"), NOT_LEAN, Knob(pin=True, asked=5)] = Field(
         default=True, description="fused norm, rotary and activation kernels (Megatron, Transformer Engine, "
                                   "torch.compile); false: PyTorch eager ops, as Hugging Face models or FSDP without "
                                   "torch.compile run them; a search given an engine and no value takes the engine's "
@@ -317,7 +317,7 @@ class Layout(BaseModel):
         "k-bit model (TRL's SFTTrainer calls it and casts only the embedding and head back): the norm outputs, the "
         "4-bit linears' outputs, the SwiGLU and the residual stream run in fp32, and each linear saves its own bf16 "
         "cast of its input (tools/perf/finetune_tensors.py fp32_norm_changes); null: true for qlora, false otherwise")
-    loss_kernel: Annotated[LossKernel | None, NOT_LEAN] = Field(
+    loss_kernel: Annotated[LossKernel | None, NOT_LEAN, Knob(pin=True, asked=5)] = Field(
         default=None, description="how the LM head's logits and the loss are computed (tools/perf/loss.py): fused "
         "(Megatron's vocab-parallel cross-entropy, one fp32 softmax made and turned into the gradient in place: 4 B "
         "per token per vocabulary entry), materialised (the Hugging Face models and torchtitan: the whole logits "
