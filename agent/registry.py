@@ -212,6 +212,8 @@ def _calculate_memory(args: LayoutArgs) -> dict:
 def _find_limit(args: LimitArgs) -> dict:
     from trainplan.tools.search.limits import solve
 
+    if args.gpu is None and args.solve != "gpu":
+        raise InputError(f"gpu: required with solve={args.solve} (only solve=gpu tries every catalog GPU)")
     return solve(args.solve, **_given(args, "solve"))
 
 

@@ -76,9 +76,13 @@ MemoryArgs = StepArgs = LayoutArgs
 class LimitArgs(LayoutArgs):
     """A layout whose limit is asked: every Layout knob as calculate_memory takes it, and what to solve."""
 
+    gpu: str | None = Field(description=f"{LayoutArgs.model_fields['gpu'].description}; null only with solve=gpu, "
+                                        "which tries every catalog GPU")
     solve: Literal["seq", "mbs", "gpu"] = Field(description="seq: the longest sequence that fits; mbs: the largest "
                                                 "micro-batch that fits; gpu: the catalog GPUs it fits on with the "
-                                                "same GPU count (gpu is then ignored), the smallest and the cheapest")
+                                                "same GPU count (gpu is then ignored), the smallest and the cheapest "
+                                                "per token")
+
 
 
 class CatalogArgs(ToolArgs):

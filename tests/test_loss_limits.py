@@ -161,3 +161,12 @@ def test_the_gpu_limit_refuses_a_layout_whose_sizes_do_not_divide_in_one_line():
     # full training at an odd count is timed at the default batch, rounded to a multiple of dp x mbs
     answer = trainplan.limits("gpu", model="llama3-8b", gpus=3, recompute="full")
     assert answer["fits_on"] and all(row["tokens_per_s"] > 0 for row in answer["fits_on"])
+
+
+def test_find_limit_takes_no_gpu_for_the_gpu_limit_and_asks_for_it_otherwise():
+    from trainplan.agent.registry import dispatch
+
+    every = dispatch("find_limit", {"model": "llama3-8b", "gpu": None, "solve": "gpu", "gpus": 1, "method": "qlora"})
+    assert every["fits_on"] and every["cheapest"] in {row["gpu"] for row in every["fits_on"]}
+    refused = dispatch("find_limit", {"model": "llama3-8b", "gpu": None, "solve": "seq", "gpus": 1})
+    assert refused == {"error": "find_limit: gpu: required with solve=seq (only solve=gpu tries every catalog GPU)"}
