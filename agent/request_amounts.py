@@ -53,7 +53,15 @@ def read_samples(t: RequestText, found: dict[str, Any]) -> None:
         if length != int(length) or length < 1:
             raise InputError(f"'{written_at(t, *samples.span())}' needs a whole number of tokens per sample")
         found.setdefault("seq", int(length))
-        found["tokens"] = count * length
+        found["tokens"] = _bounded_tokens(count * length, written_at(t, *samples.span()))
+
+
+def _bounded_tokens(tokens: float, written: str) -> float:
+    """Training tokens within MAX_TRAINING_TOKENS, else InputError quoting what made them."""
+    if tokens > MAX_TRAINING_TOKENS:
+        raise InputError(f"'{written}' is {tokens:.3g} tokens, more than {MAX_TRAINING_TOKENS:.0e} "
+                         "(the largest published runs train on tens of T): check the number and its unit")
+    return tokens
 
 
 def read_tokens(t: RequestText, found: dict[str, Any]) -> None:
@@ -69,11 +77,7 @@ def read_tokens(t: RequestText, found: dict[str, Any]) -> None:
         if re.match(r"\s*(?:sequences?|context|seq)", t.text[match.end():match.end() + 12], re.IGNORECASE):
             continue
         tokens = _amount(t, match, "tokens")
-        if tokens > MAX_TRAINING_TOKENS:
-            raise InputError(f"'{written_at(t, *match.span())}' is {tokens:.3g} tokens, more than "
-                             f"{MAX_TRAINING_TOKENS:.0e} "
-                             "(the largest published runs train on tens of T): check the number and its unit")
-        found["tokens"] = tokens
+        found["tokens"] = _bounded_tokens(tokens, written_at(t, *match.span()))
         t.mark(*match.span())
         return
     labelled = t.first(rf"(?<![a-z])(?:training\s+)?tokens?\s*(?::|=|of|is)\s*-?({NUM})\s*({_ANY_MULT})?(?![a-z0-9])", 1)
@@ -150,9 +154,12 @@ def apply_accumulation(found: dict[str, Any]) -> None:
         return
     model_parallel = found.get("tp", 1) * found.get("pp", 1) * found.get("cp", 1)
     gpus = found.get("gpus")
-    if gpus is None or gpus % model_parallel:
+    if gpus is None:
         raise InputError(f"gradient accumulation {steps} makes the global batch per-device batch x accumulation x "
                          "data-parallel GPUs: give the GPU count (e.g. 'on 8 H100s'), or the global batch instead")
+    if gpus % model_parallel:
+        raise InputError(f"{gpus} GPUs do not divide into tp x pp x cp = {model_parallel}, so gradient accumulation "
+                         f"{steps} has no data-parallel size to multiply: change the GPU count or the sizes")
     replicas = gpus // model_parallel
     if found.get("gbs") is not None and not bare:   # 'global batch 1024, gradient accumulation 4'
         per_device, left = divmod(found["gbs"], steps * replicas)
@@ -167,13 +174,17 @@ def apply_accumulation(found: dict[str, Any]) -> None:
 
 
 def read_epochs(t: RequestText, found: dict[str, Any]) -> None:
-    """Epochs over the training tokens ('2 epochs over 50M tokens', '3 epochs'): tokens x epochs. Epochs with no
+    """Epochs over the training tokens ('2 epochs over 50M tokens', '1.5 epochs'): tokens x epochs. Epochs with no
     token count stay unread (the report lists them)."""
     if found.get("tokens") is None:
         return
-    epochs = t.take(rf"{COUNT_PATTERN}\s*epochs?(?:\s+(?:over|of|on|through))?(?![a-z])")
+    epochs = t.take(rf"({NUM})\s*epochs?(?:\s+(?:over|of|on|through))?(?![a-z])")
     if epochs:
-        found["tokens"] *= whole_count(t, epochs, "epochs")
+        repeats = number(epochs.group(1))
+        written = written_at(t, *epochs.span())
+        if t.negative_at(epochs.start(1)) or repeats <= 0:
+            raise InputError(f"'{written}' is not a number of epochs: write a positive number, e.g. 2 epochs")
+        found["tokens"] = _bounded_tokens(found["tokens"] * repeats, written)
 
 
 def read_money(t: RequestText, found: dict[str, Any]) -> None:

@@ -453,3 +453,12 @@ def test_a_liger_plan_is_scored_and_launched_with_liger():
     assert "axolotl.integrations.liger.LigerPlugin" in with_liger.launch.content
     plain = plan("QLoRA Llama 3 8B on a 4090", backend="offline").recommended["config"]
     assert (plain["fused_kernels"], plain["loss_kernel"]) == (False, "materialised")
+
+
+def test_epochs_may_be_fractional_and_the_tokens_they_make_are_bounded():
+    assert parse_partial("Llama 3 8B on 8 H100s, 1.5 epochs over 1B tokens").tokens == 1.5e9
+    for text in ("Llama 3 8B on 8 H100s, 1e30 epochs over 1B tokens", "Llama 3 8B on 8 H100s, 1e20 samples of 4k tokens"):
+        with pytest.raises(InputError, match="more than 1e\\+15"):
+            parse_partial(text)
+    with pytest.raises(InputError, match="3 GPUs do not divide into tp x pp x cp = 2"):
+        parse_partial("Llama 3 8B on 3 H100s, tp 2, grad accum 2")
