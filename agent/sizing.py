@@ -39,7 +39,7 @@ from trainplan.tools.search.evidence import departures_of, shape_of
 from trainplan.tools.search.explain import label
 from trainplan.tools.search.driver import gpu_counts, min_gpus
 from trainplan.tools.search.results import SearchResult
-from trainplan.tools.search.space import R_BUDGET
+from trainplan.tools.search.space import R_BUDGET, R_DEADLINE, R_MEMORY
 
 from trainplan.prompts import duration, usd
 
@@ -93,15 +93,19 @@ def best_at(search: Search, headroom_gib: float) -> Callable[[dict, int], dict |
 def _first_meeting(search: Search, job: dict, counts: list[int], headroom_gib: float
                    ) -> tuple[int, tuple[int, dict] | None]:
     """Bisection over `counts` (ascending; meeting the limits assumed monotone in the count): the
-    index of the first count that meets them (len(counts) when none does) and its (count, best)."""
+    index of the first count that meets them (len(counts) when none does) and its (count, best). A count
+    with no layout at all that misses the limits or the memory (its batch cannot spread over that many
+    GPUs: a fine-tune's 16 sequences on 128) has too many GPUs, as a count that meets them does."""
     lo, hi, found = -1, len(counts), None
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        best = _best(search, job, counts[mid], headroom_gib)
-        if best is not None:
-            hi, found = mid, (counts[mid], best)
+        result = search(at_count(job, counts[mid]), 1, True, headroom_gib, None)
+        if result.candidates:
+            hi, found = mid, (counts[mid], result.candidates[0])
+        elif any(result.rejected.get(reason) for reason in (R_DEADLINE, R_BUDGET, R_MEMORY)):
+            lo = mid    # too slow, too dear or too little memory: more GPUs
         else:
-            lo = mid
+            hi = mid    # too many GPUs for the batch: fewer
     return hi, found
 
 
@@ -236,7 +240,7 @@ def choose_count(search: Search, job: dict, headroom_gib: float, table: tradeoff
         return fallback, (f"{SIZING_PREFIX}{tried}, and none meets {limits_text(job) or memory}; "
                           f"the plan uses {fallback:,}"), False, None
     gpus, best = chosen
-    return gpus, f"{SIZING_PREFIX}{gpus:,} GPUs, {how} ({_outcome(best)}); {tried}", True, note
+    return gpus, f"{SIZING_PREFIX}{gpus:,} GPU{'s' if gpus != 1 else ''}, {how} ({_outcome(best)}); {tried}", True, note
 
 
 def _inside_evidence(table: tradeoffs.Table, job: dict, chosen: tuple[int, dict], days: float, top: int

@@ -137,3 +137,13 @@ def test_the_short_report_says_how_the_planner_chose_the_gpu_count(deadline_repo
     assert row.startswith(f"| GPUs | {deadline_report.request['gpus']:,} GPUs, ") and "days" in row and "tried" not in row
     given = plan("Llama 3 8B on 8 H100s for 10B tokens", backend="offline")
     assert given.sizing_text() == "" and "| GPUs |" not in given.to_summary()
+
+
+def test_a_fine_tune_deadline_finds_its_count_though_large_counts_have_no_layout():
+    """A fine-tune's 16-sequence batch spreads over no more than 16 data-parallel GPUs, so the counts at the top of
+    the ladder have no layout at all; the bisection takes them as too many GPUs, not too few, and finds the fewest
+    that finish inside the margin (it said 'with less than the 10% margin' of a 1-GPU run taking 7 hours of a day)."""
+    report = plan("LoRA Llama 3 8B for 100M tokens in 1 day on A100s", backend="offline")
+    row = report.sizing_text()
+    assert row.startswith("1 GPU, the fewest GPUs that finish 10% inside the 1-day deadline"), row
+    assert report.recommended["training"]["days"] <= 0.9
