@@ -224,13 +224,14 @@ def _positive_price(t: RequestText, match: re.Match) -> float:
 
 _DAY_UNITS = {"d": 1.0, "day": 1.0, "days": 1.0, "天": 1.0, "日": 1.0, "일": 1.0, "week": 7.0, "weeks": 7.0,
               "wk": 7.0, "wks": 7.0, "周": 7.0, "週": 7.0, "週間": 7.0, "주": 7.0, "month": 30.0, "months": 30.0,
-              "个月": 30.0, "ヶ月": 30.0, "か月": 30.0, "개월": 30.0}
+              "个月": 30.0, "ヶ月": 30.0, "か月": 30.0, "개월": 30.0,
+              "h": 1 / 24, "hr": 1 / 24, "hrs": 1 / 24, "hour": 1 / 24, "hours": 1 / 24}
 
 
 def read_deadline(t: RequestText, found: dict[str, Any]) -> None:
     """deadline_days: 'within 30 days', 'in 4 weeks', 'deadline 30 days', '30 days or less',
-    'in a month', '30天内'. A month is 30 days."""
-    units = r"(days?|d|weeks?|wks?|months?)(?![a-z])"
+    'in a month', '30天内', 'in 12 hours' (a fine-tune's). A month is 30 days."""
+    units = r"(days?|d|weeks?|wks?|months?|hours?|hrs?|h)(?![a-z0-9])"
     cue = r"(?:within|in|under|deadline(?:\s*(?:of|is))?|by|less\s*than|at\s*most|no\s*more\s*than|max(?:imum)?|up\s*to|" \
           r"finish(?:ed)?\s*in|done\s*in|take\s*(?:at\s*most|no\s*more\s*than)?)"
     match = (t.take(rf"{cue}\s*:?\s*-?({NUM})\s*{units}")
@@ -242,6 +243,6 @@ def read_deadline(t: RequestText, found: dict[str, Any]) -> None:
             raise InputError(f"'{written_at(t, *match.span())}' is not a deadline: write e.g. within 30 days")
         found["deadline_days"] = days * _DAY_UNITS[match.group(2).lower()]
         return
-    word = t.take(rf"{cue}\s*(?:a|one)\s*(day|week|month)(?![a-z])")
+    word = t.take(rf"{cue}\s*(?:a|an|one)\s*(hour|day|week|month)(?![a-z])")
     if word:
         found["deadline_days"] = _DAY_UNITS[word.group(1).lower()]

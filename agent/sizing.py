@@ -122,18 +122,35 @@ def _fewest(search: Search, job: dict, counts: list[int], headroom_gib: float, r
 
 def _most(search: Search, job: dict, counts: list[int], headroom_gib: float) -> tuple[int, dict] | None:
     """The most of `counts` (ascending) whose best layout stays within the job's budget, by bisection:
-    a count with layouts over budget is too many GPUs; one with none that fit in memory, too few."""
+    a count with layouts over budget, or with no layout at all, is too many GPUs; one with none that fit in
+    memory, too few. The cost of a job is not monotone in the count where the best layout changes with it (a
+    LoRA at $100.00 on 1 A100, over $100 on 2, $97.65 on 4), so up to BUDGET_LOOKAHEAD counts past the last one
+    within budget are tried too."""
     lo, hi, found = 0, len(counts) - 1, None
     while lo <= hi:
         mid = (lo + hi) // 2
         result = search(at_count(job, counts[mid]), 1, True, headroom_gib, None)
         if result.candidates:
             lo, found = mid + 1, (counts[mid], result.candidates[0])
-        elif result.rejected.get(R_BUDGET):
-            hi = mid - 1
+        elif result.rejected.get(R_BUDGET) or not result.rejected.get(R_MEMORY):
+            hi = mid - 1   # over budget, or no layout at all (the batch cannot spread so far): too many GPUs
         else:
             lo = mid + 1
+    index, misses = (counts.index(found[0]) + 1 if found else len(counts)), 0
+    while index < len(counts) and misses < BUDGET_LOOKAHEAD:
+        result = search(at_count(job, counts[index]), 1, True, headroom_gib, None)
+        if result.candidates:
+            found, misses = (counts[index], result.candidates[0]), 0
+        elif not (result.rejected.get(R_BUDGET) or result.rejected.get(R_MEMORY)):
+            break   # no layout at all: past the counts the batch spreads over
+        else:
+            misses += 1
+        index += 1
     return found
+
+
+BUDGET_LOOKAHEAD = 2
+"""Counts past the budget bisection's answer that _most tries before it takes it (its docstring says why)."""
 
 
 def _by_objective(search: Search, job: dict, top: int, headroom_gib: float) -> tuple[int, dict] | None:

@@ -147,3 +147,16 @@ def test_a_fine_tune_deadline_finds_its_count_though_large_counts_have_no_layout
     row = report.sizing_text()
     assert row.startswith("1 GPU, the fewest GPUs that finish 10% inside the 1-day deadline"), row
     assert report.recommended["training"]["days"] <= 0.9
+
+
+def test_a_fine_tune_budget_finds_the_most_gpus_it_buys_and_hours_are_a_deadline():
+    """The budget bisection, like the deadline's, takes a count with no layout at all as too many GPUs: a LoRA that
+    costs $97.65 on 4 A100s said no count met its $100 budget. 'In 12 hours' is a deadline of half a day."""
+    budget = plan("LoRA Llama 3 8B for 1B tokens with a $100 budget on A100s", backend="offline")
+    assert budget.recommended["training"]["cost_usd"] <= 100 and "none meets" not in budget.sizing_text()
+    # the cost is not monotone in the count (1 A100 $100.00, 2 over $100, 4 $97.65): the look-ahead finds 4
+    assert budget.sizing_text().startswith("4 GPUs, the most GPUs that stay within the $100 budget")
+    from trainplan.agent.request import parse_partial
+
+    assert parse_partial("full fine-tune Llama 3 8B for 1B tokens in 12 hours on H100s").deadline_days == 0.5
+    assert parse_partial("Llama 3 70B in 8 H100s for 1T tokens").deadline_days is None   # 'H100' is no hour
