@@ -42,6 +42,7 @@ from trainplan.tools.search.results import SearchResult
 from trainplan.tools.search.space import R_BUDGET, R_DEADLINE, R_MEMORY
 
 from trainplan.prompts import duration, usd
+from trainplan.tools.core.errors import InputError
 
 from . import tradeoffs
 
@@ -328,8 +329,11 @@ def adapters_that_fit(job: dict) -> str | None:
     for method, what in (("lora", "LoRA (adapters beside a frozen bf16 base)"),
                          ("qlora", "QLoRA (adapters beside a frozen 4-bit NF4 base)")):
         lean = {"zero": 3 if job["gpus"] > 1 else 0, "recompute": "full", "mbs": 1}
-        result = estimate(model=job["model"], gpu=job["gpu"], gpus=job["gpus"], method=method, seq=job["seq"],
-                          gbs=job["gbs"], precision=job["precision"], **lean)
+        try:
+            result = estimate(model=job["model"], gpu=job["gpu"], gpus=job["gpus"], method=method, seq=job["seq"],
+                              gbs=job["gbs"], precision=job["precision"], **lean)
+        except InputError:   # the lean shape cannot take the job's batch (gbs under the data-parallel size)
+            continue
         if result.fits:
             memory = result.memory_gib
             return (f"with {what} it fits: {memory.total:.2f} of {memory.capacity:.2f} GiB per GPU at ZeRO-"

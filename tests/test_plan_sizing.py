@@ -160,3 +160,14 @@ def test_a_fine_tune_budget_finds_the_most_gpus_it_buys_and_hours_are_a_deadline
 
     assert parse_partial("full fine-tune Llama 3 8B for 1B tokens in 12 hours on H100s").deadline_days == 0.5
     assert parse_partial("Llama 3 70B in 8 H100s for 1T tokens").deadline_days is None   # 'H100' is no hour
+
+
+def test_a_fine_tune_on_more_gpus_than_its_default_batch_gets_one_sequence_per_gpu():
+    """The fine-tuning stacks are data parallel, so the default batch holds a sequence per GPU: a full fine-tune of
+    a 70B on 32 A100s with DeepSpeed ZeRO-3 failed with 'gbs=16 is not divisible by dp*mbs=32*1=32'."""
+    from trainplan.tools.config.plan_defaults import FINETUNE_GBS, default_finetune_gbs
+
+    assert [default_finetune_gbs(g) for g in (1, 8, 16, 32, 48)] == [FINETUNE_GBS, FINETUNE_GBS, 16, 32, 64]
+    report = plan("full fine-tune Llama 3 70B on 4 nodes of 8 A100 80GB with deepspeed zero3, seq 4096",
+                  backend="offline")
+    assert report.recommended["config"]["gbs"] == 32 and report.recommended["config"]["dp"] == 32

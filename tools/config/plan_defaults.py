@@ -101,7 +101,7 @@ def default_gbs_reason(seq: int, gpus: int, total_params: float, fine_tune: bool
     gbs = default_gbs(seq, gpus, total_params, fine_tune)
     if fine_tune:
         return (f"{gbs} sequences ({gbs * seq:,} tokens per step), a fine-tuning default ({FINETUNE_GBS_SOURCE}), "
-                f"at least one sequence per {GPUS_PER_SEQUENCE} GPUs")
+                "at least one sequence per GPU (the fine-tuning stacks are data parallel)")
     nearest = min(TOKENS_PER_STEP_POINTS, key=lambda point: abs(math.log(point[0] / total_params)))
     return (f"{gbs} sequences ({gbs * seq:,} tokens per step): published runs of {total_params / 1e9:.3g}B "
             f"parameters used about {tokens_per_step(total_params) / 1e6:.3g}M tokens per step (nearest: "
@@ -146,8 +146,10 @@ def finetune_seqs(max_seq_len: int) -> list[int]:
 
 
 def default_finetune_gbs(gpus: int) -> int:
-    """Global batch of a fine-tune that gives none: FINETUNE_GBS, or one sequence per GPUS_PER_SEQUENCE
-    GPUs when that is more (as default_gbs), as a power of two."""
+    """Global batch of a fine-tune that gives none: FINETUNE_GBS, or one sequence per GPU when that is more, as a
+    power of two. The fine-tuning stacks are data parallel (the Hugging Face Trainer tools and DeepSpeed ZeRO-3
+    take no tensor parallelism with adapters or ZeRO-3: tools/config/engines.py refusals), so every GPU holds at
+    least one sequence (a per-device batch of at least 1); pre-training's one per GPUS_PER_SEQUENCE assumes TP."""
     if gpus <= 0:
         raise InputError(f"gpus={gpus} must be positive to choose a default gbs")
-    return max(FINETUNE_GBS, 2 ** math.ceil(math.log2(max(1.0, gpus / GPUS_PER_SEQUENCE))))
+    return max(FINETUNE_GBS, 2 ** math.ceil(math.log2(gpus)))
