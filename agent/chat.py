@@ -276,7 +276,7 @@ class ChatSession:
 
     def turn_offline(self, line: str) -> None:
         try:
-            update = parse_partial(line)
+            update = parse_partial(line, context=self.request)
         except InputError as exc:
             self.error(str(exc))
             return
@@ -337,7 +337,7 @@ class ChatSession:
                     "with the lean tool set..." if data.get("tools") else "without earlier tool results..."))
 
         try:
-            update = parse_partial(line)
+            update = parse_partial(line, context=self.request)
         except InputError as exc:
             self.error(str(exc))
             return

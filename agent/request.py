@@ -136,9 +136,10 @@ PlanRequest = plan_request_model()
 None when the request does not (the planner fills it and says so), plus what only a request has."""
 
 
-def parse_partial(text: str) -> PlanRequest:
+def parse_partial(text: str, context: PlanRequest | None = None) -> PlanRequest:
     """Every field the text states, and nothing else; InputError for impossible counts and for GPUs
-    the catalog lacks."""
+    the catalog lacks. context: the request a follow-up revises (a chat's), whose GPU count and sizes a
+    gradient accumulation the text states without them multiplies."""
     t = RequestText(text)
     found: dict[str, Any] = {}
     rules.read_paths(t, found)
@@ -165,7 +166,7 @@ def parse_partial(text: str) -> PlanRequest:
     steering.read_precision(t, found, negated)
     steering.read_pins(t, found)
     steering.read_method(t, found)
-    amounts.apply_accumulation(found)   # after the counts and pins: the data-parallel size
+    amounts.apply_accumulation(found, context)   # after the counts and pins: the data-parallel size
     rules.read_model_by_family(t, found)
     signed = t.signed_number(skip=tuple(found.pop("_spans", {}).values()))
     if signed is not None:   # after the rules, whose own refusals ('-512 H100s') say more

@@ -143,17 +143,23 @@ _PER_DEVICE_BATCH = (r"per[\s_-]*(?:device|gpu)[\s_-]*(?:train[\s_-]*)?batch(?:[
 """The Hugging Face Trainer's per_device_train_batch_size and its plain forms: the micro-batch of each GPU."""
 
 
-def apply_accumulation(found: dict[str, Any]) -> None:
+def apply_accumulation(found: dict[str, Any], context: Any = None) -> None:
     """A Hugging Face style batch ('batch size 1, gradient accumulation 8' on N GPUs): the per-device batch (the
     micro-batch, or a bare 'batch size' when accumulation is said) x accumulation x data-parallel GPUs is the
     global batch, as the Trainer makes it; a global batch said as such gives the micro-batch instead. InputError
-    when the GPU count is not known or the figures disagree."""
+    when the GPU count is not known or the figures disagree. A follow-up's missing count and sizes are its
+    context's (the request it revises)."""
     steps = found.pop("_accumulation", None)
     bare = found.pop("_bare_batch", False)
     if steps is None:
         return
-    model_parallel = found.get("tp", 1) * found.get("pp", 1) * found.get("cp", 1)
-    gpus = found.get("gpus")
+
+    def given(name: str, default: Any) -> Any:
+        value = found.get(name, getattr(context, name, None))
+        return default if value is None else value
+
+    model_parallel = given("tp", 1) * given("pp", 1) * given("cp", 1)
+    gpus = given("gpus", None)
     if gpus is None:
         raise InputError(f"gradient accumulation {steps} makes the global batch per-device batch x accumulation x "
                          "data-parallel GPUs: give the GPU count (e.g. 'on 8 H100s'), or the global batch instead")

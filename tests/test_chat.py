@@ -158,3 +158,8 @@ def test_a_line_of_just_quit_ends_the_session_as_slash_quit_does():
     for word in ("quit", "exit", "Bye.", "q"):
         _, out = chat(FIRST, word, "Llama 3 8B on 16 H100s")
         assert out.count("plan (offline):") == 1 and "nothing to change" not in out, word
+
+
+def test_a_follow_up_gradient_accumulation_multiplies_the_gpus_already_asked():
+    session, out = chat("LoRA Llama 3 8B on 4 A100s for 10M tokens", "per device batch size 2, gradient accumulation 4")
+    assert "error" not in out and (session.request.mbs, session.request.gbs) == (2, 2 * 4 * 4)
