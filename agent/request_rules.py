@@ -208,7 +208,7 @@ def read_gpu(t: RequestText, found: dict[str, Any]) -> None:
 
 _BRANDED = (r"(?<![a-z0-9])((?:rtx|gtx|titan|quadro|tesla|radeon|instinct|gaudi|tpu|trainium|inferentia)"
             r"(?:[\s-]*(?:pro|ada|ultra))?(?:[\s-]*[a-z]{0,3}[0-9]+[a-z0-9]*)?|mi[0-9]{2,3}[a-z]*)(?![a-z0-9])")
-_CODE = r"(?<![a-z0-9])([a-z]{1,2}[0-9]{2,4}[a-z]{0,2})s?(?![a-z0-9])"
+_CODE = r"(?<![a-z0-9])([a-z]{1,2}[0-9]{2,4}[a-z]{0,2}|[tlap][0-9])s?(?![a-z0-9])"
 _NOT_GPU_CODES = re.compile(r"(?:bf|fp|tf|int|tp|pp|cp|ep|dp|sp|vp|mb|gb|tb|pb|sm|nv|fa)[0-9]+|[a-z]{1,2}0+",
                             re.IGNORECASE)
 _GPU_CONTEXT_BEFORE = r"(?:[0-9]\s*(?:k\s*)?(?:[x×*]\s*)?|\b(?:on|using|with|of|use|across)\s+(?:the\s+|an?\s+)?)$"
@@ -217,7 +217,7 @@ _GPU_CONTEXT_AFTER = rf"\s*(?:{_GPU_WORD}|{_NODE})"
 
 def _unknown_gpu(t: RequestText) -> str | None:
     """A GPU-looking name the catalog lacks: a brand ('RTX 9090', 'MI300X') anywhere, or a code like
-    'V100' where a GPU goes ('8 V100s', 'on V100', 'V100 GPUs')."""
+    'V100' (or the one-digit T4, P4, A2) where a GPU goes ('8 V100s', 'on V100', 'on a T4', 'V100 GPUs')."""
     branded = t.first(_BRANDED, 1)
     if branded:
         return branded.group(1)

@@ -168,7 +168,9 @@ def read_method(t: RequestText, found: dict[str, Any]) -> None:
                          r"(?:\s+(?:layers?|modules?|projections?))?)(?![a-z])"))
     if targets:
         found["lora_targets"] = "attention" if "attention" in targets.group(0).lower() else "all-linear"
-    rank = t.take(r"(?<![a-z])(?:(?:(?:lora|adapter)[\s-]*)?rank\s*(?:of|=|:|is)?|r\s*[=:])\s*([0-9]+)(?![0-9.])", 1)
+    rank = (t.take(r"(?<![a-z])(?:(?:(?:lora|adapter)[\s-]*)?rank\s*(?:of|=|:|is)?|r\s*[=:])\s*([0-9]+)(?![0-9.])", 1)
+            or (t.take(r"(?<![a-z0-9])r([0-9]{1,4})(?![0-9a-z.])", 1)   # 'LoRA r16', as the layout line writes it
+                if found.get("method") in ("lora", "qlora") else None))
     if rank:
         value = int(rank.group(1))
         if value < 1:

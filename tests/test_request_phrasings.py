@@ -462,3 +462,12 @@ def test_epochs_may_be_fractional_and_the_tokens_they_make_are_bounded():
             parse_partial(text)
     with pytest.raises(InputError, match="3 GPUs do not divide into tp x pp x cp = 2"):
         parse_partial("Llama 3 8B on 3 H100s, tp 2, grad accum 2")
+
+
+def test_a_one_digit_gpu_the_catalog_lacks_is_named_and_lora_r16_is_a_rank():
+    for text in ("QLoRA Llama 3 8B on a T4", "QLoRA Llama 3 8B on 2 T4s"):
+        with pytest.raises(InputError, match="gpu 'T4' is not in the catalog"):
+            parse_partial(text)   # it said the request needs the hardware
+    assert parse_partial("LoRA Llama 3 8B on an L4").gpu == "l4"
+    assert (parse_partial("QLoRA r64 Llama 3 8B on an H100").lora_rank,
+            parse_partial("Llama 3 8B on 8 H100s r8").lora_rank) == (64, None)   # r8 is a rank only beside LoRA
