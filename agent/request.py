@@ -24,6 +24,8 @@ What it reads (case and word order do not matter; full-width and CJK text is rea
   data-parallel GPUs, as the Hugging Face Trainer does (a bare "batch size 1" beside it is the per-device batch);
 - "gradient checkpointing" -> recompute full (each decoder layer rerun); "full SFT" -> method full; "4-bit" and
   "NF4" -> qlora; "Liger" -> fused_kernels and loss_kernel fused_linear, "Cut Cross-Entropy" -> the loss alone;
+  PEFT's target_modules ("q_proj,v_proj", the four attention projections, those and the MLP's, "all-linear") and
+  "lora_r=32";
 - price ("$2/GPU-hour"), budget_usd ("budget $2M", "under $2M"), deadline_days ("within 30 days",
   "in 4 weeks", "30天内");
 - objective: "cheapest" / "minimise cost" -> cost, "fastest" -> time, "max throughput";

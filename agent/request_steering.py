@@ -158,17 +158,30 @@ def read_method(t: RequestText, found: dict[str, Any]) -> None:
     if found.get("method") in (None, "lora", "qlora") and t.take(r"(?<![a-z0-9])(?:4[\s-]*bit|nf4)(?![a-z0-9])"):
         found["method"] = "qlora"
         found["fine_tuning"] = True
+    if t.take(r"(?<![a-z])target[\s_-]*modules?\s*[:=]?\s*['\"]?all[\s_-]*linear['\"]?(?![a-z])"):
+        found["lora_targets"] = "all-linear"   # PEFT's target_modules="all-linear"
     qv = t.take(r"(?<![a-z])(?:(?:on|to)\s+(?:the\s+)?)?(?:q(?:_proj)?\s*(?:and|,|&|/|\+)\s*v(?:_proj)?|query\s+and\s+value)"
                 r"(?:\s+(?:projections?|layers?|modules?|only))*(?![a-z])")
     if qv:
         found["lora_targets"] = "qv"
-    targets = None if qv else (t.take(r"(?<![a-z])(?:adapters?|lora|targets?)\s+(?:on|to|for)\s+(?:the\s+)?(?P<targets>attention"
+    targets = None if qv or "lora_targets" in found else (t.take(r"(?<![a-z])(?:adapters?|lora|targets?)\s+(?:on|to|for)\s+(?:the\s+)?(?P<targets>attention"
                       r"(?:\s+(?:projections?|layers?|modules?|weights?))?(?:\s+only)?)(?![a-z])", "targets")
                or t.take(r"(?<![a-z])(?:attention[\s-]+only|(?:on\s+)?(?:all|every)[\s-]+linear"
                          r"(?:\s+(?:layers?|modules?|projections?))?)(?![a-z])"))
     if targets:
         found["lora_targets"] = "attention" if "attention" in targets.group(0).lower() else "all-linear"
-    rank = (t.take(r"(?<![a-z])(?:(?:(?:lora|adapter)[\s-]*)?rank\s*(?:of|=|:|is)?|r\s*[=:])\s*([0-9]+)(?![0-9.])", 1)
+    modules = None if "lora_targets" in found else t.take(
+        r"(?<![a-z])target[\s_-]*modules?\s*[:=]?\s*\[?\s*['\"]?(?P<list>[a-z_]+_proj(?:[\s,'\"]+[a-z_]+_proj)*)"
+        r"[\s'\"]*\]?", "list")
+    if modules:   # PEFT's target_modules as a list: the sets trainplan plans
+        names = frozenset(re.findall(r"([a-z_]+)_proj", modules.group("list").lower()))
+        target = _TARGET_SETS.get(names)
+        if target is None:
+            raise InputError(f"target_modules {', '.join(sorted(n + '_proj' for n in names))} is not a set trainplan "
+                             "plans: q_proj,v_proj (qv), q/k/v/o_proj (attention) or those and gate/up/down_proj "
+                             "(all-linear)")
+        found["lora_targets"] = target
+    rank = (t.take(r"(?<![a-z])(?:(?:(?:lora|adapter)[\s_-]*)?(?:rank|r\s*[=:])\s*(?:of|=|:|is)?)\s*([0-9]+)(?![0-9.])", 1)
             or (t.take(r"(?<![a-z0-9])r([0-9]{1,4})(?![0-9a-z.])", 1)   # 'LoRA r16', as the layout line writes it
                 if found.get("method") in ("lora", "qlora") else None))
     if rank:
@@ -181,6 +194,11 @@ def read_method(t: RequestText, found: dict[str, Any]) -> None:
     if said or found.get("method") in ("lora", "qlora"):  # 'without LoRA' alone is no fine-tune
         found["fine_tuning"] = True
 
+
+_TARGET_SETS = {frozenset({"q", "v"}): "qv", frozenset({"q", "k", "v", "o"}): "attention",
+                frozenset({"q", "k", "v", "o", "gate", "up", "down"}): "all-linear"}
+"""PEFT's target_modules of a Llama-style model as lora_targets (LoRA on the attention projections, on q and v, or
+on every linear layer of the blocks)."""
 
 ENGINES = {profile.name: profile.pattern for profile in ENGINE_PROFILES}
 """How the engines of tools/config/engines.py are written (each profile's pattern, for its `spelled` name)."""

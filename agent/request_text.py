@@ -69,6 +69,7 @@ switch change try instead go move make let see compare now then again ok okay
 mixed precision data dataset corpus tokens token worth
 lay out fit fits long much many cost costs take takes time global
 instruct chat base memory max maximum continue continued continuing
+packing packed sample_packing sample true false meta meta-llama
 what's would've i'll we'll
 """.split())
 CJK_STOPWORDS = ("帮我", "请", "用", "在", "上", "训练", "預訓練", "预训练", "规划", "計画", "模型", "使用", "使", "的",

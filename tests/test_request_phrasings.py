@@ -471,3 +471,22 @@ def test_a_one_digit_gpu_the_catalog_lacks_is_named_and_lora_r16_is_a_rank():
     assert parse_partial("LoRA Llama 3 8B on an L4").gpu == "l4"
     assert (parse_partial("QLoRA r64 Llama 3 8B on an H100").lora_rank,
             parse_partial("Llama 3 8B on 8 H100s r8").lora_rank) == (64, None)   # r8 is a rank only beside LoRA
+
+
+@pytest.mark.parametrize(("text", "targets"), [
+    ('qlora mistral 7b, target_modules: ["q_proj", "v_proj"], 1 A100', "qv"),
+    ("qlora mistral 7b, target modules q_proj,k_proj,v_proj,o_proj, 1 A100", "attention"),
+    ("LoRA llama 3 8b target_modules q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj on 2x 3090", "all-linear"),
+    ("LoRA llama 3 8b, lora_r=32, target_modules=all-linear, on 1 4090", "all-linear"),
+])
+def test_peft_target_modules_and_config_words_are_read(text, targets):
+    request = parse_partial(text)
+    assert (request.lora_targets, request.unparsed) == (targets, None)
+    assert request.gpus in (1, 2) and request.gpu is not None   # '1 4090', '2x 3090': a count before a bare card
+
+
+def test_a_target_module_set_trainplan_does_not_plan_is_one_line():
+    with pytest.raises(InputError, match="target_modules k_proj, q_proj is not a set trainplan plans"):
+        parse_partial("qlora mistral 7b, target_modules q_proj,k_proj, 1 A100")
+    assert parse_partial("Llama 3 8B on 8 H100 for 4090 steps").gpu == "h100-sxm-80gb"   # 4090 steps stay steps
+    assert parse_partial("LoRA fine-tuning of meta-llama/Meta-Llama-3-8B on 1 H100 with packing").unparsed is None

@@ -174,10 +174,11 @@ def gpu_mentions(text: str, names: list[str] | None = None) -> list[GpuMention]:
 
 
 _BARE_NUMBER_GPU = (r"(?<![0-9a-z.,$£€])(?P<base>{alias})s(?![a-z0-9])"
-                    r"|(?<![a-z0-9])(?:an?|one|single|my)\s+(?P<size>[0-9]+\s*gb\s+)?(?P<single>{alias})(?![a-z0-9])")
-"""An alias that is a bare number ('4090') names a GPU only in the plural ('two 4090s') or after an article or
-'my', with its memory or not ('a 4090', 'a 24 GB 4090', 'my 4090'); '4090 GPUs' is a count, and '4090 steps',
-'a 4090-token sequence' or '$4090' stay numbers."""
+                    r"|(?<![a-z0-9])(?:an?|one|single|my|[0-9]{{1,3}}\s*x?)\s+(?P<size>[0-9]+\s*gb\s+)?(?P<single>{alias})"
+                    r"(?![a-z0-9])")
+"""An alias that is a bare number ('4090') names a GPU only in the plural ('two 4090s') or after an article,
+'my' or a count, with its memory or not ('a 4090', 'a 24 GB 4090', 'my 4090', '1 4090', '2x 3090'); '4090 GPUs'
+is a count, and '4090 steps', 'a 4090-token sequence' or '$4090' stay numbers."""
 
 
 def _bare_number_mentions(text: str, aliases: tuple[tuple[str, str], ...],
