@@ -46,7 +46,8 @@ def read_samples(t: RequestText, found: dict[str, Any]) -> None:
     """A data set as samples of a length ('10k samples of 512 tokens', '50,000 examples of 2048 tokens each'):
     seq is the length (k = 1024 there), tokens the samples x the length (k = 1000 for the count)."""
     samples = t.take(rf"({NUM})\s*({_ANY_MULT})?\s*(?:samples|examples|sequences|conversations|rows|documents)\s*"
-                     rf"(?:of|at|with|,)?\s*(?:up\s*to\s*)?({NUM})\s*(k(?![a-z]))?\s*tokens?(?:\s*each)?(?![a-z])")
+                     rf"(?:of|at|with|,)?\s*(?:up\s*to\s*)?({NUM})\s*(k(?![a-z]))?\s*tokens?(?:\s*each)?(?![a-z])"
+                     rf"(?!{_PER_BATCH})")   # '256 sequences of 4096 tokens per batch' is a batch, not a data set
     if samples:
         count = _amount(t, samples, "samples")
         length = number(samples.group(3)) * (1024 if samples.group(4) else 1)
