@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from trainplan.prompts import DEFAULT_SEQ_CAP, DEFAULT_TOKENS_PER_PARAM
 from trainplan.tools.hardware import catalog
-from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
+from trainplan.tools.config.plan_defaults import COST_SLACK, DEFAULT_GOODPUT
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, is_lora
-from trainplan.tools.core.enums import LoraTargets, Method
+from trainplan.tools.core.enums import LoraTargets, Method, Objective
 from trainplan.tools.config.contract import default_seq
 from trainplan.tools.config.plan_defaults import (FINETUNE_SEQ, FINETUNE_SOURCE, default_gbs_reason, default_gbs,
                                                   finetune_seqs)
@@ -187,10 +187,25 @@ def shown_job(job: dict) -> dict:
 
 
 def is_fine_tune(request: PlanRequest) -> bool:
-    """A fine-tune: the request says so ("fine-tune", "SFT") or names LoRA/QLoRA. It gets the fine-tuning
-    defaults of tools/config/plan_defaults.py, not the pre-training ones."""
-    return (bool(request.fine_tuning) or (request.method is not None and is_lora(request.method))
-            or request.lora_targets is not None)
+    """A fine-tune (PlanRequest.is_fine_tune): it gets the fine-tuning defaults of tools/config/plan_defaults.py,
+    not the pre-training ones."""
+    return request.is_fine_tune()
+
+
+def bound_open_fine_tune(request: PlanRequest) -> tuple[PlanRequest, str | None]:
+    """A fine-tune that names its GPU but no count, bound, deadline or budget ('QLoRA Llama 3 70B on A100s for 100M
+    tokens'): planned on up to one node of that GPU, by cost where the request names no objective (the cheapest
+    count within COST_SLACK, tools/config/plan_defaults.py), and the assumption that says so; the request as it
+    is otherwise."""
+    if not (request.count_open() and request.gpu is not None and request.is_fine_tune()):
+        return request, None
+    node = request.gpus_per_node or catalog.load_gpu(request.gpu).gpus_per_node
+    objective = request.objective or Objective.cost.value
+    bounded = request.model_copy(update={"max_gpus": node, "objective": objective})
+    return bounded, (f"GPU count not given: a fine-tune is planned on up to one node ({node} x {request.gpu})"
+                     + (f", by cost (the fastest count within {COST_SLACK:.0%} of the cheapest)"
+                        if request.objective is None else "")
+                     + "; say 'on N GPUs' to fix the count")
 
 
 def default_gbs_note(seq: int, gpus: int, params: float, fine_tune: bool = False) -> str:

@@ -24,7 +24,8 @@ from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
 from trainplan.agent.registry import estimate_kwargs
 
 from . import advice, method_choice, sizing, tradeoffs
-from .job_defaults import OBJECTIVE, complete_request, default_gbs_note, is_fine_tune, probe_fine_tune_seq, shown_job
+from .job_defaults import (OBJECTIVE, bound_open_fine_tune, complete_request, default_gbs_note, is_fine_tune,
+                           probe_fine_tune_seq, shown_job)
 from .plan_search import (ALTERNATIVES, PLAN_HEADROOM, evaluate_for_job, search_job, search_relaxing,
                           search_summary)
 from .report import GpuCountTradeoffs, LayoutChoice, PlanReport, ReportNotes, ReportOrigin, build_report
@@ -240,8 +241,12 @@ def offline_report(request: PlanRequest, text: str, engine: str | None = None) -
     named one; for LoRA/QLoRA naming none, ADAPTER_ENGINE's
     layouts when one fits, else ADAPTER_FALLBACK's (_adapter_plan); else the PLAN_ENGINES engine whose best
     layout wins."""
+    request, bounded = bound_open_fine_tune(request)
     with layout_memo():   # one plan meets the same layouts again (counts, engines, limits): each evaluated once
-        return _offline_report(request, text, engine)
+        report = _offline_report(request, text, engine)
+    if bounded:
+        report.assumptions.insert(0, bounded)
+    return report
 
 
 def _offline_report(request: PlanRequest, text: str, engine: str | None) -> PlanReport:

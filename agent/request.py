@@ -61,6 +61,7 @@ from pydantic import BaseModel, Field
 from trainplan.tools.hardware import catalog
 from trainplan.tools.config.contract import Job, Layout, SearchOptions
 from trainplan.tools.config.fields import asked_names, knob_of, optional_model
+from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.core.errors import InputError
 
 from . import request_amounts as amounts
@@ -106,10 +107,22 @@ class _Request(BaseModel):
         """The fields that are set (the words not understood are not a field of the plan)."""
         return {k: v for k, v in self.model_dump(exclude={"unparsed"}).items() if v is not None}
 
+    def is_fine_tune(self) -> bool:
+        """A fine-tune: the request says so ("fine-tune", "SFT") or names LoRA/QLoRA or their targets. It gets the
+        fine-tuning defaults of tools/config/plan_defaults.py, not the pre-training ones."""
+        return (bool(self.fine_tuning) or (self.method is not None and is_lora(self.method))
+                or self.lora_targets is not None)
+
+    def count_open(self) -> bool:
+        """No GPU count, bound, deadline, budget or limit asked: nothing sizes the count."""
+        return (self.gpus is None and self.max_gpus is None and self.deadline_days is None
+                and self.budget_usd is None and self.solve is None)
+
     def missing(self) -> list[str]:
         needed = ["model"] if self.solve == "gpu" else ["model", "gpu"]   # solve=gpu: the cheapest that fits
-        if self.max_gpus is None and self.deadline_days is None and self.budget_usd is None and self.solve is None:
-            needed.append("gpus")  # with a bound, a deadline or a budget the planner finds the count
+        if self.count_open() and not self.is_fine_tune():
+            needed.append("gpus")  # with a bound, a deadline or a budget the planner finds the count; a fine-tune
+            # naming none is planned on up to one node (agent/job_defaults.py bound_open_fine_tune)
         return [name for name in needed if getattr(self, name) is None]
 
 

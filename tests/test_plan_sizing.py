@@ -11,6 +11,7 @@ from cli_inprocess import run_cli as in_process
 import pytest
 
 from trainplan.agent.planner import plan
+from trainplan.tools.core.errors import InputError
 
 DEADLINE = "Train Llama 3 8B for 200B tokens in 4 days on H100s, seq 4096, gbs 256"
 
@@ -171,3 +172,16 @@ def test_a_fine_tune_on_more_gpus_than_its_default_batch_gets_one_sequence_per_g
     report = plan("full fine-tune Llama 3 70B on 4 nodes of 8 A100 80GB with deepspeed zero3, seq 4096",
                   backend="offline")
     assert report.recommended["config"]["gbs"] == 32 and report.recommended["config"]["dp"] == 32
+
+
+def test_a_fine_tune_naming_no_gpu_count_is_planned_on_up_to_one_node_by_cost():
+    """'how much does it cost to fine-tune ... on A100s?' answered 'the request needs how many GPUs'; a fine-tune
+    is planned on up to one node of its GPU, by cost when it names no objective, and says so. A pre-training
+    request still needs its count."""
+    report = plan("how much does it cost to fine-tune Llama 3 70B with QLoRA on 100M tokens on A100s?",
+                  backend="offline")
+    assert report.assumptions[0].startswith("GPU count not given: a fine-tune is planned on up to one node (8 x ")
+    assert report.request["max_gpus"] == 8 and report.request["objective"] == "cost"
+    assert 1 <= report.recommended["config"]["gpus"] <= 8 and report.recommended["training"]["cost_usd"] > 0
+    with pytest.raises(InputError, match="needs how many GPUs"):
+        plan("Llama 3 70B on H100s for 1T tokens", backend="offline")
