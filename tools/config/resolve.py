@@ -16,6 +16,12 @@ DEFAULT_RECOMPUTE_MODULES = (RecomputeModule.core_attn,)
 """Megatron's default --recompute-modules (arguments.py): core_attn."""
 
 
+def beyond_default_modules(modules) -> bool:
+    """Whether a selective recompute module set reruns more than DEFAULT_RECOMPUTE_MODULES (what only an engine that
+    selects modules runs: tools/config/engines.py selects_recompute_modules)."""
+    return bool(set(modules or ()) - set(DEFAULT_RECOMPUTE_MODULES))
+
+
 def is_lora(method: Method | str) -> bool:
     return Method(method) is not Method.full
 

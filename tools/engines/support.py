@@ -14,7 +14,7 @@ from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.config.engine_refusals import Refusal
 from trainplan.tools.config.engines import ENGINE_REFUSALS, check_engine, stores_fp32_params
 from trainplan.tools.config.engines import runs as runs_any
-from trainplan.tools.config.resolve import DEFAULT_RECOMPUTE_MODULES, is_lora
+from trainplan.tools.config.resolve import beyond_default_modules, is_lora
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import ExportError
 from trainplan.tools.hardware.specs import ModelSpec
@@ -35,8 +35,7 @@ def param_storage_note(engine: str, cfg: ParallelConfig) -> str | None:
 
 def reruns_modules(cfg: ParallelConfig) -> bool:
     """Whether selective recompute reruns modules beyond the attention core (Megatron's default set)."""
-    beyond_default = set(cfg.recompute_modules or ()) - set(DEFAULT_RECOMPUTE_MODULES)
-    return cfg.recompute is Recompute.selective and bool(beyond_default)
+    return cfg.recompute is Recompute.selective and beyond_default_modules(cfg.recompute_modules)
 
 
 def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:

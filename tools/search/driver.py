@@ -39,7 +39,7 @@ from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import evaluate
 from trainplan.tools.config.engine_refusals import module_recompute_message
 from trainplan.tools.config.engines import check_engine, engine_knobs, runs, selects_recompute_modules
-from trainplan.tools.config.resolve import DEFAULT_RECOMPUTE_MODULES, is_lora
+from trainplan.tools.config.resolve import beyond_default_modules, is_lora
 from trainplan.tools.config.contract import Layout, ParallelConfig
 from trainplan.tools.hardware.specs import ClusterSpec
 from trainplan.tools.config.layout import check_moe_a2a_overlap_job, resolve_config
@@ -180,7 +180,7 @@ def prepare(request: SearchRequest) -> tuple[SearchJob, Objective, list[int]]:
                evidence_margin=EVIDENCE_MARGIN if margin is None else float(margin),
                fixed=_fixed(model_spec, seq, precision_enum, gpu_spec, fixed))
     given = {k: v for k, v in fixed.items() if v is not None}
-    if not selects_recompute_modules(engine) and set(job.recompute_modules or ()) - set(DEFAULT_RECOMPUTE_MODULES):
+    if not selects_recompute_modules(engine) and beyond_default_modules(job.recompute_modules):
         raise InputError(module_recompute_message(engine))
     ladder, options = recompute_choices(job, job.recompute_modules if "recompute_modules" in given else None)
     job = replace(job, storage_variants=storage_variants(job, given), recompute_ladder=ladder,
