@@ -46,6 +46,7 @@ ALLOWED = {
     # exact byte counts of number formats
     "tools/perf/state_bytes.py:BF16_BYTES": "bytes of a bf16 number",
     "tools/perf/state_bytes.py:FP32_BYTES": "bytes of an fp32 number",
+    "tools/perf/state_bytes.py:BOOL_BYTES": "bytes of a bool",
     "tools/perf/state_bytes.py:OPTIMIZER_BYTES": "fp32 master weight and two fp32 Adam moments",
     "tools/perf/state_bytes.py:OPTIMIZER_BYTES_BF16_MOMENTS": "fp32 master weight and two bf16 Adam moments",
     "tools/perf/state_bytes.py:ADAM_BYTES_PER_PARAM": "sum of the byte counts above",
@@ -55,7 +56,6 @@ ALLOWED = {
     "tools/perf/state_bytes.py:ADAPTER_OPTIMIZER_BYTES": "two fp32 Adam moments",
     "tools/perf/moe.py:FP8_BYTES_PER_ELEMENT": "1 B per element and a 4 B scale per 128 elements",
     "tools/perf/moe.py:BF16_BYTES_PER_ELEMENT": "bytes of a bf16 number",
-    "tools/perf/finetune_tensors.py:DROPOUT_SAVED_BYTES": "bytes of a bf16 number and of a bool mask",
     "tools/perf/activations.py:FP8_TILE": "DeepSeek-V3's 1x128 quantization tile (§3.3.2)",
     "tools/perf/activations.py:FP8_SCALE_BYTES": "an fp32 scale",
     "tools/perf/activations.py:E5M6_BYTES": "12 bits of DeepSeek-V3's E5M6 format (§3.3.3)",

@@ -14,7 +14,7 @@ import trainplan
 from trainplan.cli import load_command
 from trainplan.cli_export import export_from_options
 from trainplan.tools.core.enums import LoraTargets, Method
-from trainplan.tools.core.enums import LossKernel
+from trainplan.tools.core.enums import LoraDropoutPosition, LossKernel
 from trainplan.agent import registry, tool_args
 from trainplan.tools.config.contract import DEFAULT_SEQ_CAP, SEARCHED_KNOBS, Job, Layout, ParallelConfig, SearchOptions, search_fields
 from trainplan.tools.config.results import Estimate
@@ -78,7 +78,7 @@ def test_estimate_is_typed_and_its_dump_is_plain():
     assert _plain(result.model_dump(mode="json"))
     assert _plain(result.model_dump(), (int, float, str, bool, type(None), tuple, Recompute, RecomputeModule, Schedule,
                                         Precision, Attention, Method, LoraTargets, Dispatcher, GroupedGemm, Launch,
-                                        LossKernel))
+                                        LossKernel, LoraDropoutPosition))
     # Derived figures a plan states: the shares and the headroom come with the result.
     assert result.time.comm_share == pytest.approx(
         sum(s for k, s in result.time.breakdown.items() if k.startswith("comm/")) / result.time.step_s)

@@ -170,6 +170,22 @@ def test_trl_offload_is_zero_offload_in_the_deepspeed_dict():
     assert args["sft_config"]["deepspeed"]["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
 
 
+@pytest.mark.parametrize("engine", [*HF_TRAINER_ENGINES, "deepspeed", "accelerate"])
+def test_peft_engines_refuse_a_dropout_on_the_adapters_output(engine):
+    """PEFT drops each adapter's input; a plan that assumed NeMo AutoModel's output dropout (fewer saved bytes)
+    would run out of the memory it planned: the export refuses in one line, and so does the search for the tool."""
+    from trainplan.tools.search.driver import search
+
+    cfg = resolve_config(dense(32), 1, method="lora", lora_dropout=0.1, lora_dropout_position="post")
+    with pytest.raises(ExportError, match="lora_dropout_position=post") as info:
+        export(engine, dense(32), cfg, model_ref="x")
+    assert "\n" not in str(info.value) and "--lora-dropout-position pre" in str(info.value)
+    export(engine, dense(32), resolve_config(dense(32), 1, method="lora", lora_dropout=0.1), model_ref="x")
+    found = search(model="llama3-8b", gpu="h100", gpus=1, method="lora", seq=2048, lora_dropout=0.1,
+                   lora_dropout_position="post", engine=engine)
+    assert not found.candidates and found.rejected.get("the engine cannot run it", 0) > 0
+
+
 @pytest.mark.parametrize("engine", ["megatron", "torchtitan"])
 def test_engines_without_adapters_refuse_lora_instead_of_training_every_weight(engine):
     from trainplan.tools.search.driver import search

@@ -309,6 +309,35 @@ def test_vectorised_memory_counts_the_dropout_as_the_scalar_path():
             memory_breakdown(spec, cfg, gpu).total)
 
 
+def test_dropout_on_the_adapters_output_saves_only_its_mask_and_keeps_the_inputs():
+    """NeMo AutoModel's LinearLoRA drops lora_B's output (lora_dropout_position post): lora_A reads the module's own
+    input, so the norm outputs and the SwiGLU product stay, and each module adds a 1 B mask per output element:
+    q and o h wide, k and v 1024 (8 KV heads of 128), gate and up f, down h."""
+    h, f, kv, tokens = 4096, 14336, 1024, 2048
+    without, post = _saved("lora", 0.0), _saved("lora", 0.1, lora_dropout_position="post")
+    assert post["lora/dropout"] == pytest.approx(1.0 * tokens * (3 * h + 2 * kv + 2 * f))
+    for key in ("attention/qkv_input", "mlp/fc1_input", "mlp/fc2_input"):
+        assert post[key] == without[key]
+    assert sum(post.values()) < sum(_saved("lora", 0.1).values())
+
+
+def test_vectorised_memory_counts_the_output_dropout_as_the_scalar_path():
+    spec, gpu = load_model("llama3-8b"), load_gpu("h100")
+    from trainplan.tools.perf.activations import knob_arrays
+    cfg = resolve_config(spec, 1, method="lora", lora_dropout=0.1, lora_dropout_position="post", gbs=8, seq=2048,
+                         recompute="none")
+    arrays = {key: value.reshape(1) for key, value in knob_arrays(cfg).items()}
+    assert arrays["lora_dropout_post"][0] == 1
+    assert memory_totals_vectorised(spec, gpu, arrays)["total"][0] == pytest.approx(memory_breakdown(spec, cfg, gpu).total)
+
+
+def test_lora_dropout_position_needs_adapters_and_a_known_place():
+    with pytest.raises(InputError, match="lora_dropout_position=post needs --method lora or qlora"):
+        estimate("llama3-8b", "h100", 1, lora_dropout_position="post")
+    with pytest.raises(InputError, match="lora_dropout_position='mid' is not one of: pre, post"):
+        estimate("llama3-8b", "h100", 1, method="lora", lora_dropout_position="mid")
+
+
 def test_lora_dropout_needs_adapters_and_a_probability():
     for kwargs, fragment in ((dict(lora_dropout=0.05), "lora_dropout=0.05 needs --method lora or qlora"),
                              (dict(method="lora", lora_dropout=1.5), "lora_dropout"),

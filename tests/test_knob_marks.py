@@ -40,5 +40,5 @@ def test_vector_memory_defaults_are_the_former_literal():
                "fp8_activations": 0, "deallocate_pipeline_outputs": 1, "save_mlp_act_output": 1,
                "fused_kernels": 1, "offload_modules": 0, "attention": 0, "method": 0, "lora_rank": 0,
                "lora_targets": 1, "loss_kernel": LOSS_CODES[LossKernel.fused], "fp32_norms": 0,
-               "lora_dropout": 0, "double_quant": 1}
+               "lora_dropout": 0, "lora_dropout_post": 0, "double_quant": 1}
     assert list(memory.VECTOR_DEFAULTS.items()) == list(literal.items())

@@ -61,7 +61,7 @@ from trainplan.tools.config.engines import ENGINE_LIST
 from trainplan.tools.config.fields import NOT_LEAN, Cli, Knob, described, fields_of, knob_names
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT, DEFAULT_GBS_RULE, DEFAULT_HEADROOM, EVIDENCE_MARGIN, FINETUNE_SEQ, default_gbs
 from trainplan.tools.config.resolve import DEFAULT_LORA_RANK
-from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, LoraTargets, LossKernel, Method, Objective, OffloadModule, Precision, Recompute, RecomputeModule, Schedule
+from trainplan.tools.core.enums import Attention, Dispatcher, GroupedGemm, Launch, LoraDropoutPosition, LoraTargets, LossKernel, Method, Objective, OffloadModule, Precision, Recompute, RecomputeModule, Schedule
 
 # --- the shared defaults -------------------------------------------------------------------------
 # gbs and the search/plan headroom: plan_defaults (the published-runs batch rule, DEFAULT_HEADROOM).
@@ -307,6 +307,11 @@ class Layout(BaseModel):
         "lora_dropout; LoRA and QLoRA only): above 0 every adapted module saves its dropout's bf16 output and 1 B "
         "mask for the backward and runs the dropout kernel (tools/perf/finetune_tensors.py dropout_changes); 0: PEFT's "
         "default, an nn.Identity")
+    lora_dropout_position: Annotated[LoraDropoutPosition, NOT_LEAN] = Field(
+        default=LoraDropoutPosition.pre, description="where each adapter's dropout acts with lora_dropout above 0: pre "
+        "(on the adapter's input, as PEFT and torchtune: each adapted module saves its dropped bf16 copy of its input "
+        "and a 1 B mask) or post (on the adapter's output, NeMo AutoModel's default: lora_A reads the module's own "
+        "input, and only a 1 B mask per output element is saved)")
     double_quant: Annotated[bool | None, NOT_LEAN] = Field(
         default=None, description="qlora's NF4 block scales quantised again (bitsandbytes bnb_4bit_use_double_quant): "
         "4.127 bits per base weight and two dequantisation kernels; false: fp32 scales, 4.5 bits and one kernel "

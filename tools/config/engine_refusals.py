@@ -91,6 +91,17 @@ def adapter_refusal(engine: str, instead: str) -> Refusal:
                                  f"every weight: use --engine {instead}, or --method full"))
 
 
+def adapter_dropout_refusal(engine: str) -> Refusal:
+    """Engines that write PEFT adapters (or torchtune's LoRALinear): their dropout acts on the adapter's input
+    (lora_B(lora_A(dropout(x)))), and neither has a setting to move it to the output, as NeMo AutoModel's default
+    does (Layout.lora_dropout_position post): the run would save a dropped copy of every adapted input the plan
+    did not count."""
+    return Refusal(engine, lambda m, k: (k.adapter != 0) & (k.dropout_on_output != 0),
+                   lambda m, k: (f"lora_dropout_position=post: {engine} writes PEFT adapters, whose dropout acts on "
+                                 "each adapter's input and saves a dropped copy of it: use --lora-dropout-position pre, "
+                                 "or --lora-dropout 0"))
+
+
 def param_storage_refusal(engine: str, instead: str) -> Refusal:
     """Full training planned with fp32 parameters as the master (16 B/param of ZeRO-3 states) on an engine that
     keeps bf16 parameters beside an fp32 master (18): the plan would hold less memory than the run."""

@@ -47,7 +47,7 @@ from trainplan.tools.core.enums import Launch
 from trainplan.tools.core.errors import InputError
 
 from trainplan.tools.config.engine_refusals import (ACCELERATE_REFUSALS, DEEPSPEED_REFUSALS, MEGATRON_REFUSALS,
-                                                    TORCHTITAN_REFUSALS, Refusal, adapter_refusal,
+                                                    TORCHTITAN_REFUSALS, Refusal, adapter_dropout_refusal, adapter_refusal,
                                                     head_split_refusal, hf_trainer_refusals, module_recompute_refusal,
                                                     param_storage_refusal)
 
@@ -181,7 +181,8 @@ def refusals_of(profile: EngineProfile) -> tuple[Refusal, ...]:
     return (
         *(() if profile.fp32_params else (param_storage_refusal(engine, " or ".join(FP32_PARAM_ENGINES)),)),
         *((head_split_refusal(engine, profile.head_split_why),) if profile.head_split_why else ()),
-        *((adapter_refusal(engine, spoken(HF_TRAINER_ENGINES)),) if profile.refuses_adapters else ()),
+        *((adapter_refusal(engine, spoken(HF_TRAINER_ENGINES)),) if profile.refuses_adapters
+          else (adapter_dropout_refusal(engine),)),
         *(() if profile.recompute_modules else (module_recompute_refusal(engine),)),
         *(hf_trainer_refusals(engine) if profile.hf_trainer else ()),
         *profile.refusals,

@@ -23,7 +23,7 @@ from trainplan.tools.core.enums import Attention, Precision, Recompute, Recomput
 from trainplan.tools.config.validity import Knobs, check
 from trainplan.tools.config.resolve import is_lora, resolve_method, resolved_double_quant, resolved_fp32_norms
 from trainplan.tools.config.resolve import resolved_loss_kernel
-from trainplan.tools.core.enums import LossKernel, Method
+from trainplan.tools.core.enums import LoraDropoutPosition, LossKernel, Method
 from trainplan.tools.hardware.counting import count_params
 
 
@@ -170,6 +170,10 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
         raise InputError(f"lora_dropout={dropout!r} must be a probability from 0 to below 1 (e.g. 0.05)")
     if dropout and not is_lora(method):
         raise InputError(f"lora_dropout={dropout} needs --method lora or qlora (method is full)")
+    dropout_position = _choice(LoraDropoutPosition, "lora_dropout_position", values["lora_dropout_position"])
+    if dropout_position is not LoraDropoutPosition.pre and not is_lora(method):
+        raise InputError(f"lora_dropout_position={dropout_position.value} needs --method lora or qlora "
+                         "(method is full): drop it")
     if values["double_quant"] is not None and method is not Method.qlora:
         raise InputError(f"double_quant applies to qlora's 4-bit base (method is {method.value}): drop it")
     seq = seq or default_seq(model.max_seq_len, fine_tune=is_lora(method))
@@ -198,6 +202,7 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
                   grouped_gemm=grouped_gemm,
                   sequence_parallel=sequence_parallel and tp > 1, tp_comm_overlap=tp_comm_overlap and tp > 1,
                   method=method, lora_rank=lora_rank, lora_targets=lora_targets, loss_kernel=loss_kernel,
+                  lora_dropout_position=dropout_position,
                   fp32_norms=resolved_fp32_norms(values["fp32_norms"], method),
                   double_quant=resolved_double_quant(values["double_quant"], method))
     return ParallelConfig(**values)

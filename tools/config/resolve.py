@@ -4,7 +4,7 @@ applies and the perf models read back (tools/perf/finetune.py, loss.py and recom
 
 from __future__ import annotations
 
-from trainplan.tools.core.enums import LoraTargets, LossKernel, Method, RecomputeModule
+from trainplan.tools.core.enums import LoraDropoutPosition, LoraTargets, LossKernel, Method, RecomputeModule
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.hardware.counting import is_moe_layer
 from trainplan.tools.hardware.specs import ModelSpec
@@ -24,6 +24,12 @@ def beyond_default_modules(modules) -> bool:
 
 def is_lora(method: Method | str) -> bool:
     return Method(method) is not Method.full
+
+
+def dropout_on_output(knobs) -> bool:
+    """Whether a layout (a ParallelConfig or a search job) drops its adapters' outputs: lora_dropout above 0 with
+    lora_dropout_position post (what only NeMo AutoModel's LoRA does; PEFT drops the input)."""
+    return bool(knobs.lora_dropout > 0 and LoraDropoutPosition(knobs.lora_dropout_position) is LoraDropoutPosition.post)
 
 
 def resolve_method(method, lora_rank, lora_targets, model, precision) -> tuple[Method, int | None, LoraTargets | None]:

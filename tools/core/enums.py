@@ -180,6 +180,18 @@ class LoraTargets(str, Enum):
     (Hu et al. 2021 §7.1) and LitGPT's default"""
 
 
+class LoraDropoutPosition(str, Enum):
+    """Where an adapter's dropout acts (Layout.lora_dropout_position)."""
+
+    pre = "pre"
+    """on the adapter's input, lora_B(lora_A(dropout(x))): PEFT's LoraLayer (peft/tuners/lora/layer.py Linear.forward)
+    and torchtune's LoRALinear; each adapted module saves its own dropped copy of its input"""
+    post = "post"
+    """on the adapter's output, dropout(lora_B(lora_A(x))): NeMo AutoModel's LinearLoRA default
+    (nemo_automodel/components/_peft/lora.py PeftConfig dropout_position="post"); lora_A reads the module's own
+    input and only the output's mask is saved"""
+
+
 class LossKernel(str, Enum):
     """How the LM head's logits and the cross-entropy loss are computed (tools/perf/loss.py)."""
 

@@ -14,7 +14,7 @@ from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.config.engine_refusals import Refusal
 from trainplan.tools.config.engines import ENGINE_REFUSALS, check_engine, stores_fp32_params
 from trainplan.tools.config.engines import runs as runs_any
-from trainplan.tools.config.resolve import beyond_default_modules, is_lora
+from trainplan.tools.config.resolve import beyond_default_modules, dropout_on_output, is_lora
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import ExportError
 from trainplan.tools.hardware.specs import ModelSpec
@@ -44,7 +44,8 @@ def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:
                            dp_shard=cfg.dp_shard_size,
                            schedule=SCHEDULE_CODES[cfg.schedule], precision=PRECISION_CODES[cfg.precision],
                            optimizer_offload=int(cfg.optimizer_offload), adapter=int(is_lora(cfg.method)),
-                           fp32_params=int(cfg.fp32_params), recompute_modules=int(reruns_modules(cfg)))
+                           fp32_params=int(cfg.fp32_params), recompute_modules=int(reruns_modules(cfg)),
+                           dropout_on_output=int(dropout_on_output(cfg)))
 
 
 def learned_positions(model: ModelSpec) -> int:

@@ -35,7 +35,7 @@ needs no copy of its input for backward (dX = dY W^T reads only W), so the input
 linears are not saved; a targeted one saves its input for A's gradient, as before, plus the rank-r
 product x A for B's gradient (bf16). A non-zero lora_dropout (dropout_changes) gives every adapted module a
 dropout of its own on its input, whose bf16 output lora_A saves instead of x, and whose 1 B mask the dropout's
-backward reads.
+backward reads (Layout.lora_dropout_position pre, PEFT); on its output (post, NeMo AutoModel) only the mask.
 
 Time (adapt_layer_times, per block, before host.py's floor so the floor sees the frozen base's shorter backward):
 forward as the full model; backward computes input gradients (dX) for every GEMM but no weight gradient for
@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainplan.tools.core import assumptions
-from trainplan.tools.core.enums import LoraTargets, Method
+from trainplan.tools.core.enums import LoraDropoutPosition, LoraTargets, Method
 from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, is_lora
 from trainplan.tools.perf import state_bytes
 from trainplan.tools.perf.state_bytes import (ADAPTER_GRAD_BYTES, ADAPTER_OPTIMIZER_BYTES, ADAPTER_WEIGHT_BYTES, BF16_BYTES,
@@ -225,7 +225,8 @@ COMPILED_SCALE_ADD_FORWARD_BYTES = 6.0
 """Under torch.compile the scaling multiply and the add fuse into one kernel: B's output and the base output read,
 the sum written (2 + 2 + 2 B per output element)."""
 DROPOUT_BYTES = (5.0, 5.0)
-"""Bytes per input element of an adapter's dropout kernel with lora_dropout > 0 (PyTorch native_dropout and
+"""Bytes per element an adapter's dropout kernel drops, with lora_dropout > 0: its input's, or with
+Layout.lora_dropout_position post its output's (PyTorch native_dropout and
 native_dropout_backward): forward reads x (2 B) and writes the bf16 output and the bool mask (2 + 1 B); backward
 reads the output's gradient and the mask (2 + 1 B) and writes x's gradient (2 B). One kernel each way per module."""
 DEQUANT_KERNELS = 2
@@ -255,6 +256,7 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
         forward_bytes = COMPILED_SCALE_ADD_FORWARD_BYTES
     scale_add_forward = scale_add_backward = dropout_elements = 0.0
     kernels = 0
+    dropout_on_output = cfg.lora_dropout_position is LoraDropoutPosition.post
     for lin in targeted_linears(model, moe, cfg.lora_targets):
         # Column-parallel: x is whole on every TP rank, B's output split; row-parallel: x split.
         d_in = lin.d_in / tp if lin.row_parallel else lin.d_in
@@ -265,7 +267,7 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
         compute.linear(out, ADAPTER_KEY, rows, rank, d_out, gpu, Precision.bf16, copies)
         scale_add_forward += forward_bytes * rows * d_out * copies
         scale_add_backward += backward_bytes * rows * d_in * copies + 4.0 * rows * d_out * copies
-        dropout_elements += rows * d_in * copies
+        dropout_elements += rows * (d_out if dropout_on_output else d_in) * copies
         kernels += copies
     if cfg.lora_dropout > 0:
         forward, backward = DROPOUT_BYTES

@@ -10,7 +10,7 @@ import numpy as np
 from trainplan.tools.core.enums import LoraTargets, Method
 from trainplan.tools.perf.finetune import (METHOD_CODES, TARGET_CODES, Linear, adapts_mlp, attention_linears, by_target,
                                            targeted_linears)
-from trainplan.tools.perf.state_bytes import BF16_BYTES
+from trainplan.tools.perf.state_bytes import BF16_BYTES, BOOL_BYTES
 
 
 def saved_tensor_changes(model, moe: bool, tensors: dict, tok, method_code, rank, targets_code) -> dict:
@@ -37,7 +37,7 @@ def saved_tensor_changes(model, moe: bool, tensors: dict, tok, method_code, rank
     return out
 
 
-DROPOUT_SAVED_BYTES = BF16_BYTES + 1.0
+DROPOUT_SAVED_BYTES = BF16_BYTES + BOOL_BYTES
 """Per input element of an adapted module under lora_dropout > 0: the dropout's bf16 output, which lora_A saves
 for its weight gradient, and the bool mask native_dropout returns and its backward reads (1 B; PyTorch
 derivatives.yaml native_dropout_backward(grad, mask, scale))."""
@@ -64,26 +64,46 @@ def adapter_dropout_inputs(model, moe: bool, targets, fp32_norms: bool) -> dict[
     return out
 
 
+def adapter_dropout_outputs(model, moe: bool, targets) -> dict[str, float]:
+    """Bytes per token that every adapted module's dropout saves when it acts on the adapter's output
+    (Layout.lora_dropout_position post, NeMo AutoModel's LinearLoRA: res + dropout(lora_B(lora_A(x) * scale))): its
+    mask alone, BOOL_BYTES per output element, since the output is added to the base output and no GEMM
+    saves it. Split as adapter_dropout_inputs: a column-parallel module's output is split over t ('row': divided by
+    tp); a row-parallel module's is its partial sum, whole on each rank ('column': divided by the sequence-parallel
+    divisor, as the reduce-scatter that follows splits it)."""
+    out = {"column": 0.0, "row": 0.0}
+    for lin in targeted_linears(model, moe, targets):
+        out["column" if lin.row_parallel else "row"] += BOOL_BYTES * lin.d_out * lin.rows * lin.copies
+    return out
+
+
 def dropout_changes(model, moe: bool, tensors: dict, tok, k: dict, r) -> dict:
     """A block's saved tensors with lora_dropout > 0 (numpy-friendly over the knob arrays k; r: the sequence-parallel
     divisor of the column-parallel inputs, as theirs): each adapted module adds what its dropout saves
     (adapter_dropout_inputs, 'lora/dropout'), and under bf16 LoRA (method lora, bf16 norms) the inputs only lora_A
     kept (_ADAPTER_ONLY_INPUTS) go, since lora_A now saves its dropout's output instead. QLoRA keeps them:
-    bitsandbytes' MatMul4Bit saves its input whatever reads it (saved_tensor_changes)."""
+    bitsandbytes' MatMul4Bit saves its input whatever reads it (saved_tensor_changes). With the dropout on the
+    adapter's output (k['lora_dropout_post']) lora_A reads the module's own input: only the masks are added
+    (adapter_dropout_outputs) and no input goes."""
     code = np.asarray(k["method"])
     on = (np.asarray(k.get("lora_dropout", 0.0)) > 0) & (code > 0)
     if not np.any(on):
         return tensors
     fp32 = np.asarray(k.get("fp32_norms", 0)) > 0
+    post = np.asarray(k.get("lora_dropout_post", 0)) > 0
     targets_code = np.asarray(k["lora_targets"])
     saved = 0.0
     for target, norms in ((t, n) for t in LoraTargets for n in (False, True)):
         split = adapter_dropout_inputs(model, moe, target, norms)
-        chosen = (targets_code == TARGET_CODES[target]) & (fp32 == norms)
+        chosen = (targets_code == TARGET_CODES[target]) & (fp32 == norms) & ~post
+        saved = saved + np.where(chosen, tok * (split["column"] / r + split["row"] / k["tp"]), 0.0)
+    for target in LoraTargets:
+        split = adapter_dropout_outputs(model, moe, target)
+        chosen = (targets_code == TARGET_CODES[target]) & post
         saved = saved + np.where(chosen, tok * (split["column"] / r + split["row"] / k["tp"]), 0.0)
     out = dict(tensors)
     out["lora/dropout"] = np.where(on, saved, 0.0)
-    frees = on & (code == METHOD_CODES[Method.lora]) & ~fp32
+    frees = on & (code == METHOD_CODES[Method.lora]) & ~fp32 & ~post
     # attention and qv targets: the MLP's inputs went already (saved_tensor_changes); qv: k's frozen bf16 linear reads
     # the norm output too, and saves nothing, so it goes there as well
     for key in _ADAPTER_ONLY_INPUTS:

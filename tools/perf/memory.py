@@ -409,10 +409,11 @@ VECTOR_DEFAULTS = {
     "attention": layout_default_code("attention"), "method": layout_default_code("method"),
     "lora_rank": 0, "lora_targets": 1,
     "loss_kernel": loss_rules.LOSS_CODES[loss_rules.LossKernel.fused], "fp32_norms": 0,
-    "lora_dropout": layout_default_code("lora_dropout"), "double_quant": 1}
+    "lora_dropout": layout_default_code("lora_dropout"), "lora_dropout_post": 0, "double_quant": 1}
 """The optional keys of memory_totals_vectorised and their codes when absent: the Layout default where it is
 a value (bools, attention, method); where the Layout's null means a rule, the rule's code for full training
-(no offload, rank 0, all-linear, the fused loss, no fp32 norms, double quantisation)."""
+(no offload, rank 0, all-linear, the fused loss, no fp32 norms, the dropout on the adapters' inputs, double
+quantisation)."""
 
 
 def memory_totals_vectorised(model: ModelSpec, gpu: GPUSpec, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

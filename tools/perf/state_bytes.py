@@ -13,6 +13,8 @@ BF16_BYTES = 2.0
 """one bf16 element, B"""
 FP32_BYTES = 4.0
 """one fp32 element, B"""
+BOOL_BYTES = 1.0
+"""one bool element (a dropout mask: PyTorch native_dropout returns a bool mask), B"""
 
 WEIGHT_BYTES = BF16_BYTES
 """bf16 weights, B/param"""
