@@ -142,7 +142,7 @@ def read_pins(t: RequestText, found: dict[str, Any]) -> None:
 
 def read_method(t: RequestText, found: dict[str, Any]) -> None:
     """method: 'QLoRA' -> qlora, 'LoRA' -> lora, 'full fine-tuning' -> full; lora_rank: 'rank 64',
-    'r=16'; lora_targets: 'adapters on attention', 'attention only' -> attention, 'all linear layers' ->
+    'r=16'; lora_alpha: 'alpha=32'; lora_dropout: 'lora_dropout=0.05' ('dropout 0.05' when LoRA is named); lora_targets: 'adapters on attention', 'attention only' -> attention, 'all linear layers' ->
     all-linear, 'q and v', 'q_proj and v_proj', 'query and value projections' -> qv; fine_tuning: 'fine-tune', 'SFT', 'instruction tuning' (a fine-tune, whatever the method)."""
     refused = t.take(rf"{_NEGATION}(?:q?lora|adapters?)(?![a-z])")
     adapters = None if refused else t.take(r"(?<![a-z])(q?lora)(?![a-z])", 1)
@@ -189,6 +189,23 @@ def read_method(t: RequestText, found: dict[str, Any]) -> None:
         if value < 1:
             raise InputError(f"'{t.text[rank.start():rank.end()].strip()}' is not a LoRA rank: it is at least 1, e.g. 16")
         found["lora_rank"] = value
+    alpha = t.take(r"(?<![a-z])(?:lora[\s_-]*)?alpha\s*(?:of|=|:|is)?\s*([0-9]*\.?[0-9]+)(?![0-9.])", 1)
+    if alpha:   # PEFT's lora_alpha: 'alpha=32', 'lora_alpha 16'
+        value = float(alpha.group(1))
+        if value <= 0:
+            raise InputError(f"'{t.text[alpha.start():alpha.end()].strip()}' is not a LoRA alpha: it is above 0, "
+                             "e.g. 32 (twice the rank)")
+        found["lora_alpha"] = value
+    # PEFT's lora_dropout: 'lora_dropout=0.05', and 'dropout 0.1' of a LoRA/QLoRA request (a full fine-tune's bare
+    # 'dropout' is the model's own, which the planner does not plan: left unread, so the report lists it)
+    adapter_words = r"(?:lora[\s_-]*)?" if found.get("method") in ("lora", "qlora") else r"lora[\s_-]*"
+    dropout = t.take(rf"(?<![a-z]){adapter_words}dropout\s*(?:of|=|:|is)?\s*([0-9]*\.?[0-9]+)(?![0-9.])", 1)
+    if dropout:
+        value = float(dropout.group(1))
+        if not 0.0 <= value < 1.0:
+            raise InputError(f"'{t.text[dropout.start():dropout.end()].strip()}' is not a dropout probability: it is "
+                             "from 0 to below 1, e.g. 0.05")
+        found["lora_dropout"] = value
     said = t.take(r"(?<![a-z])(?:fine[\s-]*tun(?:e|ed|ing)|finetun(?:e|ed|ing)|sft|instruction[\s-]*tun(?:e|ed|ing)|"
                   r"微调|ファインチューニング)(?![a-z])")
     if said or found.get("method") in ("lora", "qlora"):  # 'without LoRA' alone is no fine-tune

@@ -16,6 +16,7 @@ from test_export import BATCH_LINE, dense, mla, moe
 from trainplan.tools.engines import ExportError, export
 from trainplan.tools.config.engines import HF_TRAINER_ENGINES
 from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.core.errors import InputError
 
 METHODS = [dict(method="full"), dict(method="lora", lora_rank=8, lora_targets="attention"),
            dict(method="lora", lora_rank=32, lora_targets="all-linear", lora_dropout=0.05),
@@ -184,6 +185,17 @@ def test_peft_engines_refuse_a_dropout_on_the_adapters_output(engine):
     found = search(model="llama3-8b", gpu="h100", gpus=1, method="lora", seq=2048, lora_dropout=0.1,
                    lora_dropout_position="post", engine=engine)
     assert not found.candidates and found.rejected.get("the engine cannot run it", 0) > 0
+
+
+def test_a_given_alpha_is_written_and_checked():
+    cfg = resolve_config(dense(32), 1, method="lora", lora_rank=16, lora_alpha=16, gbs=8)
+    assert load("axolotl", cfg)[0]["lora_alpha"] == 16
+    default = resolve_config(dense(32), 1, method="lora", lora_rank=16, gbs=8)
+    assert load("axolotl", default)[0]["lora_alpha"] == 32
+    for kwargs, message in ((dict(method="lora", lora_alpha=0), "lora_alpha=0 must be a positive number"),
+                            (dict(lora_alpha=16), "lora_alpha=16 needs --method lora or qlora")):
+        with pytest.raises(InputError, match=message):
+            resolve_config(dense(32), 1, **kwargs)
 
 
 @pytest.mark.parametrize("engine", ["megatron", "torchtitan"])

@@ -18,9 +18,10 @@ def test_contract_lists_are_the_former_literals():
 def test_request_lists_are_the_former_literals():
     pins = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule", "dispatcher", "attention",
             "fused_kernels", "loss_kernel")
-    assert request.PINS == pins
+    adapter_pins = ("lora_alpha", "lora_dropout")
+    assert request.PINS == pins + adapter_pins
     assert request._JOB == ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")
-    assert request._LAYOUT == ("seq", "gbs", "precision", *pins, "method", "lora_rank", "lora_targets")
+    assert request._LAYOUT == ("seq", "gbs", "precision", *pins, "method", "lora_rank", "lora_targets", *adapter_pins)
     assert request._SEARCH == ("objective", "max_gpus", "deadline_days", "budget_usd", "engine")
     fields = tuple(request.PlanRequest.model_fields)
     assert fields[len(fields) - len(request._JOB + request._LAYOUT + request._SEARCH):] == (

@@ -490,3 +490,24 @@ def test_a_target_module_set_trainplan_does_not_plan_is_one_line():
         parse_partial("qlora mistral 7b, target_modules q_proj,k_proj, 1 A100")
     assert parse_partial("Llama 3 8B on 8 H100 for 4090 steps").gpu == "h100-sxm-80gb"   # 4090 steps stay steps
     assert parse_partial("LoRA fine-tuning of meta-llama/Meta-Llama-3-8B on 1 H100 with packing").unparsed is None
+
+
+@pytest.mark.parametrize("text, alpha, dropout", [
+    ("LoRA fine-tune Llama 3 8B on one H100 with lora_alpha=32 and lora_dropout 0.05", 32, 0.05),
+    ("QLoRA Qwen2.5 7B on a 4090, r=16 alpha=32, dropout 0.1", 32, 0.1),
+    ("LoRA Llama 3 8B on 1 H100, lora_dropout: 0.1", None, 0.1),
+])
+def test_peft_alpha_and_dropout_are_read(text, alpha, dropout):
+    request = parse_partial(text)
+    assert (request.lora_alpha, request.lora_dropout, request.unparsed) == (alpha, dropout, None)
+
+
+def test_a_full_fine_tune_leaves_a_bare_dropout_unread_and_bad_values_are_one_line():
+    """A bare 'dropout' of a full fine-tune is the model's own, which trainplan does not plan: it stays in the
+    report's not-understood words rather than becoming an adapter dropout."""
+    request = parse_partial("full fine-tune Llama 3 8B on 8 H100s, dropout 0.1")
+    assert request.lora_dropout is None and "dropout" in request.unparsed
+    with pytest.raises(InputError, match="'lora_dropout=1.5' is not a dropout probability"):
+        parse_partial("LoRA Llama 3 8B on 1 H100, lora_dropout=1.5")
+    with pytest.raises(InputError, match="'alpha 0' is not a LoRA alpha"):
+        parse_partial("LoRA Llama 3 8B on a 4090 with alpha 0")

@@ -302,7 +302,10 @@ class Layout(BaseModel):
                                   f"{DEFAULT_LORA_RANK} (full: must stay null)")
     lora_targets: Annotated[LoraTargets | None, Knob(fine_tuning=True, asked=6)] = Field(default=None, description="linear layers with adapters: attention "
                                              "(q, k, v, o), qv (q, v) or all-linear (every one); null: all-linear")
-    lora_dropout: Annotated[float, NOT_LEAN] = Field(
+    lora_alpha: Annotated[float | None, NOT_LEAN, Knob(pin=True, asked=6)] = Field(
+        default=None, gt=0, description="LoRA's alpha with method lora or qlora: the update is scaled by alpha / rank, "
+        "which changes no memory or time, and the launch settings write it (PEFT's lora_alpha); null: 2 x rank")
+    lora_dropout: Annotated[float, NOT_LEAN, Knob(pin=True, asked=6)] = Field(
         default=0.0, ge=0.0, lt=1.0, description="dropout probability on each adapter's input (PEFT's LoraConfig "
         "lora_dropout; LoRA and QLoRA only): above 0 every adapted module saves its dropout's bf16 output and 1 B "
         "mask for the backward and runs the dropout kernel (tools/perf/finetune_tensors.py dropout_changes); 0: PEFT's "

@@ -5,6 +5,8 @@ Every check names all of its factors, e.g. "tp*pp*cp=24 does not divide gpus=64"
 
 from __future__ import annotations
 
+import math
+
 import functools
 
 from typing import Any
@@ -170,6 +172,12 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
         raise InputError(f"lora_dropout={dropout!r} must be a probability from 0 to below 1 (e.g. 0.05)")
     if dropout and not is_lora(method):
         raise InputError(f"lora_dropout={dropout} needs --method lora or qlora (method is full)")
+    alpha = values["lora_alpha"]
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha)
+                              or alpha <= 0):
+        raise InputError(f"lora_alpha={alpha!r} must be a positive number (e.g. 32, twice the rank)")
+    if alpha is not None and not is_lora(method):
+        raise InputError(f"lora_alpha={alpha:g} needs --method lora or qlora (method is full): drop it")
     dropout_position = _choice(LoraDropoutPosition, "lora_dropout_position", values["lora_dropout_position"])
     if dropout_position is not LoraDropoutPosition.pre and not is_lora(method):
         raise InputError(f"lora_dropout_position={dropout_position.value} needs --method lora or qlora "

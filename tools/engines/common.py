@@ -147,7 +147,7 @@ class Adapter:
 
     method: str          # lora or qlora
     rank: int
-    alpha: int           # DEFAULT_LORA_ALPHA_PER_RANK x rank
+    alpha: float         # Layout.lora_alpha, or DEFAULT_LORA_ALPHA_PER_RANK x rank
     all_linear: bool     # True: every linear layer of the blocks (PEFT "all-linear")
     modules: tuple[str, ...]  # Hugging Face module names of the targeted layers (attention targets)
     dropout: float = 0.0      # Layout.lora_dropout: PEFT's lora_dropout
@@ -164,7 +164,8 @@ def adapter_of(model: ModelSpec, cfg: ParallelConfig) -> Adapter | None:
         return None
     targets = LoraTargets(cfg.lora_targets)
     modules = tuple(_HF_MODULE_NAMES.get(lin.name, lin.name) for lin in targeted_linears(model, False, targets))
-    return Adapter(method=cfg.method.value, rank=cfg.lora_rank, alpha=DEFAULT_LORA_ALPHA_PER_RANK * cfg.lora_rank,
+    alpha = cfg.lora_alpha if cfg.lora_alpha is not None else DEFAULT_LORA_ALPHA_PER_RANK * cfg.lora_rank
+    return Adapter(method=cfg.method.value, rank=cfg.lora_rank, alpha=int(alpha) if float(alpha).is_integer() else alpha,
                    all_linear=targets is LoraTargets.all_linear, modules=modules, dropout=cfg.lora_dropout,
                    double_quant=cfg.double_quant is not False)
 
@@ -183,8 +184,9 @@ def adapter_notes(adapter: Adapter | None, model: ModelSpec) -> list[str]:
     """What every fine-tuning export says about the adapter it writes."""
     if adapter is None:
         return ["method=full: every weight is trained (no adapter)"]
-    notes = [f"method={adapter.method}: LoRA rank {adapter.rank}, alpha {adapter.alpha} (2 x rank; alpha only scales"
-             f" the update), lora_dropout {adapter.dropout:g} as the estimate assumes"]
+    twice = adapter.alpha == DEFAULT_LORA_ALPHA_PER_RANK * adapter.rank
+    notes = [f"method={adapter.method}: LoRA rank {adapter.rank}, alpha {adapter.alpha:g} ({'2 x rank; ' if twice else ''}"
+             f"alpha only scales the update), lora_dropout {adapter.dropout:g} as the estimate assumes"]
     if not adapter.all_linear:
         notes.append(f"attention targets written as Hugging Face module names {', '.join(adapter.modules)}:"
                      " check them against model.named_modules() for this architecture")
