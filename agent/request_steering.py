@@ -276,12 +276,15 @@ fused kernel); the more specific first."""
 def read_kernels(t: RequestText, found: dict[str, Any]) -> None:
     """Kernel libraries the Hugging Face stacks load: 'Liger (kernels)' -> its fused RMSNorm, RoPE and SwiGLU
     (fused_kernels) and fused linear cross-entropy (loss_kernel fused_linear); 'Cut Cross-Entropy' -> the fused
-    loss alone."""
+    loss alone; 'pure bf16' -> pure_bf16."""
     if t.take(r"(?<![a-z])liger(?:[\s_-]*kernels?)?(?![a-z])"):
         found.setdefault("fused_kernels", True)
         found.setdefault("loss_kernel", "fused_linear")
     elif t.take(r"(?<![a-z])(?:cut[\s_-]*cross[\s_-]*entropy|cce)(?![a-z])"):
         found.setdefault("loss_kernel", "fused_linear")
+    # 'pure bf16', 'pure bfloat16': every state in bf16 with no fp32 master (pure_bf16)
+    if t.take(r"(?<![a-z])pure[\s_-]*(?:bf16|bfloat16)(?![a-z0-9])"):
+        found["pure_bf16"] = True
 
 
 def read_attention(t: RequestText, found: dict[str, Any]) -> None:

@@ -50,6 +50,7 @@ ALLOWED = {
     "tools/perf/state_bytes.py:OPTIMIZER_BYTES": "fp32 master weight and two fp32 Adam moments",
     "tools/perf/state_bytes.py:OPTIMIZER_BYTES_BF16_MOMENTS": "fp32 master weight and two bf16 Adam moments",
     "tools/perf/state_bytes.py:ADAM_BYTES_PER_PARAM": "sum of the byte counts above",
+    "tools/perf/state_bytes.py:OPTIMIZER_BYTES_PURE_BF16": "two bf16 Adam moments",
     "tools/perf/state_bytes.py:FP8_WEIGHT_CACHE_BYTES": "Transformer Engine's fp8 weight and fp8 transpose, 1 B each",
     "tools/perf/state_bytes.py:NF4_BYTES_PER_PARAM": "NF4 with double quantisation: 4 bits + block constants (QLoRA)",
     "tools/perf/state_bytes.py:NF4_SINGLE_QUANT_BYTES_PER_PARAM": "NF4 without double quantisation: 4 bits + fp32 absmax",

@@ -139,3 +139,44 @@ def test_an_fsdp_export_of_a_layout_planned_with_bf16_parameters_says_so(engine)
     zero1 = export(engine, MODEL, resolve_config(MODEL, gpus=GPUS, zero=1), model_ref="m").notes
     assert any("--fp32-params" in note for note in planned_bf16)
     assert not any("--fp32-params" in note for note in planned_fp32 + zero1)   # ZeRO 0-2 hold the same bytes
+
+
+# --- pure bf16 (Layout.pure_bf16): no master at all ---------------------------------------------------------------
+
+
+def test_pure_bf16_holds_8_bytes_per_param_and_streams_14_through_adam():
+    """bf16 parameters 2 + bf16 gradients 2 + bf16 Adam moments 2 + 2 (torch.optim.Adam's zeros_like of a bf16
+    parameter), with no fp32 master; the optimizer step reads the gradient and reads and writes the parameter and
+    both moments: 2 + 2 x 6 = 14 B/param against mixed precision's 30."""
+    from trainplan.tools.perf.state_bytes import ADAM_BYTES_PER_PARAM, ADAM_BYTES_PER_PARAM_PURE_BF16
+    from trainplan.tools.perf.step import step_time
+    from trainplan.tools.hardware.specs import ClusterSpec
+
+    assert sharded_state_bytes_per_param(3, pure_bf16=True) == pytest.approx(8, rel=1e-9)
+    assert (ADAM_BYTES_PER_PARAM_PURE_BF16, ADAM_BYTES_PER_PARAM) == (14, 30)
+    cluster = ClusterSpec.build(H100, 1)
+    pure, mixed = (step_time(MODEL, resolve_config(MODEL, 1, seq=2048, gbs=8, recompute="full", pure_bf16=p), cluster)
+                   for p in (True, False))
+    # the same memory-bound pass over 14 instead of 30 B/param (its 4 launches apart)
+    assert pure.breakdown["optimizer"] == pytest.approx(mixed.breakdown["optimizer"] * 14 / 30, rel=1e-3)
+    assert "pure bf16" in model_states_sentence({"zero": 3, "pure_bf16": True})
+
+
+def test_pure_bf16_clashes_are_one_line_and_every_engine_refuses_it():
+    from trainplan.tools.core.errors import InputError
+
+    for knobs, fragment in ((dict(fp32_params=True), "fp32_params"), (dict(optimizer_offload=True), "optimizer_offload"),
+                            (dict(method="lora"), "drop --pure-bf16")):
+        with pytest.raises(InputError, match=fragment):
+            resolve_config(MODEL, GPUS, zero=3, pure_bf16=True, **knobs)
+    for engine in ENGINES:
+        with pytest.raises(ExportError, match="pure_bf16: the .* settings train with an fp32 master"):
+            export(engine, MODEL, resolve_config(MODEL, gpus=GPUS, zero=3, pure_bf16=True), model_ref="m")
+    found = search("llama3-8b", "h100", 8, gbs=64, seq=4096, engine="deepspeed", pure_bf16=True)
+    assert not found.candidates and found.rejected.get("the engine cannot run it", 0) > 0
+    plain = search("llama3-8b", "h100", 8, gbs=64, seq=4096, zero=3, pp=1, pure_bf16=True).candidates[0]
+    config = plain["config"]
+    layout = {k: config[k] for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "recompute",
+                                     "recompute_modules", "schedule", "loss_kernel")}
+    assert plain["memory_gib"]["total"] == pytest.approx(
+        memory_breakdown(MODEL, resolve_config(MODEL, gpus=8, pure_bf16=True, **layout), H100).total, rel=1e-9)

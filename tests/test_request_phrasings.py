@@ -511,3 +511,9 @@ def test_a_full_fine_tune_leaves_a_bare_dropout_unread_and_bad_values_are_one_li
         parse_partial("LoRA Llama 3 8B on 1 H100, lora_dropout=1.5")
     with pytest.raises(InputError, match="'alpha 0' is not a LoRA alpha"):
         parse_partial("LoRA Llama 3 8B on a 4090 with alpha 0")
+
+
+def test_pure_bf16_is_read_and_the_plan_says_no_export_keeps_its_storage():
+    request = parse_partial("full fine-tune Llama 3 8B on one H100 in pure bf16")
+    assert request.pure_bf16 is True and request.unparsed is None
+    assert parse_partial("full fine-tune Llama 3 8B on one H100 in bf16").pure_bf16 is None

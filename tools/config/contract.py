@@ -251,6 +251,13 @@ class Layout(BaseModel):
         default=False, description="Adam moments m and v in bf16, master weights in fp32: 8 B/param of optimizer "
                                    "states instead of 12 (DeepSeek-V3 §3.3.3; Megatron --use-precision-aware-optimizer "
                                    "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)")
+    pure_bf16: Annotated[bool, Cli("--pure-bf16/--mixed-precision"), NOT_LEAN, Knob(pin=True, asked=5)] = Field(
+        default=False, description="every model state in bf16 and no fp32 master copy: the optimizer updates the bf16 "
+                                   "parameters in place, their gradients are bf16 and the Adam moments take their "
+                                   "dtype (torch.optim.Adam's zeros_like): 2 + 2 + 4 = 8 B/param instead of 18, as "
+                                   "torchtune's dtype bf16 recipes and NeMo AutoModel's own model classes (cast to bf16, "
+                                   "torch.optim.Adam) train; false: mixed precision with an fp32 master (fp32_params "
+                                   "says where it lives)")
     fp32_params: Annotated[bool, Cli("--fp32-params/--bf16-params"), NOT_LEAN] = Field(
         default=False, description="the parameters are kept in fp32 and are the optimizer's master copy, cast to "
                                    "bf16 only as they are all-gathered for compute: 4 B/param where a bf16 copy and "

@@ -102,6 +102,16 @@ def adapter_dropout_refusal(engine: str) -> Refusal:
                                  "or --lora-dropout 0"))
 
 
+def pure_bf16_refusal(engine: str) -> Refusal:
+    """Every engine trainplan writes launch settings for trains with an fp32 master copy (Megatron's distributed
+    optimizer, DeepSpeed's bf16 optimizer, FSDP mixed precision in torchtitan and Accelerate, and the Trainer tools'
+    DeepSpeed files): a pure-bf16 plan (Layout.pure_bf16, 8 B/param) would hold less memory than the run."""
+    return Refusal(engine, lambda m, k: k.pure_bf16 != 0,
+                   lambda m, k: (f"pure_bf16: the {engine} settings train with an fp32 master copy, up to 10 B/param "
+                                 "more than the layout was planned with (pure bf16 is torchtune's dtype bf16 and NeMo "
+                                 "AutoModel's): use --mixed-precision"))
+
+
 def param_storage_refusal(engine: str, instead: str) -> Refusal:
     """Full training planned with fp32 parameters as the master (16 B/param of ZeRO-3 states) on an engine that
     keeps bf16 parameters beside an fp32 master (18): the plan would hold less memory than the run."""

@@ -47,7 +47,7 @@ from trainplan.tools.core.enums import Launch
 from trainplan.tools.core.errors import InputError
 
 from trainplan.tools.config.engine_refusals import (ACCELERATE_REFUSALS, DEEPSPEED_REFUSALS, MEGATRON_REFUSALS,
-                                                    TORCHTITAN_REFUSALS, Refusal, adapter_dropout_refusal, adapter_refusal,
+                                                    TORCHTITAN_REFUSALS, Refusal, adapter_dropout_refusal, adapter_refusal, pure_bf16_refusal,
                                                     head_split_refusal, hf_trainer_refusals, module_recompute_refusal,
                                                     param_storage_refusal)
 
@@ -179,6 +179,7 @@ def refusals_of(profile: EngineProfile) -> tuple[Refusal, ...]:
     its own."""
     engine = profile.name
     return (
+        pure_bf16_refusal(engine),
         *(() if profile.fp32_params else (param_storage_refusal(engine, " or ".join(FP32_PARAM_ENGINES)),)),
         *((head_split_refusal(engine, profile.head_split_why),) if profile.head_split_why else ()),
         *((adapter_refusal(engine, spoken(HF_TRAINER_ENGINES)),) if profile.refuses_adapters

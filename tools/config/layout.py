@@ -161,6 +161,10 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     if moe_knobs and not model.is_moe:
         raise InputError(f"{', '.join(moe_knobs)}: MoE routing and expert settings, and {model.name} is dense: "
                          "drop " + ", ".join(f"--{name.replace('_', '-')}" for name in moe_knobs))
+    if values["pure_bf16"] and (values["fp32_params"] or values["optimizer_offload"]):
+        clash = ("fp32_params (an fp32 master)" if values["fp32_params"] else
+                 "optimizer_offload (the offloading engines keep an fp32 master on the CPU)")
+        raise InputError(f"pure_bf16 keeps no fp32 master, and {clash} needs one: drop one of them")
     if values["fp8_activations"] and precision is not Precision.fp8:
         raise InputError("fp8_activations needs precision=fp8 (FP8 GEMMs): use --precision fp8 or drop it")
     if precision is Precision.fp8 and not fp8_supported:
@@ -178,6 +182,9 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
         raise InputError(f"lora_alpha={alpha!r} must be a positive number (e.g. 32, twice the rank)")
     if alpha is not None and not is_lora(method):
         raise InputError(f"lora_alpha={alpha:g} needs --method lora or qlora (method is full): drop it")
+    if values["pure_bf16"] and is_lora(method):
+        raise InputError(f"pure_bf16 sets the states of full training; with method {method.value} the frozen base "
+                         "has none and the adapters' precision is the method's: drop --pure-bf16")
     dropout_position = _choice(LoraDropoutPosition, "lora_dropout_position", values["lora_dropout_position"])
     if dropout_position is not LoraDropoutPosition.pre and not is_lora(method):
         raise InputError(f"lora_dropout_position={dropout_position.value} needs --method lora or qlora "

@@ -45,7 +45,7 @@ def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:
                            schedule=SCHEDULE_CODES[cfg.schedule], precision=PRECISION_CODES[cfg.precision],
                            optimizer_offload=int(cfg.optimizer_offload), adapter=int(is_lora(cfg.method)),
                            fp32_params=int(cfg.fp32_params), recompute_modules=int(reruns_modules(cfg)),
-                           dropout_on_output=int(dropout_on_output(cfg)))
+                           dropout_on_output=int(dropout_on_output(cfg)), pure_bf16=int(cfg.pure_bf16))
 
 
 def learned_positions(model: ModelSpec) -> int:

@@ -237,7 +237,7 @@ def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
                   precision=PRECISION_CODES[cfg.precision], attention=ATTENTION_CODES[cfg.attention],
                   sequence_parallel=cfg.sequence_parallel,
                   optimizer_offload=cfg.optimizer_offload, bf16_grads=cfg.bf16_grads,
-                  bf16_moments=cfg.bf16_moments, fp32_params=cfg.fp32_params, fp8_activations=cfg.fp8_activations,
+                  bf16_moments=cfg.bf16_moments, fp32_params=cfg.fp32_params, pure_bf16=cfg.pure_bf16, fp8_activations=cfg.fp8_activations,
                   deallocate_pipeline_outputs=cfg.deallocate_pipeline_outputs,
                   save_mlp_act_output=cfg.save_mlp_act_output, fused_kernels=cfg.fused_kernels,
                   offload_modules=offload_rules.config_mask(cfg),

@@ -381,6 +381,10 @@ def model_states_sentence(config: dict) -> str:
         moments = "bf16 Adam m + v" if config.get("bf16_moments") else "Adam m + v"
         where = " on the CPU (optimizer offload)" if offload else ""
         grads_text = f"{'bf16' if config.get('bf16_grads') else 'fp32'} gradients ({_bytes(grads)})"
+        if config.get("pure_bf16"):
+            return (f"Model states are pure bf16: bf16 parameters ({_bytes(state_bytes.WEIGHT_BYTES)} B/param), bf16 "
+                    f"gradients ({_bytes(state_bytes.GRAD_BYTES_BF16)}) and bf16 Adam m + v "
+                    f"({_bytes(state_bytes.OPTIMIZER_BYTES_PURE_BF16)}) with no fp32 master, sharded by ZeRO-{zero}.")
         if config.get("fp32_params"):
             bf16_copy = ("gathered a layer at a time" if zero >= 3 else
                          f"held unsharded ({_bytes(state_bytes.WEIGHT_BYTES)} B/param)")

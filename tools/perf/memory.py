@@ -34,6 +34,9 @@ Model states (Megatron mixed precision, the project's default):
   (weights/zero3_prefetch). ZeRO-3 then holds 4 + 4 + 8 = 16 B/param of sharded states (14 with
   bf16_grads) where Megatron's layout holds 18 (Megatron-LM README: "fp32 param, fp32 grads: 16,
   8 + 8/d"); ZeRO 0-2 hold the same bytes either way.
+  pure_bf16 (torchtune's dtype bf16 recipes; NeMo AutoModel's own model classes, cast to bf16 and stepped by
+  torch.optim.Adam): no master at all; bf16 parameters (2), bf16 gradients (2) and Adam moments created with
+  torch.zeros_like(param), bf16 (2 + 2): 8 B/param (OPTIMIZER_BYTES_PURE_BF16).
   Transients: ZeRO-3 holds two unsharded layers (the one computing and the prefetched next one);
   ZeRO-2/3 hold one unsharded layer of gradients before its reduce-scatter; with the interleaved
   schedule ZeRO-2 holds one model chunk's (it reduce-scatters per group of micro-batches,
@@ -72,7 +75,8 @@ import numpy as np
 from trainplan.tools.core import assumptions
 from trainplan.tools.perf import memory_hints
 from trainplan.tools.perf.state_bytes import (FP8_WEIGHT_CACHE_BYTES, GRAD_BYTES, GRAD_BYTES_BF16, MASTER_BYTES,
-                                              OPTIMIZER_BYTES, OPTIMIZER_BYTES_BF16_MOMENTS, WEIGHT_BYTES)
+                                              OPTIMIZER_BYTES, OPTIMIZER_BYTES_BF16_MOMENTS, OPTIMIZER_BYTES_PURE_BF16,
+                                              WEIGHT_BYTES)
 from trainplan.tools.perf import offload as offload_rules
 from trainplan.tools.perf import recompute as recompute_rules
 from trainplan.tools.perf.activations import activation_layer, chunk_inflight, has_dropout, inflight, knob_arrays, seq_divisor
@@ -172,8 +176,10 @@ def _core(m: ModelParts, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) 
         "lm_head": (last * (m.head / t + m.final_norm), 0.0),
         "mtp": (last * mtp_ne, last * mtp_ex),
     }
-    grad_bytes = np.where(k["bf16_grads"] > 0, GRAD_BYTES_BF16, GRAD_BYTES)
-    optimizer_bytes = np.where(k["bf16_moments"] > 0, OPTIMIZER_BYTES_BF16_MOMENTS, OPTIMIZER_BYTES)
+    pure = k["pure_bf16"] > 0   # module doc: bf16 parameters, gradients and moments, no master
+    grad_bytes = np.where((k["bf16_grads"] > 0) | pure, GRAD_BYTES_BF16, GRAD_BYTES)
+    optimizer_bytes = np.where(pure, OPTIMIZER_BYTES_PURE_BF16,
+                               np.where(k["bf16_moments"] > 0, OPTIMIZER_BYTES_BF16_MOMENTS, OPTIMIZER_BYTES))
 
     divisors = {z: (np.where(zero >= z, group, 1), np.where(zero >= z, expert_group, 1)) for z in (1, 2, 3)}
 
@@ -381,7 +387,7 @@ def memory_breakdown(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, headro
 VECTOR_KEYS = ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbatches", "seq",
                "recompute", "schedule", "precision")
 """Required keys of memory_totals_vectorised; optional: sequence_parallel (default 1),
-optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp32_params (0), fp8_activations (0), deallocate_pipeline_outputs (1),
+optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp32_params (0), pure_bf16 (0), fp8_activations (0), deallocate_pipeline_outputs (1),
 save_mlp_act_output (1), fused_kernels (1), offload_modules (an integer mask of offload.OFFLOAD_BITS; 0), attention (0: flash;
 1: eager), recompute_modules (an integer mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where
 recompute is selective), etp (expert TP; default: tp), dp_shard (ZeRO shard group in dp ranks; default: dp),
@@ -402,7 +408,7 @@ def layout_default_code(name: str) -> int:
 
 VECTOR_DEFAULTS = {
     **{name: layout_default_code(name) for name in ("sequence_parallel", "optimizer_offload", "bf16_grads",
-                                                     "bf16_moments", "fp32_params", "fp8_activations",
+                                                     "bf16_moments", "fp32_params", "pure_bf16", "fp8_activations",
                                                      "deallocate_pipeline_outputs", "save_mlp_act_output",
                                                      "fused_kernels")},
     "offload_modules": 0,

@@ -26,6 +26,9 @@ OPTIMIZER_BYTES = 3 * FP32_BYTES
 """fp32 master copy 4 + Adam m 4 + Adam v 4, B/param"""
 OPTIMIZER_BYTES_BF16_MOMENTS = FP32_BYTES + 2 * BF16_BYTES
 """fp32 master copy 4 + bf16 Adam m 2 + v 2, B/param (bf16_moments: DeepSeek-V3 §3.3.3)"""
+OPTIMIZER_BYTES_PURE_BF16 = 2 * BF16_BYTES
+"""bf16 Adam m 2 + v 2 and no master copy, B/param (pure_bf16: torch.optim.Adam/AdamW create their moments with
+torch.zeros_like(param), in the parameters' bf16)"""
 MASTER_BYTES = FP32_BYTES
 """fp32 master copy of the parameters, B/param: part of OPTIMIZER_BYTES and OPTIMIZER_BYTES_BF16_MOMENTS,
 or the parameters themselves with fp32_params (memory.py's module doc)"""
@@ -39,6 +42,9 @@ Distributed Optimizer: "bf16 param, fp32 grads: 18")"""
 ADAM_BYTES_PER_PARAM = GRAD_BYTES + 2 * OPTIMIZER_BYTES + WEIGHT_BYTES
 """Bytes per parameter of an Adam step on the GPU: read the fp32 grad (4), read master + m + v (12), write
 master + m + v (12) and the bf16 weight (2) = 30. Megatron's fused Adam streams exactly these."""
+ADAM_BYTES_PER_PARAM_PURE_BF16 = GRAD_BYTES_BF16 + 2 * (WEIGHT_BYTES + OPTIMIZER_BYTES_PURE_BF16)
+"""The same step on pure bf16 states: read the bf16 grad (2), read and write the bf16 parameter and m and v
+(2 x 6) = 14."""
 OFFLOAD_BYTES_PER_PARAM = GRAD_BYTES + WEIGHT_BYTES
 """ZeRO-Offload (Ren et al. 2021, §4): fp32 gradients down (4) and bf16 weights up (2) over the host link, B/param"""
 

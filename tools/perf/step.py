@@ -46,7 +46,7 @@ from trainplan.tools.perf.pipeline import combined_steps, simulate
 from trainplan.tools.perf.pipeline_closed_form import StageTimes
 from trainplan.tools.perf.activations import offloaded_stage_bytes
 from trainplan.tools.perf.overlap import overlapped_s
-from trainplan.tools.perf.state_bytes import ADAM_BYTES_PER_PARAM, OFFLOAD_BYTES_PER_PARAM
+from trainplan.tools.perf.state_bytes import ADAM_BYTES_PER_PARAM, ADAM_BYTES_PER_PARAM_PURE_BF16, OFFLOAD_BYTES_PER_PARAM
 from trainplan.tools.perf.recompute import recomputed_forward_s
 from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
@@ -311,13 +311,14 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
 
 
 def optimizer_s(zero, dense_params, expert_params, dense_shard: int, expert_shard: int, cluster: ClusterSpec,
-                offload: bool = False):
+                offload: bool = False, pure_bf16: bool = False):
     """Seconds of one rank's optimizer step on the parameters it owns: ZeRO >= 1 shards dense
     parameters over `dense_shard` ranks and expert parameters over `expert_shard` ranks, their ZeRO shard groups
     (dp_shard*cp and the expert-data-parallel group over the replicas; dp*cp and the whole
     expert-data-parallel group with full sharding).
 
-    On the GPU: a memory-bound pass of ADAM_BYTES_PER_PARAM. With optimizer_offload (ZeRO-Offload):
+    On the GPU: a memory-bound pass of ADAM_BYTES_PER_PARAM (pure_bf16: ADAM_BYTES_PER_PARAM_PURE_BF16). With
+    optimizer_offload (ZeRO-Offload):
     fp32 gradients down and bf16 weights up over the host link (cluster.host_link_gb_s), and a CPU Adam
     (cluster.cpu_adam_params_per_s). numpy-friendly in zero and
     the parameter counts."""
@@ -326,7 +327,8 @@ def optimizer_s(zero, dense_params, expert_params, dense_shard: int, expert_shar
     if offload:
         pcie_s = sharded * OFFLOAD_BYTES_PER_PARAM / (cluster.host_link_gb_s * 1e9)
         return pcie_s + sharded / cluster.cpu_adam_params_per_s
-    return compute.memory_bound_time_s(ADAM_BYTES_PER_PARAM * sharded, cluster.gpu, kernels=4)
+    streamed = ADAM_BYTES_PER_PARAM_PURE_BF16 if pure_bf16 else ADAM_BYTES_PER_PARAM
+    return compute.memory_bound_time_s(streamed * sharded, cluster.gpu, kernels=4)
 
 
 def rank_params(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[np.ndarray, np.ndarray]:
@@ -372,7 +374,7 @@ def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster
     lora = is_lora(cfg.method)
     train_dense, train_expert = ((np.array(p) for p in zip(*finetune.trainable_stage_params(model, cfg, stages)))
                                  if lora else (dense, expert))
-    exposed = data_parallel_s(zero, train_dense, train_expert, groups, cluster, window, cfg.bf16_grads)
+    exposed = data_parallel_s(zero, train_dense, train_expert, groups, cluster, window, cfg.bf16_grads or cfg.pure_bf16)
     if lora:   # the frozen base, sharded under ZeRO-3: all-gathered (bf16, or NF4) with no gradient to reduce
         scale = finetune.frozen_bytes_per_param(cfg.method, cfg.double_quant) / 2
         frozen = sum(dp_exchange_s(3, params * scale, group, cluster, window, 0)
@@ -380,7 +382,7 @@ def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster
         exposed = exposed + np.where(np.asarray(zero) >= 3, frozen, 0.0)
     zero_shards = np.where(np.asarray(zero) >= 1, groups["dp_shard"].size, 1)
     optimizer = (optimizer_s(zero, train_dense, train_expert, groups["dp_shard"].size, groups["edp_shard"].size,
-                             cluster, cfg.optimizer_offload)
+                             cluster, cfg.optimizer_offload, cfg.pure_bf16)
                  + finetune.paged_optimizer_s((train_dense + train_expert) / zero_shards, cfg.method,
                                               cluster.host_link_gb_s))
     shape = np.broadcast_shapes(np.shape(window.forward_s), np.shape(exposed), np.shape(optimizer))

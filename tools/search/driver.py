@@ -166,8 +166,8 @@ def prepare(request: SearchRequest) -> tuple[SearchJob, Objective, list[int]]:
     fixed = dict(r.fixed)
     if engine is not None:   # as the engine stores its parameters and runs attention, unless the request says
         for name, value in engine_knobs(engine).items():
-            if fixed.get(name) is None:
-                fixed[name] = value
+            if fixed.get(name) is None and not (name == "fp32_params" and fixed.get("pure_bf16")):
+                fixed[name] = value   # a pure-bf16 request keeps no master: the engine's refusal says why
     fine_tune = names_lora(fixed.get("method"))
     seq = int(r.seq or default_seq(model_spec.max_seq_len, fine_tune))
     gbs = int(r.gbs or default_gbs(seq, int(r.gpus), count_params(model_spec).total, fine_tune))
@@ -390,7 +390,7 @@ def _engine_filter(job: SearchJob):
                                 precision=PRECISION_CODES[job.precision], optimizer_offload=int(job.optimizer_offload),
                                 adapter=int(is_lora(job.method)), fp32_params=int(job.fp32_params),
                                 recompute_modules=0,   # recipes.recompute_choices offers no module set it refuses
-                                dropout_on_output=int(dropout_on_output(job)))
+                                dropout_on_output=int(dropout_on_output(job)), pure_bf16=int(job.pure_bf16))
         return runs(job.engine, job.model, knobs)
     return runs_rows
 
