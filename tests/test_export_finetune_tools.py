@@ -95,7 +95,8 @@ def test_trl_sections_build_sftconfig_loraconfig_and_bitsandbytesconfig(monkeypa
         if cfg.lora_targets.value == "all-linear":
             assert lora.target_modules == INCLUDE_LINEAR_LAYERS_SHORTHAND
         else:
-            assert lora.target_modules == {"q_proj", "k_proj", "v_proj", "o_proj"}
+            assert lora.target_modules == ({"q_proj", "v_proj"} if cfg.lora_targets.value == "qv"
+                                           else {"q_proj", "k_proj", "v_proj", "o_proj"})
         if _is_qlora(cfg):
             bnb = BitsAndBytesConfig(**args["bnb_config"])
             assert bnb.load_in_4bit and not bnb.load_in_8bit and bnb.bnb_4bit_quant_type == "nf4"

@@ -36,9 +36,9 @@ def test_tiny_cpu_run_writes_a_valid_held_out_run_file(tmp_path):
         assert case.published["step_s"].value > 0
         assert "peak_memory_gib" not in case.published      # CPU: no CUDA allocator to read
         result = trainplan.estimate(**case.kwargs())
-        assert result["config"]["attention"] == case.request["attention"].value
-        assert result["config"]["fused_kernels"] is False
-        assert result["time"]["step_s"] > 0
+        assert result.config.attention.value == case.request["attention"].value
+        assert result.config.fused_kernels is False
+        assert result.time.step_s > 0
 
 
 def test_cpu_timings_never_land_in_evals_runs(capsys):
