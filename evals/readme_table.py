@@ -31,7 +31,7 @@ END = "<!-- accuracy-table:end -->"
 HEADER = ("| run (all held out unless marked) | quantity | predicted | published | error |\n"
           "|---|---|---:|---:|---:|")
 FINETUNE_MEMORY_RUNS = ("litgpt-finetune-a100", "unsloth-hf-qlora-context")
-FINETUNE_SPEED_RUNS = ("qwen-finetune-speed", "torchtune-finetune-speed")
+FINETUNE_SPEED_RUNS = ("qwen-finetune-speed", "torchtune-finetune-speed", "nemo-automodel-lora-h100")
 QWEN_30B_H100 = ("mbridge-h100-qwen3-30b-a3b-fp8", "mbridge-2602-h100-qwen3-30b-a3b-fp8")
 
 
@@ -247,10 +247,11 @@ def _finetune_memory_error(cases: Cases) -> str:
 
 
 def _finetune_speed_run(cases: Cases) -> str:
-    qwen, torchtune = (len(cases.of_runs(run)) for run in FINETUNE_SPEED_RUNS)
+    qwen, torchtune, automodel = (len(cases.of_runs(run)) for run in FINETUNE_SPEED_RUNS)
     return ("Fine-tuning speed (`evals/runs/`, all held out): the Qwen README's LoRA r64 table (Qwen 1.8B-14B at "
-            f"256-8,192 tokens on one A100-80GB, HF Trainer + PEFT, {qwen} rows) and torchtune's README (Llama 3.1 8B "
-            f"LoRA/QLoRA on an RTX 4090, 70B LoRA and 405B QLoRA on 8 A100, {torchtune} rows)")
+            f"256-8,192 tokens on one A100-80GB, HF Trainer + PEFT, {qwen} rows), torchtune's README (Llama 3.1 8B "
+            f"LoRA/QLoRA on an RTX 4090, 70B LoRA and 405B QLoRA on 8 A100, {torchtune} rows) and NeMo AutoModel's "
+            f"performance summary (Llama 3.1 8B and Qwen2.5 7B LoRA r16 on one H100 at 4,096 tokens, {automodel} rows)")
 
 
 def _finetune_speed_error(cases: Cases) -> str:
@@ -335,6 +336,9 @@ ROWS = (
     Figures("NVIDIA Megatron-Bridge, Qwen3-30B-A3B on H100, 25.11 / 26.02 (the same layout ran token-drop at the "
             "predicted speed in 25.09)", "step time", tuple((case_id, "step_s") for case_id in QWEN_30B_H100),
             seconds(1), unit="s", bold=True),
+    Figures("NVIDIA NeMo AutoModel, Qwen3-30B-A3B on 8 H100, EP8 FSDP8, DeepEP, pure bf16 states (the EP8 exchange "
+            "left exposed: how AutoModel overlaps it is not pinned)", "step time",
+            (("automodel-h100-qwen3-30b-a3b", "step_s"),), seconds(1), unit="s"),
     Summary(_count("All MoE held-out cases, one figure each (", _moe, " cases)"), "", _moe_error, bold=True),
     Figures("NVIDIA Megatron-Bridge, Qwen3-30B-A3B on 8 B200, 25.11 / 26.02 (fitted: the MoE host-overhead constant)",
             "step time", (("mbridge-b200-qwen3-30b-a3b-fp8", "step_s"), ("mbridge-2602-b200-qwen3-30b-a3b-fp8", "step_s")),
