@@ -210,7 +210,7 @@ def _mpt_large_error(cases: Cases) -> str:
 
 def _dense(cases: Cases) -> list[dict]:
     return [c for c in cases.by_id.values() if c["held_out"] and not c["is_moe"] and c["quantity"] in THROUGHPUT
-            and c["run"] not in FINETUNE_SPEED_RUNS]
+            and not c["adapters"]]   # LoRA/QLoRA rows are the fine-tuning speed line's, whatever run holds them
 
 
 def _dense_error(cases: Cases) -> str:
