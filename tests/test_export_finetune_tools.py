@@ -216,8 +216,8 @@ def test_llamafactory_yaml_parses_with_its_train_arguments(monkeypatch, tmp_path
         assert (finetuning.lora_rank, finetuning.lora_alpha, finetuning.lora_dropout) == (cfg.lora_rank,
                                                                                           2 * cfg.lora_rank,
                                                                                           cfg.lora_dropout)
-        assert finetuning.lora_target == (["all"] if cfg.lora_targets.value == "all-linear"
-                                          else ["q_proj", "k_proj", "v_proj", "o_proj"])
+        assert finetuning.lora_target == {"all-linear": ["all"], "qv": ["q_proj", "v_proj"],
+                                          "attention": ["q_proj", "k_proj", "v_proj", "o_proj"]}[cfg.lora_targets.value]
         if _is_qlora(cfg):
             assert model.quantization_method == "bitsandbytes" and model.quantization_type == "nf4"
             assert model.double_quantization is cfg.double_quant
