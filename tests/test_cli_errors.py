@@ -41,7 +41,7 @@ def test_bad_input_is_one_line_and_exit_2(args, fragment):
 @pytest.mark.parametrize("args, fragment", [
     ([*BASE, "--gpus", "8", "--method", "bogus"], "'bogus' is not one of"),
     ([*BASE, "--gpus", "eight"], "'--gpus'"),
-    ([*BASE, "--gpus", "8", "--bogus"], "no such option: --bogus"),
+    ([*BASE, "--gpus", "8", "--bogus"], "no such option"),
     (["estimat"], "no such command 'estimat'"),
     (["tools", "call"], "missing argument"),
 ])
@@ -53,6 +53,8 @@ def test_usage_errors_are_one_line_naming_the_help(args, fragment):
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
     assert fragment in lines[0].lower() and "--help'" in lines[0], lines[0]
+    if "--bogus" in args:   # click 8.1 quotes the option, 8.2 and later do not
+        assert "--bogus" in lines[0]
 
 
 def test_help_and_version_still_exit_0():

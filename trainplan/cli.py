@@ -13,7 +13,10 @@ import sys
 
 import typer
 import typer.core
-from typer import _click as click   # typer's own click (typer >= 0.24 vendors it)
+try:
+    from typer import _click as click   # typer's own click, which the newer releases vendor
+except ImportError:   # the releases before it depend on click itself
+    import click
 
 from trainplan.tools.core.errors import InputError
 
