@@ -369,6 +369,29 @@ def test_torchtitan_schedules_and_zero():
     assert fp8["model"]["converters"] == ["quantize.linear.float8"]
 
 
+def test_torchtitan_gives_every_stage_a_layer_or_refuses_more_stages_than_layers():
+    """DeepSeek-V3's 61 layers on PP16 DualPipe: trainplan's split leaves the rank the MTP modules and head were
+    balanced against one layer, so its second V chunk would be empty; torchtitan builds every stage from its part,
+    so the export moves one layer into it and says so, and the search keeps the layout for torchtitan. More stages
+    than layers is refused, by the export and the search alike."""
+    from trainplan.tools.hardware.catalog import load_model
+    from trainplan.tools.search.driver import search
+
+    dsv3 = load_model("deepseek-v3")
+    cfg = resolve_config(dsv3, 2048, pp=16, ep=128, cp=2, schedule="dualpipe", precision="fp8")
+    result = export("torchtitan", dsv3, cfg, model_ref="x")
+    parts = tomllib.loads(result.content)["parallelism"]["module_fqns_per_model_part"]
+    layers = [name for part in parts for name in part if name.startswith("layers.")]
+    assert len(parts) == 32 and all(any(n.startswith("layers.") for n in part) for part in parts)
+    assert layers == [f"layers.{i}" for i in range(61)]   # every layer once, in order
+    assert any("pipeline stage 16 (rank 15) had no layer" in note for note in result.notes)
+    small = dense(8)
+    with pytest.raises(ExportError, match="makes 16 pipeline stages for 8 layers"):
+        export("torchtitan", small, resolve_config(small, 8, pp=8, gbs=16, schedule="dualpipe"), model_ref="x")
+    found = search("llama3-8b", "h100", 32, gbs=64, seq=4096, pp=32, schedule="dualpipe", engine="torchtitan")
+    assert not found.candidates and found.rejected.get("the engine cannot run it", 0) > 0
+
+
 def test_accelerate_only_pure_data_parallel():
     model = dense(32)
     with pytest.raises(ExportError, match="tp=2"):

@@ -186,7 +186,25 @@ DEEPSPEED_REFUSALS = (
     no_hybrid_refusal("deepspeed", "DeepSpeed"),
 )
 
+def _stages_per_rank(k) -> np.ndarray:
+    """Model chunks each pipeline rank holds: two for the V schedules (zb_h1, dualpipe), vpp for the looped ones."""
+    v_shape = (np.asarray(k.schedule) == SCHEDULE_CODES[Schedule.zb_h1]) | (
+        np.asarray(k.schedule) == SCHEDULE_CODES[Schedule.dualpipe])
+    return np.where(v_shape, 2, np.asarray(k.vpp))
+
+
+def _more_stages_than_layers(m: ModelSpec, k) -> np.ndarray:
+    """A layout with more pipeline stages (pp x chunks per rank) than layers: some stage would hold none (the
+    torchtitan export moves layers into a stage the plan's split leaves empty while there are enough,
+    torchtitan.model_parts)."""
+    return (np.asarray(k.pp) > 1) & (np.asarray(k.pp) * _stages_per_rank(k) > m.num_layers)
+
+
 TORCHTITAN_REFUSALS = (
+    Refusal("torchtitan", _more_stages_than_layers,
+            lambda m, k: (f"pp={k.pp} with {int(_stages_per_rank(k))} model chunks per rank makes "
+                          f"{int(k.pp * _stages_per_rank(k))} pipeline stages for {m.num_layers} layers: torchtitan "
+                          "builds every stage from its module_fqns_per_model_part, so use a smaller --pp or --vpp")),
     Refusal("torchtitan", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
             lambda m, k: "optimizer offload in torchtitan is FSDP CPU offload: use --zero 1 or more"),
     Refusal("torchtitan", lambda m, k: (k.ep > 1) & (k.zero == 0) & (k.cp % k.ep != 0),

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import shlex
 
-from trainplan.tools.config.layout import model_layers_per_stage
+from trainplan.tools.config.stages import model_layers_per_stage
 from trainplan.tools.config.resolve import DEFAULT_RECOMPUTE_MODULES
 from trainplan.tools.core.enums import Dispatcher, GroupedGemm
 from trainplan.tools.hardware.specs import ModelSpec

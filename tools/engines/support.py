@@ -40,7 +40,7 @@ def reruns_modules(cfg: ParallelConfig) -> bool:
 
 def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:
     """A resolved layout as the refusals read it."""
-    return SimpleNamespace(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, zero=cfg.zero, dp=cfg.dp,
+    return SimpleNamespace(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, zero=cfg.zero, dp=cfg.dp, vpp=cfg.vpp,
                            dp_shard=cfg.dp_shard_size,
                            schedule=SCHEDULE_CODES[cfg.schedule], precision=PRECISION_CODES[cfg.precision],
                            optimizer_offload=int(cfg.optimizer_offload), adapter=int(is_lora(cfg.method)),

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 
-from trainplan.tools.config.layout import model_layers_per_stage
+from trainplan.tools.config.stages import model_layers_per_stage
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention, Launch, Precision, Recompute, Schedule
@@ -81,21 +81,33 @@ def to_toml(sections: dict[str, dict]) -> str:
     return "\n".join(out)
 
 
-def model_parts(model: ModelSpec, cfg: ParallelConfig) -> list[list[str]]:
-    """module_fqns_per_model_part in stage order, following trainplan's layers per rank (layout.layers_per_stage).
+def model_parts(model: ModelSpec, cfg: ParallelConfig, notes: list[str] | None = None) -> list[list[str]]:
+    """module_fqns_per_model_part in stage order, following trainplan's layers per rank (stages.model_layers_per_stage).
 
     Each rank's layers split evenly over its chunks: vpp chunks at stages p + v*pp for looped schedules,
-    two chunks at stages p and 2*pp-1-p for the V schedules. Module names are those of torchtitan's LLMs.
+    two chunks at stages p and 2*pp-1-p for the V schedules. torchtitan builds every stage from its part, so a
+    stage the split leaves empty (a rank with fewer layers than chunks, such as the rank the MTP modules and head
+    were balanced against) takes one layer from the fullest stage, and `notes` says which ranks changed. Module
+    names are those of torchtitan's LLMs.
     """
     pp = cfg.pp
     v_shape = cfg.schedule in (Schedule.zb_h1, Schedule.dualpipe)
     per_rank = 2 if v_shape else cfg.vpp
     sizes = [0] * (pp * per_rank)
+    rank_of = [0] * (pp * per_rank)
     for p, n in enumerate(model_layers_per_stage(model, pp)):
         stage_ids = (p, 2 * pp - 1 - p) if v_shape else tuple(p + c * pp for c in range(per_rank))
         base, extra = divmod(n, per_rank)
         for c, stage in enumerate(stage_ids):
             sizes[stage] = base + (1 if c < extra else 0)
+            rank_of[stage] = p
+    while 0 in sizes and sum(sizes) >= len(sizes):
+        empty, fullest = sizes.index(0), max(range(len(sizes)), key=lambda i: sizes[i])
+        sizes[empty], sizes[fullest] = 1, sizes[fullest] - 1
+        if notes is not None:
+            notes.append(f"pipeline stage {empty} (rank {rank_of[empty]}) had no layer in the plan's split; torchtitan "
+                         f"needs one per stage, so it takes one from stage {fullest} (rank {rank_of[fullest]}): those "
+                         "ranks hold one layer more and one fewer than the estimate assumed")
     parts, layer = [], 0
     for stage, size in enumerate(sizes):
         part = [f"layers.{i}" for i in range(layer, layer + size)]
@@ -144,7 +156,7 @@ def export_torchtitan(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) 
     if cfg.pp > 1:
         parallelism["pipeline_parallel_schedule"] = SCHEDULES[cfg.schedule]
         parallelism["pipeline_parallel_microbatch_size"] = batch.micro
-        parallelism["module_fqns_per_model_part"] = model_parts(model, cfg)
+        parallelism["module_fqns_per_model_part"] = model_parts(model, cfg, notes)
         training.update(local_batch_size=batch.micro * batch.accumulation, global_batch_size=batch.global_)
         notes.append(f"with pp={cfg.pp} each step splits local_batch_size={batch.micro * batch.accumulation} into"
                      f" {batch.accumulation} pipeline micro-batches of {batch.micro}; {batch.identity()}")

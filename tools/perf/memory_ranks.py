@@ -9,7 +9,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from trainplan.tools.config.layout import model_layers_per_stage
+from trainplan.tools.config.stages import model_layers_per_stage
 from trainplan.tools.hardware.counting import LayerParams, count_params, layer_params, norm_params
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.perf import finetune

@@ -39,7 +39,7 @@ from trainplan.tools.perf.collectives import collective_time_s, group_layout
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.perf.data_parallel import (ComputeWindow, data_parallel_s, dp_exchange_s, fsdp_units,
                                                  zero2_reduce_scatters)
-from trainplan.tools.config.layout import model_layers_per_stage
+from trainplan.tools.config.stages import model_layers_per_stage
 from trainplan.tools.perf.combined_1f1b import LayerNodes, chunk_layers, hidden_per_microbatch_s, layer_nodes
 from trainplan.tools.perf.moe import dispatch_comm_parts, dispatch_comm_s
 from trainplan.tools.perf.pipeline import combined_steps, simulate

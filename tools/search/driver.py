@@ -385,7 +385,7 @@ def _engine_filter(job: SearchJob):
 
     def runs_rows(rows: dict[str, np.ndarray]) -> np.ndarray:
         dp = np.maximum(rows["gpus"] // (rows["tp"] * rows["pp"] * rows["cp"]), 1)
-        knobs = SimpleNamespace(**{k: rows[k] for k in ("tp", "pp", "cp", "ep", "zero", "schedule", "dp_shard")},
+        knobs = SimpleNamespace(**{k: rows[k] for k in ("tp", "pp", "cp", "ep", "zero", "schedule", "dp_shard", "vpp")},
                                 dp=dp,
                                 precision=PRECISION_CODES[job.precision], optimizer_offload=int(job.optimizer_offload),
                                 adapter=int(is_lora(job.method)), fp32_params=int(job.fp32_params),

@@ -28,7 +28,7 @@ from trainplan.tools.perf.activations import knob_arrays
 from trainplan.tools.config.codes import RECOMPUTE_BY_CODE, RECOMPUTE_CODES, SCHEDULE_CODES
 from trainplan.tools.perf.collectives import group_layout
 from trainplan.tools.perf.cost import SECONDS_PER_DAY
-from trainplan.tools.config.layout import model_layers_per_stage
+from trainplan.tools.config.stages import model_layers_per_stage
 from trainplan.tools.perf.memory import memory_totals_vectorised
 from trainplan.tools.perf.pipeline_closed_form import StageTimes, makespan_closed_form
 from trainplan.tools.perf.recompute import DEFAULT_MASK, mask_of, modules_of
