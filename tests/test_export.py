@@ -28,7 +28,8 @@ import yaml
 
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.engines import Engine, ExportError, export, parse_args_text
-from trainplan.tools.config.layout import layers_per_stage, model_layers_per_stage, resolve_config
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.config.stages import layers_per_stage, model_layers_per_stage
 from trainplan.tools.hardware.specs import ModelSpec
 
 # flag -> None for a switch (store_true/store_false), () for any value, or the tuple of its choices.

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.hardware.counting import count_params, layer_params
 from trainplan.tools.core.errors import InputError
-from trainplan.tools.config.layout import model_layers_per_stage, resolve_config
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.config.stages import model_layers_per_stage
 from trainplan.tools.perf.activations import activation_bytes_per_layer
 from trainplan.tools.perf.activations import inflight_microbatches
 from trainplan.tools.perf.memory import (

@@ -92,10 +92,10 @@ def adapter_refusal(engine: str, instead: str) -> Refusal:
 
 
 def adapter_dropout_refusal(engine: str) -> Refusal:
-    """Engines that write PEFT adapters (or torchtune's LoRALinear): their dropout acts on the adapter's input
-    (lora_B(lora_A(dropout(x)))), and neither has a setting to move it to the output, as NeMo AutoModel's default
-    does (Layout.lora_dropout_position post): the run would save a dropped copy of every adapted input the plan
-    did not count."""
+    """Engines whose launch settings train PEFT adapters: PEFT's dropout acts on each adapter's input
+    (lora_B(lora_A(dropout(x)))) and has no setting to move it to the output, as NeMo AutoModel's default does
+    (Layout.lora_dropout_position post): the run would save a dropped copy of every adapted input the plan did
+    not count."""
     return Refusal(engine, lambda m, k: (k.adapter != 0) & (k.dropout_on_output != 0),
                    lambda m, k: (f"lora_dropout_position=post: {engine} writes PEFT adapters, whose dropout acts on "
                                  "each adapter's input and saves a dropped copy of it: use --lora-dropout-position pre, "
@@ -185,6 +185,7 @@ DEEPSPEED_REFUSALS = (
             lambda m, k: "optimizer offload in DeepSpeed is part of ZeRO: use --zero 1 or more"),
     no_hybrid_refusal("deepspeed", "DeepSpeed"),
 )
+
 
 def _stages_per_rank(k) -> np.ndarray:
     """Model chunks each pipeline rank holds: two for the V schedules (zb_h1, dualpipe), vpp for the looped ones."""

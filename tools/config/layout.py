@@ -20,7 +20,6 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention, Precision, Recompute, RecomputeModule, Schedule
 from trainplan.tools.config.validity import Knobs, check
-from trainplan.tools.config.stages import layers_per_stage, model_layers_per_stage  # noqa: F401 (re-exported)
 from trainplan.tools.config.resolve import is_lora, resolve_method, resolved_double_quant, resolved_fp32_norms
 from trainplan.tools.config.resolve import resolved_loss_kernel
 from trainplan.tools.core.enums import LoraDropoutPosition, LossKernel, Method

@@ -17,7 +17,7 @@ Mapping decisions (and why):
   shards across the instances (megatron/core/parallel_state.py, intra_partial_data_parallel_size).
 - Megatron-LM schedules: 1F1B without interleaving, and interleaved 1F1B. GPipe, ZB-H1 and DualPipe
   are not Megatron-LM schedules and are refused.
-- Layers per stage follow trainplan's split (layout.layers_per_stage): even splits need no flag,
+- Layers per stage follow trainplan's split (stages.layers_per_stage): even splits need no flag,
   uneven ones use --decoder-first/last-pipeline-num-layers when Megatron's rules allow it
   (middle stages equal, each divisible by vpp), and --pipeline-model-parallel-layout otherwise.
 - tp must divide the attention heads and the query groups (Megatron-Core's TransformerConfig raises on

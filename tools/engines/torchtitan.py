@@ -15,7 +15,7 @@ Mapping decisions:
 - Batch: torchtitan's gradient-accumulation steps are global / (local x dp). With pp > 1 the
   local batch is split into pipeline micro-batches of pipeline_parallel_microbatch_size, so
   local = mbs x m and there is one accumulation step.
-- Layers: module_fqns_per_model_part places trainplan's layers per stage (layout.layers_per_stage),
+- Layers: module_fqns_per_model_part places trainplan's layers per stage (stages.layers_per_stage),
   because torchtitan's own default split (embedding and head weighted as a layer) differs.
 - Kernels: [compile] enable (components model and loss) when the layout is scored with fused kernels or
   launch=compile: torchtitan then compiles each TransformerBlock (its 405B preset sets compile = true).

@@ -116,7 +116,7 @@ class StepResult:
 
 
 def stage_layers(model: ModelSpec, pp: int) -> list[list[int]]:
-    """The layer indices of each pipeline stage (layout.model_layers_per_stage's split)."""
+    """The layer indices of each pipeline stage (stages.model_layers_per_stage's split)."""
     counts = model_layers_per_stage(model, pp)
     stages, start = [], 0
     for n in counts:
