@@ -336,8 +336,8 @@ ROWS = (
     Figures("NVIDIA Megatron-Bridge, Qwen3-30B-A3B on H100, 25.11 / 26.02 (the same layout ran token-drop at the "
             "predicted speed in 25.09)", "step time", tuple((case_id, "step_s") for case_id in QWEN_30B_H100),
             seconds(1), unit="s", bold=True),
-    Figures("NVIDIA NeMo AutoModel, Qwen3-30B-A3B on 8 H100, EP8 FSDP8, DeepEP, pure bf16 states (the EP8 exchange "
-            "left exposed: how AutoModel overlaps it is not pinned)", "step time",
+    Figures("NVIDIA NeMo AutoModel, Qwen3-30B-A3B on 8 H100, EP8 FSDP8, DeepEP (one copy per target rank), pure "
+            "bf16 states", "step time",
             (("automodel-h100-qwen3-30b-a3b", "step_s"),), seconds(1), unit="s"),
     Summary(_count("All MoE held-out cases, one figure each (", _moe, " cases)"), "", _moe_error, bold=True),
     Figures("NVIDIA Megatron-Bridge, Qwen3-30B-A3B on 8 B200, 25.11 / 26.02 (fitted: the MoE host-overhead constant)",

@@ -163,12 +163,30 @@ def test_megatron_dispatchers_send_bf16_tokens_under_fp8():
 def test_deepep_fp8_dispatch_sends_half_the_bytes_and_combines_in_bf16():
     """DeepSeek-V3's DeepEP dispatch: FP8 tokens (1 B plus a 4 B scale per 128 elements) to the experts,
     BF16 back. At 64K tokens per rank the all-to-all is bandwidth-bound, so dispatch + combine take
-    (1 + 4/128 + 2) / (2 + 2) of Megatron's BF16 all-to-all; under bf16 DeepEP moves the same bytes."""
+    (1 + 4/128 + 2) / (2 + 2) of Megatron's BF16 all-to-all per copy; within a node DeepEP sends one copy per
+    target rank (test below), so under bf16 it moves that share of the bytes."""
     big = dict(ep=8, mbs=16)
+    per_rank = moe.ranks_per_token(QWEN3.num_experts, QWEN3.experts_per_token, 8) / QWEN3.experts_per_token
     alltoall = _dispatch_s(QWEN3, 8, dispatcher="alltoall", precision="fp8", **big)
     deepep = _dispatch_s(QWEN3, 8, dispatcher="deepep", precision="fp8", **big)
-    assert deepep == pytest.approx(alltoall * (1 + 4 / 128 + 2) / 4, rel=0.01)
-    assert _dispatch_s(QWEN3, 8, dispatcher="deepep", precision="bf16", **big) == pytest.approx(alltoall, rel=1e-12)
+    assert deepep == pytest.approx(alltoall * per_rank * (1 + 4 / 128 + 2) / 4, rel=0.01)
+    assert _dispatch_s(QWEN3, 8, dispatcher="deepep", precision="bf16", **big) == pytest.approx(alltoall * per_rank,
+                                                                                              rel=0.01)
+
+
+def test_deepep_within_a_node_sends_a_token_once_per_target_rank():
+    """get_dispatch_layout's is_token_in_rank: a token goes once to each rank holding one of its k experts. The
+    expected number of such ranks, k chosen uniformly among E experts spread E/ep per rank, checked against every
+    choice on a small case, and Qwen3-30B-A3B's top-8 of 128 over EP8: 5.34 ranks where Megatron's alltoall sends 8
+    copies."""
+    from itertools import combinations
+
+    experts, k, ep = 8, 3, 4
+    choices = list(combinations(range(experts), k))
+    exact = sum(len({e // (experts // ep) for e in choice}) for choice in choices) / len(choices)
+    assert moe.ranks_per_token(experts, k, ep) == pytest.approx(exact, rel=1e-12)
+    assert moe.ranks_per_token(128, 8, 8) == pytest.approx(5.339, abs=1e-3)
+    assert moe.ranks_per_token(128, 8, 1) == 1.0
 
 
 def test_only_deepep_sends_a_group_limited_token_once_per_node():

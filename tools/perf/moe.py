@@ -37,6 +37,8 @@ experts -> dispatcher.combine, plus the shared experts beside it):
 
 from __future__ import annotations
 
+import math
+
 from trainplan.tools.core import assumptions
 from trainplan.tools.core.calibration import MOE_HOST_S_PER_EXPERT_GEMM
 from trainplan.tools.perf.collectives import collective_time_s
@@ -157,6 +159,16 @@ def add_moe_compute(times: OpTimes, model: ModelSpec, cfg: ParallelConfig, gpu: 
 # --------------------------------------------------------------------------------------------
 
 
+def ranks_per_token(experts: int, k: int, ep: int) -> float:
+    """Expected distinct EP ranks a token's k experts sit on, the experts spread E/ep per rank and the k chosen
+    uniformly (the forced-balance routing of the benchmarks; assumed for learned routing):
+    ep x (1 - C(E - E/ep, k) / C(E, k)), the chance that a rank holds none of the k being C(E - E/ep, k) / C(E, k)."""
+    if ep <= 1:
+        return float(min(k, 1))
+    misses = math.comb(experts - experts // ep, k) / math.comb(experts, k)
+    return ep * (1.0 - misses)
+
+
 def wire_bytes_per_element(cfg: ParallelConfig) -> tuple[float, float]:
     """(dispatch, combine) bytes per hidden-state element on the wire. The dispatch carries tokens to
     the experts (in the forward, and the output gradients to them in the backward); the combine
@@ -204,6 +216,11 @@ def dispatch_comm_parts(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterS
                 # per node it targets, then forwards it over NVLink (DeepSeek-V3 report §3.2.2: at most
                 # 4 nodes); Megatron's alltoall sends every copy to its rank (NCCL all_to_all_single).
                 copies *= min(k, model.routing_group_limit) / k
+            elif cfg.dispatcher is Dispatcher.deepep and groups["ep"].size <= groups["ep"].ranks_per_node:
+                # Within a node DeepEP sends each token once to every rank holding one of its experts
+                # (get_dispatch_layout's is_token_in_rank and num_tokens_per_rank; the rank runs all its
+                # local experts on the one copy), where Megatron's alltoall sends a copy per expert.
+                copies *= ranks_per_token(model.num_experts, k, cfg.ep) / k
             dispatch += collective_time_s("all_to_all", dispatch_b * copies * h, groups["ep"], cluster)
             combine += collective_time_s("all_to_all", combine_b * copies * h, groups["ep"], cluster)
         if cfg.expert_tp > 1 and cfg.sequence_parallel:
