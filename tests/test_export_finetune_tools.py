@@ -224,6 +224,19 @@ def test_llamafactory_yaml_parses_with_its_train_arguments(monkeypatch, tmp_path
     assert checked >= 60
 
 
+def test_llamafactory_takes_pure_bf16_as_its_own_switch(monkeypatch, tmp_path):
+    pytest.importorskip("llamafactory.hparams")
+    answer_bf16_as_a_gpu_host(monkeypatch)
+    import llamafactory.hparams.parser as parser
+    from llamafactory.hparams import get_train_args
+
+    monkeypatch.setattr(parser, "is_torch_bf16_gpu_available", lambda: True)   # its own check of pure_bf16
+    cfg = resolve_config(dense(32), 1, zero=0, pure_bf16=True, gbs=8, seq=2048, fused_kernels=False)   # no Liger here
+    config, _ = load("llamafactory", cfg)
+    _, _, training, finetuning, _ = get_train_args({**config, **LLAMAFACTORY_RUN, "output_dir": str(tmp_path)})
+    assert finetuning.pure_bf16 and not training.bf16
+
+
 # --- Axolotl -----------------------------------------------------------------------------------------------------
 
 

@@ -169,9 +169,22 @@ def test_pure_bf16_clashes_are_one_line_and_every_engine_refuses_it():
                             (dict(method="lora"), "drop --pure-bf16")):
         with pytest.raises(InputError, match=fragment):
             resolve_config(MODEL, GPUS, zero=3, pure_bf16=True, **knobs)
+    without_zero = ("trl", "llamafactory")   # TRL loads the model in bf16; LLaMA-Factory has pure_bf16
     for engine in ENGINES:
-        with pytest.raises(ExportError, match="pure_bf16: the .* settings train with an fp32 master"):
+        with pytest.raises(ExportError, match="pure_bf16.*fp32 master"):
             export(engine, MODEL, resolve_config(MODEL, gpus=GPUS, zero=3, pure_bf16=True), model_ref="m")
+        single = resolve_config(MODEL, gpus=1, zero=0, pure_bf16=True, gbs=8, seq=2048)
+        if engine in without_zero:
+            content = export(engine, MODEL, single, model_ref="m").content
+            assert ("pure_bf16: true" in content) is (engine == "llamafactory")
+            assert "dtype: bfloat16" in content or engine != "trl"
+        elif engine not in ("megatron", "torchtitan"):
+            with pytest.raises(ExportError, match="pure_bf16: the .* settings train with an fp32 master"):
+                export(engine, MODEL, single, model_ref="m")
+    mixed = resolve_config(MODEL, gpus=1, zero=0, gbs=8, seq=2048)
+    assert any("--pure-bf16 plans what runs" in n for n in export("trl", MODEL, mixed, model_ref="m").notes)
+    assert any("upcasts the trainable weights to fp32" in n for n in export("llamafactory", MODEL, mixed,
+                                                                           model_ref="m").notes)
     found = search("llama3-8b", "h100", 8, gbs=64, seq=4096, engine="deepspeed", pure_bf16=True)
     assert not found.candidates and found.rejected.get("the engine cannot run it", 0) > 0
     plain = search("llama3-8b", "h100", 8, gbs=64, seq=4096, zero=3, pp=1, pure_bf16=True).candidates[0]

@@ -102,14 +102,20 @@ def adapter_dropout_refusal(engine: str) -> Refusal:
                                  "or --lora-dropout 0"))
 
 
-def pure_bf16_refusal(engine: str) -> Refusal:
-    """Every engine trainplan writes launch settings for trains with an fp32 master copy (Megatron's distributed
-    optimizer, DeepSpeed's bf16 optimizer, FSDP mixed precision in torchtitan and Accelerate, and the Trainer tools'
-    DeepSpeed files): a pure-bf16 plan (Layout.pure_bf16, 8 B/param) would hold less memory than the run."""
+def pure_bf16_refusal(engine: str, without_zero: bool = False) -> Refusal:
+    """The engines whose settings train with an fp32 master copy (Megatron's distributed optimizer, DeepSpeed's bf16
+    optimizer, FSDP mixed precision in torchtitan and Accelerate, the Trainer tools' DeepSpeed files): a pure-bf16
+    plan (Layout.pure_bf16, 8 B/param) would hold less memory than the run. `without_zero` (EngineProfile
+    pure_bf16_without_zero: TRL, LLaMA-Factory): pure bf16 runs there without DeepSpeed, so only ZeRO 1-3 are
+    refused."""
+    if without_zero:
+        return Refusal(engine, lambda m, k: (k.pure_bf16 != 0) & (k.zero >= 1),
+                       lambda m, k: (f"pure_bf16 with zero={k.zero}: the {engine} settings run ZeRO through DeepSpeed, "
+                                     "whose bf16 optimizer keeps an fp32 master copy: use --zero 0, or --mixed-precision"))
     return Refusal(engine, lambda m, k: k.pure_bf16 != 0,
                    lambda m, k: (f"pure_bf16: the {engine} settings train with an fp32 master copy, up to 10 B/param "
-                                 "more than the layout was planned with (pure bf16 is torchtune's dtype bf16 and NeMo "
-                                 "AutoModel's): use --mixed-precision"))
+                                 "more than the layout was planned with (pure bf16 is torchtune's dtype bf16, NeMo "
+                                 "AutoModel's, and TRL's or LLaMA-Factory's without ZeRO): use --mixed-precision"))
 
 
 def param_storage_refusal(engine: str, instead: str) -> Refusal:

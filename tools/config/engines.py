@@ -82,6 +82,10 @@ class EngineProfile:
     """A fine-tuning tool built on the Hugging Face Trainer: data-parallel only (DDP, FSDP or DeepSpeed ZeRO)."""
     refuses_adapters: bool = False
     """Its launch settings have no LoRA/QLoRA adapters, so it refuses those layouts (they would train every weight)."""
+    pure_bf16_without_zero: bool = False
+    """Its settings train pure bf16 states (Layout.pure_bf16) where no DeepSpeed ZeRO runs: TRL loads the model in bf16
+    (model_init_kwargs dtype), and the Trainer's AdamW then keeps bf16 moments and no master; LLaMA-Factory has
+    pure_bf16. DeepSpeed's bf16 optimizer keeps an fp32 master, so ZeRO 1-3 are refused with it."""
     head_split_why: str | None = None
     """How it fails when tp does not divide the attention and key/value heads (None: no such refusal)."""
     refusals: tuple[Refusal, ...] = ()
@@ -137,10 +141,10 @@ ENGINE_PROFILES: tuple[EngineProfile, ...] = (
     EngineProfile(
         "llamafactory", "LLaMA-Factory fine-tuning YAML: full, LoRA or QLoRA (data-parallel layouts only).",
         r"llama[\s-]*factory", "LLaMA-Factory", "trainplan.tools.engines.llamafactory:export_llamafactory",
-        **_HF_TRAINER),
+        **_HF_TRAINER, pure_bf16_without_zero=True),
     EngineProfile(
         "trl", "Hugging Face TRL SFTConfig + PEFT LoraConfig (+ BitsAndBytesConfig) keyword arguments, YAML.",
-        r"trl", "TRL", "trainplan.tools.engines.trl:export_trl", **_HF_TRAINER),
+        r"trl", "TRL", "trainplan.tools.engines.trl:export_trl", **_HF_TRAINER, pure_bf16_without_zero=True),
 )
 
 PROFILES = {profile.name: profile for profile in ENGINE_PROFILES}
@@ -179,7 +183,7 @@ def refusals_of(profile: EngineProfile) -> tuple[Refusal, ...]:
     its own."""
     engine = profile.name
     return (
-        pure_bf16_refusal(engine),
+        pure_bf16_refusal(engine, profile.pure_bf16_without_zero),
         *(() if profile.fp32_params else (param_storage_refusal(engine, " or ".join(FP32_PARAM_ENGINES)),)),
         *((head_split_refusal(engine, profile.head_split_why),) if profile.head_split_why else ()),
         *((adapter_refusal(engine, spoken(HF_TRAINER_ENGINES)),) if profile.refuses_adapters

@@ -60,6 +60,13 @@ def export_llamafactory(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str
         "disable_gradient_checkpointing": cfg.recompute is not Recompute.full,
         "flash_attn": "fa2" if cfg.attention.fused else "disabled",
     })
+    if cfg.pure_bf16:   # LLaMA-Factory's own switch: trainable weights stay bf16, no AMP (its webui's compute type)
+        config.update(bf16=False, pure_bf16=True)
+    elif adapter is None and cfg.zero == 0:
+        notes.append("full training without DeepSpeed: LLaMA-Factory upcasts the trainable weights to fp32 (model/"
+                     "adapter.py, unless pure_bf16 or ZeRO-3), so the fp32 parameters are the master copy, 16 B/param "
+                     "of model states where this plan counts 18: --fp32-params plans it, --pure-bf16 plans and writes "
+                     "LLaMA-Factory's pure_bf16")
     if any(liger_wanted(cfg)):
         config["enable_liger_kernel"] = True
     notes += liger_notes("LLaMA-Factory", cfg, all_or_nothing=True)

@@ -59,6 +59,10 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
     notes += liger_notes("TRL", cfg, all_or_nothing=True)
     if cfg.zero >= 1:
         sft["deepspeed"] = deepspeed_dict(cfg)
+    elif adapter is None and not cfg.pure_bf16:
+        notes.append("full training without DeepSpeed: the model loads in bf16 (model_init_kwargs dtype), so the "
+                     "Trainer's AdamW keeps bf16 moments and no fp32 master, 8 B/param of model states where this plan "
+                     "counts 18 (bf16 weights, fp32 gradients, fp32 master and moments): --pure-bf16 plans what runs")
     args: dict = {"model": model_ref, "sft_config": sft}
     if adapter is not None:
         args["lora_config"] = {"r": adapter.rank, "lora_alpha": adapter.alpha, "lora_dropout": adapter.dropout,
