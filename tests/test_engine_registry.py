@@ -38,10 +38,10 @@ def test_the_planner_engines_are_the_registry_flags():
     from trainplan.agent import offline_plan, planner
 
     assert (planner.DEFAULT_ENGINE, offline_plan.ADAPTER_ENGINE) == (DEFAULT_ENGINE, ADAPTER_ENGINE) == ("megatron", "axolotl")
-    assert planner.LAUNCH_FALLBACK == LAUNCH_FALLBACK == ("torchtitan", "deepspeed", "accelerate")
+    assert planner.LAUNCH_FALLBACK == LAUNCH_FALLBACK == ("torchtitan", "deepspeed", "accelerate", "trl")
     assert offline_plan.PLAN_ENGINES == PLAN_ENGINES == ("megatron", "torchtitan")
     assert DEFAULT_ENGINE not in LAUNCH_FALLBACK
-    assert offline_plan.ADAPTER_FALLBACK == ADAPTER_FALLBACK == ("deepspeed", "accelerate")
+    assert offline_plan.ADAPTER_FALLBACK == ADAPTER_FALLBACK == ("deepspeed", "accelerate", "trl")
     assert ADAPTER_ENGINE not in ADAPTER_FALLBACK
 
 

@@ -193,3 +193,14 @@ def test_pure_bf16_clashes_are_one_line_and_every_engine_refuses_it():
                                      "recompute_modules", "schedule", "loss_kernel")}
     assert plain["memory_gib"]["total"] == pytest.approx(
         memory_breakdown(MODEL, resolve_config(MODEL, gpus=8, pure_bf16=True, **layout), H100).total, rel=1e-9)
+
+
+def test_a_pure_bf16_full_fine_tune_is_handed_to_an_engine_that_runs_it():
+    """Megatron, the default, keeps an fp32 master; TRL without ZeRO trains a bf16-loaded model in pure bf16, so the
+    plan's launch settings fall back to it (tools/config/engines.py launch_order)."""
+    import trainplan
+
+    report = trainplan.plan("full fine-tune Llama 3 8B on one H100 in pure bf16 for 100M tokens at 4096 tokens",
+                            backend="offline")
+    assert report.recommended["config"]["pure_bf16"] is True
+    assert report.launch.engine == "trl" and report.launch.error is None and "dtype: bfloat16" in report.launch.content

@@ -144,7 +144,8 @@ ENGINE_PROFILES: tuple[EngineProfile, ...] = (
         **_HF_TRAINER, pure_bf16_without_zero=True),
     EngineProfile(
         "trl", "Hugging Face TRL SFTConfig + PEFT LoraConfig (+ BitsAndBytesConfig) keyword arguments, YAML.",
-        r"trl", "TRL", "trainplan.tools.engines.trl:export_trl", **_HF_TRAINER, pure_bf16_without_zero=True),
+        r"trl", "TRL", "trainplan.tools.engines.trl:export_trl", **_HF_TRAINER, pure_bf16_without_zero=True,
+        launch_order=4),
 )
 
 PROFILES = {profile.name: profile for profile in ENGINE_PROFILES}
