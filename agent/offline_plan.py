@@ -18,6 +18,11 @@ from trainplan.tools.hardware import catalog
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.config import engines as engine_registry
+from trainplan.tools.config.contract import Layout
+from trainplan.tools.config.layout import resolve_config
+from trainplan.tools.core.errors import InputError
+from trainplan.tools.engines import ExportError
+from trainplan.tools.engines.support import refuse
 from trainplan.tools.search.memo import layout_memo
 from trainplan.tools.search.results import SearchResult
 from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
@@ -226,13 +231,33 @@ def _no_fit_report(draft: _PlanDraft) -> PlanReport:
     if request.fine_tuning and not is_lora(job["method"] or "full"):
         adapters = sizing.adapters_that_fit(job)
     would = "; ".join(w for w in (adapters, shorter, would) if w) or None
-    risks.append(f"no layout fits in {job['gpus']} x {job['gpu']} memory (rejected: {rejected}); "
+    # the engine, not the memory, may be what rules the request's layouts out: then its own line leads
+    head = (_engine_refusal(result, job, search["rejected"])
+            or f"no layout fits in {job['gpus']} x {job['gpu']} memory")
+    risks.append(f"{head} (rejected: {rejected}); "
                  + (f"{would}; else use" if would else "use more GPUs,") + " GPUs with more memory"
                  + ("" if shorter else " or a shorter sequence"))
     return build_report(ReportOrigin(backend="offline", request_text=draft.request_text),
                         LayoutChoice(request=draft.shown, recommended=None, search=search),
                         ReportNotes(assumptions=draft.assumptions, extra_risks=risks,
                                     not_understood=request.unparsed or []))
+
+
+def _engine_refusal(result: SearchResult | None, job: dict, rejected: dict[str, int]) -> str | None:
+    """When the search's engine refused most of the layouts it met: the engine's own line for the request's
+    layout (its knobs as the request pinned them, every other knob at its default), or None."""
+    engine = result.job.engine if result is not None else None
+    if not engine or not rejected or max(rejected, key=rejected.get) != "the engine cannot run it":
+        return None
+    model = catalog.load_model(job["model"])
+    knobs = {k: v for k, v in job.items() if k in Layout.model_fields and v is not None}
+    try:
+        refuse(engine, model, resolve_config(model, job["gpus"], **knobs))
+    except ExportError as err:
+        return f"{engine} refuses the request's layouts: {err}"
+    except InputError:
+        return None
+    return None
 
 
 def offline_report(request: PlanRequest, text: str, engine: str | None = None) -> PlanReport:
@@ -294,7 +319,7 @@ def _adapter_plan(request: PlanRequest, text: str, seq: tuple[int, str] | None) 
 
 def _what_would_fit(report: PlanReport) -> str | None:
     """What a no-fit report says would fit (the clauses after its rejection counts), else None."""
-    risk = next((r for r in report.risks if r.startswith("no layout fits")), None)
+    risk = next((r for r in report.risks if " (rejected: " in r), None)   # _no_fit_report's line
     return risk.split("); ", 1)[1] if risk and "); " in risk else None
 
 

@@ -320,3 +320,14 @@ def test_a_fine_tune_up_to_a_bound_is_planned_at_the_longest_length_that_fits_th
     assert bounded.recommended["config"]["seq"] == stated.recommended["config"]["seq"] < FINETUNE_SEQ
     note = next(a for a in bounded.assumptions if a.startswith("seq not given"))
     assert "the longest that fits on 2 GPUs, the most the request allows" in note
+
+
+def test_a_request_its_engine_refuses_says_the_engine_s_line_not_memory():
+    """Pure bf16 with DeepSpeed ZeRO-3: DeepSpeed refuses every layout (its bf16 optimizer keeps an fp32 master), so
+    the no-fit line leads with DeepSpeed's own reason, and the CLI's one line is that reason, not 'no memory'."""
+    report = plan("full fine-tune Qwen2.5 7B on 8 A100s in pure bf16 with DeepSpeed ZeRO-3", backend="offline")
+    assert report.recommended is None
+    risk = next(r for r in report.risks if " (rejected: " in r)
+    assert risk.startswith("deepspeed refuses the request's layouts: pure_bf16") and "use --mixed-precision" in risk
+    memory = plan("full fine-tune Llama 3 70B on 2 RTX 4090s, seq 8192, mbs 4", backend="offline")
+    assert any(r.startswith("no layout fits in 2 x rtx-4090 memory") for r in memory.risks if " (rejected: " in r)
