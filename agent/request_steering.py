@@ -142,7 +142,8 @@ def read_pins(t: RequestText, found: dict[str, Any]) -> None:
 
 def read_method(t: RequestText, found: dict[str, Any]) -> None:
     """method: 'QLoRA' -> qlora, 'LoRA' -> lora, 'full fine-tuning' -> full; lora_rank: 'rank 64',
-    'r=16'; lora_alpha: 'alpha=32'; lora_dropout: 'lora_dropout=0.05' ('dropout 0.05' when LoRA is named); lora_targets: 'adapters on attention', 'attention only' -> attention, 'all linear layers' ->
+    'r=16'; lora_alpha: 'alpha=32'; lora_dropout: 'lora_dropout=0.05' ('dropout 0.05' when LoRA is named);
+    lora_targets: 'adapters on attention', 'attention only' -> attention, 'all linear layers' ->
     all-linear, 'q and v', 'q_proj and v_proj', 'query and value projections' -> qv; fine_tuning: 'fine-tune', 'SFT', 'instruction tuning' (a fine-tune, whatever the method)."""
     refused = t.take(rf"{_NEGATION}(?:q?lora|adapters?)(?![a-z])")
     adapters = None if refused else t.take(r"(?<![a-z])(q?lora)(?![a-z])", 1)

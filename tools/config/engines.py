@@ -47,9 +47,9 @@ from trainplan.tools.core.enums import Launch
 from trainplan.tools.core.errors import InputError
 
 from trainplan.tools.config.engine_refusals import (ACCELERATE_REFUSALS, DEEPSPEED_REFUSALS, MEGATRON_REFUSALS,
-                                                    TORCHTITAN_REFUSALS, Refusal, adapter_dropout_refusal, adapter_refusal, pure_bf16_refusal,
+                                                    TORCHTITAN_REFUSALS, Refusal, adapter_dropout_refusal, adapter_refusal,
                                                     head_split_refusal, hf_trainer_refusals, module_recompute_refusal,
-                                                    param_storage_refusal)
+                                                    param_storage_refusal, pure_bf16_refusal)
 
 
 @dataclass(frozen=True)
