@@ -17,6 +17,7 @@ import numpy as np
 
 from trainplan.tools.config.codes import PRECISION_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
 from trainplan.tools.core.enums import Precision, Schedule
+from trainplan.tools.config.stages import chunks_per_rank
 from trainplan.tools.hardware.specs import ModelSpec
 
 _1F1B, _INTER = SCHEDULE_CODES[Schedule.one_f_one_b], SCHEDULE_CODES[Schedule.interleaved]
@@ -193,24 +194,18 @@ DEEPSPEED_REFUSALS = (
 )
 
 
-def _stages_per_rank(k) -> np.ndarray:
-    """Model chunks each pipeline rank holds: two for the V schedules (zb_h1, dualpipe), vpp for the looped ones."""
-    v_shape = (np.asarray(k.schedule) == SCHEDULE_CODES[Schedule.zb_h1]) | (
-        np.asarray(k.schedule) == SCHEDULE_CODES[Schedule.dualpipe])
-    return np.where(v_shape, 2, np.asarray(k.vpp))
-
-
 def _more_stages_than_layers(m: ModelSpec, k) -> np.ndarray:
     """A layout with more pipeline stages (pp x chunks per rank) than layers: some stage would hold none (the
     torchtitan export moves layers into a stage the plan's split leaves empty while there are enough,
     torchtitan.model_parts)."""
-    return (np.asarray(k.pp) > 1) & (np.asarray(k.pp) * _stages_per_rank(k) > m.num_layers)
+    return (np.asarray(k.pp) > 1) & (np.asarray(k.pp) * chunks_per_rank(k.schedule, k.vpp) > m.num_layers)
 
 
 TORCHTITAN_REFUSALS = (
     Refusal("torchtitan", _more_stages_than_layers,
-            lambda m, k: (f"pp={k.pp} with {int(_stages_per_rank(k))} model chunks per rank makes "
-                          f"{int(k.pp * _stages_per_rank(k))} pipeline stages for {m.num_layers} layers: torchtitan "
+            lambda m, k: (f"pp={k.pp} with {int(chunks_per_rank(k.schedule, k.vpp))} model chunks per rank makes "
+                          f"{int(k.pp * chunks_per_rank(k.schedule, k.vpp))} pipeline stages for {m.num_layers} "
+                          "layers: torchtitan "
                           "builds every stage from its module_fqns_per_model_part, so use a smaller --pp or --vpp")),
     Refusal("torchtitan", lambda m, k: (k.optimizer_offload != 0) & (k.zero == 0),
             lambda m, k: "optimizer offload in torchtitan is FSDP CPU offload: use --zero 1 or more"),

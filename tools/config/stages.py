@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
+from trainplan.tools.config.codes import SCHEDULE_CODES
+from trainplan.tools.core.enums import Schedule
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.hardware.specs import ModelSpec
 
@@ -55,3 +59,16 @@ def _model_layers_per_stage(model: ModelSpec, pp: int) -> tuple[int, ...]:
     per_layer = sum(layer.active for layer in counts.layers) / model.num_layers
     head = model.hidden_size * model.vocab_size / per_layer
     return tuple(layers_per_stage(model.num_layers, pp, head + model.num_mtp_layers * (1 + head)))
+
+
+def v_shaped(schedule_code):
+    """Whether a schedule (its code; numpy-friendly) gives each rank the two chunks of a V, stages p and 2pp-1-p:
+    zb_h1 and dualpipe."""
+    code = np.asarray(schedule_code)
+    return (code == SCHEDULE_CODES[Schedule.zb_h1]) | (code == SCHEDULE_CODES[Schedule.dualpipe])
+
+
+def chunks_per_rank(schedule_code, vpp):
+    """Model chunks each pipeline rank holds (numpy-friendly): two for the V schedules (v_shaped), vpp for the
+    looped ones."""
+    return np.where(v_shaped(schedule_code), 2, np.asarray(vpp))

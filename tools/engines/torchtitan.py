@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import json
 
-from trainplan.tools.config.stages import model_layers_per_stage
+from trainplan.tools.config.codes import SCHEDULE_CODES
+from trainplan.tools.config.stages import chunks_per_rank, model_layers_per_stage, v_shaped
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Attention, Launch, Precision, Recompute, Schedule
@@ -91,8 +92,8 @@ def model_parts(model: ModelSpec, cfg: ParallelConfig, notes: list[str] | None =
     names are those of torchtitan's LLMs.
     """
     pp = cfg.pp
-    v_shape = cfg.schedule in (Schedule.zb_h1, Schedule.dualpipe)
-    per_rank = 2 if v_shape else cfg.vpp
+    code = SCHEDULE_CODES[cfg.schedule]
+    v_shape, per_rank = bool(v_shaped(code)), int(chunks_per_rank(code, cfg.vpp))
     sizes = [0] * (pp * per_rank)
     rank_of = [0] * (pp * per_rank)
     for p, n in enumerate(model_layers_per_stage(model, pp)):

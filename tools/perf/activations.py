@@ -20,12 +20,12 @@ from trainplan.tools.perf import finetune
 from trainplan.tools.perf import finetune_tensors
 from trainplan.tools.perf import recompute as recompute_rules
 from trainplan.tools.perf.loss import LOSS_CODES
-from trainplan.tools.config.resolve import resolved_fp32_norms, resolved_loss_kernel
+from trainplan.tools.config.resolve import dropout_on_output, resolved_fp32_norms, resolved_loss_kernel
 from trainplan.tools.config.codes import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, SCHEDULE_CODES
 from trainplan.tools.hardware.counting import is_moe_layer
 from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
-from trainplan.tools.core.enums import Attention, LoraDropoutPosition, Precision, Recompute, Schedule
+from trainplan.tools.core.enums import Attention, Precision, Recompute, Schedule
 
 # The attention kernel is the layout's `attention` knob (never the dropout): eager attention keeps
 # the a s^2 softmax output, plus its dropout mask and output when the recipe has attention dropout;
@@ -245,7 +245,7 @@ def knob_arrays(cfg: ParallelConfig) -> dict[str, np.ndarray]:
                   lora_targets=finetune.TARGET_CODES[cfg.lora_targets] if cfg.lora_targets else 0,
                   loss_kernel=LOSS_CODES[resolved_loss_kernel(cfg.loss_kernel, cfg.method)],
                   fp32_norms=resolved_fp32_norms(cfg.fp32_norms, cfg.method), lora_dropout=cfg.lora_dropout,
-                  lora_dropout_post=cfg.lora_dropout_position is LoraDropoutPosition.post,
+                  lora_dropout_post=dropout_on_output(cfg),
                   double_quant=cfg.double_quant is not False)
     return {k: np.array([[v]], dtype=float) for k, v in values.items()}
 

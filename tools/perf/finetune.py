@@ -58,8 +58,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainplan.tools.core import assumptions
-from trainplan.tools.core.enums import LoraDropoutPosition, LoraTargets, Method
-from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, is_lora
+from trainplan.tools.core.enums import LoraTargets, Method
+from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, dropout_on_output, is_lora
 from trainplan.tools.perf import state_bytes
 from trainplan.tools.perf.state_bytes import (ADAPTER_GRAD_BYTES, ADAPTER_OPTIMIZER_BYTES, ADAPTER_WEIGHT_BYTES, BF16_BYTES,
                                               NF4_BYTES_PER_PARAM, NF4_SINGLE_QUANT_BYTES_PER_PARAM)
@@ -256,7 +256,7 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
         forward_bytes = COMPILED_SCALE_ADD_FORWARD_BYTES
     scale_add_forward = scale_add_backward = dropout_elements = 0.0
     kernels = 0
-    dropout_on_output = cfg.lora_dropout_position is LoraDropoutPosition.post
+    on_output = dropout_on_output(cfg)
     for lin in targeted_linears(model, moe, cfg.lora_targets):
         # Column-parallel: x is whole on every TP rank, B's output split; row-parallel: x split.
         d_in = lin.d_in / tp if lin.row_parallel else lin.d_in
@@ -267,7 +267,7 @@ def adapt_layer_times(layer, model, cfg, gpu, moe: bool):
         compute.linear(out, ADAPTER_KEY, rows, rank, d_out, gpu, Precision.bf16, copies)
         scale_add_forward += forward_bytes * rows * d_out * copies
         scale_add_backward += backward_bytes * rows * d_in * copies + 4.0 * rows * d_out * copies
-        dropout_elements += rows * (d_out if dropout_on_output else d_in) * copies
+        dropout_elements += rows * (d_out if on_output else d_in) * copies
         kernels += copies
     if cfg.lora_dropout > 0:
         forward, backward = DROPOUT_BYTES
