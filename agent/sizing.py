@@ -125,8 +125,8 @@ def _most(search: Search, job: dict, counts: list[int], headroom_gib: float) -> 
     """The most of `counts` (ascending) whose best layout stays within the job's budget, by bisection:
     a count with layouts over budget, or with no layout at all, is too many GPUs; one with none that fit in
     memory, too few. The cost of a job is not monotone in the count where the best layout changes with it (a
-    LoRA at $100.00 on 1 A100, over $100 on 2, $97.65 on 4), so up to BUDGET_LOOKAHEAD counts past the last one
-    within budget are tried too."""
+    LoRA over $100 on 1 and 2 A100s, $97.64 on 4), so up to BUDGET_LOOKAHEAD counts past the last one within
+    budget are tried too; where the bisection finds none, choose_count tries the cheapest plan's count."""
     lo, hi, found = 0, len(counts) - 1, None
     while lo <= hi:
         mid = (lo + hi) // 2
@@ -233,6 +233,13 @@ def choose_count(search: Search, job: dict, headroom_gib: float, table: tradeoff
     elif job.get("budget_usd"):
         chosen = _most(search, job, counts, headroom_gib)
         how = f"the most GPUs that stay within {limits_text(job)}, for the fastest plan it buys"
+        if chosen is None:   # cost is not monotone in the count: the bisection can miss a cheap count between dear ones
+            cheapest = _cheapest(search, job, counts, headroom_gib)
+            within = cheapest and _best(search, job, cheapest[0], headroom_gib)   # at the count's own batch
+            if within:
+                chosen = cheapest[0], within
+                how = (f"the count of the cheapest plan, the one found within {limits_text(job)} (the counts "
+                       "around it cost more)")
     elif job["objective"] == "cost" and table is not None:
         per_node = job.get("gpus_per_node") or catalog.load_gpu(job["gpu"]).gpus_per_node
         found = tradeoffs.cheapest(table.rows(tradeoffs.standard_counts(counts[0], top, per_node), None))

@@ -19,8 +19,8 @@ from trainplan.tools.core.enums import Precision
 DEFAULT_GPUS = ("a100-sxm-80gb", "h100-sxm-80gb", "b200")
 
 
-def _row(label: str, values: list[float]) -> str:
-    return f"  {label:<28}" + "".join(f"{v:>8.1%}" for v in values)
+def _row(label: str, values: list[float], spec: str = ".1%") -> str:
+    return f"  {label:<28}" + "".join(f"{v:>8{spec}}" for v in values)
 
 
 def main() -> None:
@@ -59,6 +59,11 @@ def main() -> None:
         one_by_one = compute.gemm_time_s(2048, 96, 2048, gpu, Precision.bf16, count=heads)
         print(f"  2048x96x2048 x {heads} heads: one batched kernel {one_kernel * 1e6:.0f} us, "
               f"{heads} separate kernels {one_by_one * 1e6:.0f} us")
+
+        # A LoRA adapter's x A (tokens x rank 64 x width 4096): a few output tiles, split along K (split-K).
+        print("  LoRA x A, M x 64 x 4096, M =" + "".join(f"{m:>8}" for m in tokens[:6]))
+        print(_row("split-K slices", [compute.split_k_slices(m, 64, 4096, gpu) for m in tokens[:6]], "d"))
+        print(_row("time (us)", [compute.gemm_time_s(m, 64, 4096, gpu, precision) * 1e6 for m in tokens[:6]], ".1f"))
 
 
 if __name__ == "__main__":

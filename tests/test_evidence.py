@@ -121,11 +121,14 @@ def test_a_plan_states_its_error_band_and_the_known_gaps_of_its_model():
     and states the MoE band."""
     report = trainplan.plan("Qwen3-30B-A3B on 16 H100s for 100B tokens", backend="offline")
     assert report.error_band and "MoE" in report.error_band and "MAPE" in report.error_band
-    assert any("mbridge-h100-qwen3-30b-a3b-fp8" in g and "-48.5%" in g for g in report.known_gaps)
+    row = next(c for c in load_summary()["cases"] if c["id"] == "mbridge-h100-qwen3-30b-a3b-fp8")
+    measured = f"{row['error'] * 100:+.1f}%"   # the eval's own error, about -49%
+    assert row["error"] < -0.3
+    assert any("mbridge-h100-qwen3-30b-a3b-fp8" in g and measured in g for g in report.known_gaps)
     assert all(g in report.risks for g in report.known_gaps)
     assert report.evidence and f"at least {EVIDENCE_MARGIN:.0%}" in report.evidence[0]
     text = report.to_markdown()
-    assert "## How far to trust it" in text and "-48.5%" in text
+    assert "## How far to trust it" in text and measured in text
 
 
 def test_llama_70b_plans_carry_the_gpu_hours_gap():

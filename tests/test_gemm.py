@@ -71,9 +71,28 @@ def test_the_launch_floor_sets_tiny_gemms(name):
 def test_a_thin_gemm_is_memory_bound(name):
     gpu = load_gpu(name)
     m, n, k = 16, 8192, 8192                   # 16 tokens through an 8K x 8K weight: reads the weight
-    weight_read_s = 2 * (m * k + k * n + m * n) / (gpu.hbm_bandwidth_gb_s * 1e9 * compute.MEMORY_BOUND_EFFICIENCY)
+    slices = compute.split_k_slices(m, n, k, gpu)   # 64 output tiles: split along K where they fill under a wave
+    assert slices == max(1, gpu.sm_count // 64)
+    bytes_moved = 2 * (m * k + k * n + m * n) + (compute.split_k_partial_bytes(m, n, slices) if slices > 1 else 0)
+    weight_read_s = bytes_moved / (gpu.hbm_bandwidth_gb_s * 1e9 * compute.MEMORY_BOUND_EFFICIENCY)
     assert compute.gemm_time_s(m, n, k, gpu, Precision.bf16) == pytest.approx(
         weight_read_s + compute.KERNEL_LAUNCH_S, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", GPUS)
+def test_a_gemm_with_few_output_tiles_is_split_along_k(name):
+    """A LoRA adapter's x A (256 tokens, rank 64, width 5120) has two 128x128 output tiles: unsplit it would run on
+    two SMs at 2/sm_count of the peak; split along K it fills the SMs and falls to the memory roofline."""
+    gpu = load_gpu(name)
+    m, n, k = 256, 64, 5120
+    slices = compute.split_k_slices(m, n, k, gpu)
+    assert slices == min(gpu.sm_count // 2, k // compute.SPLIT_K_MIN_DEPTH) > 1
+    assert compute.wave_efficiency(m, n, gpu, slices=slices) > 10 * compute.wave_efficiency(m, n, gpu)
+    unsplit_s = 2.0 * m * n * k / (gpu.bf16_tflops * 1e12 * gpu.gemm_efficiency * compute.wave_efficiency(m, n, gpu))
+    assert compute.gemm_time_s(m, n, k, gpu, Precision.bf16) - compute.KERNEL_LAUNCH_S < unsplit_s / 3
+    # a GEMM whose tiles fill a wave, or whose K is shallower than one slice, is not split
+    assert compute.split_k_slices(8192, 8192, 8192, gpu) == 1
+    assert compute.split_k_slices(256, 64, compute.SPLIT_K_MIN_DEPTH - 1, gpu) == 1
 
 
 @pytest.mark.parametrize("name", GPUS)

@@ -37,6 +37,17 @@ GEMM_TILE_N = Assumed(
     meaning="columns of the output tile of one GEMM thread block (wave quantization, compute.gemm_time_s)",
     source="as GEMM_TILE_M: the 128x128 tile of NVIDIA's Matrix Multiplication Background User's Guide §2.3",
 )
+SPLIT_K_MIN_DEPTH = Assumed(
+    value=256,
+    meaning="shortest slice of the inner dimension K that one thread block of a split-K GEMM reduces "
+            "(compute.split_k_slices): a GEMM whose output tiles fill less than one wave of the SMs is split "
+            "along K into at most K / SPLIT_K_MIN_DEPTH slices",
+    source="CUTLASS media/docs/efficient_gemm.md, \"Parallelized Reductions\" (Split K: for small problems \"there "
+           "are too few threadblocks to efficiently occupy the entire GPU\"; partitioning K launches a set of "
+           "threadblocks per partition, reduced afterwards), as cuBLAS's heuristics do for small-M-N, large-K "
+           "shapes; 256 is four 64-deep stages of the 128x128 tile's main loop (CUTLASS's default Ampere "
+           "pipelines hold 3-4 stages), below which the prologue and the fp32 partial sums outweigh the gain",
+)
 KERNEL_LAUNCH_S = Assumed(
     value=4e-6,
     meaning="fixed seconds of one kernel launch, counted once per kernel: the host's launch call and the gap "

@@ -33,6 +33,7 @@ from trainplan.tools.core import calibration
 from trainplan.tools.hardware.catalog import load_gpu
 from trainplan.tools.hardware.specs import GPUSpec
 from trainplan.tools.core.enums import Attention, Precision
+from trainplan.tools.perf.state_bytes import FP32_BYTES
 
 # Output tile of one thread block of the GEMM kernels, rows x columns. NVIDIA's "Matrix Multiplication
 # Background User's Guide" (DU-09799-001, §2.3 "Typical Tile Dimensions in cuBLAS and Performance")
@@ -52,6 +53,8 @@ MEMORY_BOUND_EFFICIENCY = calibration.MEMORY_BOUND_EFFICIENCY.value
 # (9.6 us with a synchronisation after each); the CUDA Programming Guide §4.2 (CUDA Graphs) names
 # this per-kernel launch overhead. It is what sets the time of tiny kernels (bench_gemm.py).
 KERNEL_LAUNCH_S = assumptions.KERNEL_LAUNCH_S.value
+# Split-K (split_k_slices): the shortest K slice one thread block reduces.
+SPLIT_K_MIN_DEPTH = assumptions.SPLIT_K_MIN_DEPTH.value
 
 
 @dataclass
@@ -92,16 +95,38 @@ def efficiency_ceiling(gpu: GPUSpec) -> float:
     return max(gpu.gemm_efficiency, gpu.attention_efficiency)
 
 
-def wave_efficiency(m: float, n: float, gpu: GPUSpec, batch: int = 1) -> float:
-    """Useful share of the SMs' waves for `batch` GEMMs of an m x n output, run as one kernel.
+def split_k_slices(m: float, n: float, k: float, gpu: GPUSpec, batch: int = 1) -> int:
+    """Slices of the inner dimension K that one GEMM kernel reduces in parallel (split-K).
 
-    The output is cut into ceil(m/128) x ceil(n/128) tiles per GEMM; the SMs run them in waves of
-    sm_count tiles, and the last, partly filled wave costs as much as a full one (NVIDIA, "Matrix
-    Multiplication Background User's Guide", §3.2 "Wave Quantization"): tiles / (waves x SMs).
+    A GEMM whose ceil(m/128) x ceil(n/128) output tiles fill less than one wave of the SMs leaves most of them idle;
+    the GEMM libraries then partition K so that each slice runs on its own thread block and the fp32 partial sums are
+    added afterwards (CUTLASS efficient_gemm.md, "Parallelized Reductions": Split K; cuBLAS picks such kernels for
+    small-M-N, large-K shapes): S = min(floor(sm_count / tiles), floor(k / SPLIT_K_MIN_DEPTH)), at least 1. This is
+    the x A product of a LoRA adapter (m tokens, n the rank, k the model width) and a short sequence's skinny GEMMs.
     """
     tiles = batch * math.ceil(m / GEMM_TILE_M) * math.ceil(n / GEMM_TILE_N)
-    waves = math.ceil(tiles / gpu.sm_count)
-    return tiles / (waves * gpu.sm_count)
+    if tiles >= gpu.sm_count:
+        return 1
+    return max(1, min(gpu.sm_count // tiles, int(k // SPLIT_K_MIN_DEPTH)))
+
+
+def split_k_partial_bytes(m: float, n: float, slices: int) -> float:
+    """HBM bytes of a split-K GEMM's fp32 partial outputs: each of the `slices` writes its m x n sums and the
+    reduction reads them back."""
+    return 2 * FP32_BYTES * slices * m * n
+
+
+def wave_efficiency(m: float, n: float, gpu: GPUSpec, batch: int = 1, slices: int = 1) -> float:
+    """Useful share of the SMs' waves for `batch` GEMMs of an m x n output, run as one kernel.
+
+    The output is cut into ceil(m/128) x ceil(n/128) tiles per GEMM, each K-split into `slices` thread blocks
+    (split_k_slices); the SMs run them in waves of sm_count blocks, and the last, partly filled wave costs as much
+    as a full one (NVIDIA, "Matrix Multiplication Background User's Guide", §3.2 "Wave Quantization"):
+    blocks / (waves x SMs).
+    """
+    blocks = batch * math.ceil(m / GEMM_TILE_M) * math.ceil(n / GEMM_TILE_N) * slices
+    waves = math.ceil(blocks / gpu.sm_count)
+    return blocks / (waves * gpu.sm_count)
 
 
 def gemm_time_s(m: float, n: float, k: float, gpu: GPUSpec, precision: Precision, count: int = 1,
@@ -111,7 +136,8 @@ def gemm_time_s(m: float, n: float, k: float, gpu: GPUSpec, precision: Precision
     t = max(F / (peak x eta_max x wave_efficiency), bytes / (HBM bandwidth x MEMORY_BOUND_EFFICIENCY))
         + KERNEL_LAUNCH_S
     with F = 2 m n k x batch, eta_max the family's gemm_efficiency (calibration table) and bytes the
-    operands read and the bf16 output written once. The `count` kernels are launched one after
+    operands read and the bf16 output written once; a split-K GEMM (split_k_slices S > 1) fills the wave with S
+    slices per tile and also writes and reads back its S fp32 partial outputs (8 S m n bytes). The `count` kernels are launched one after
     another (per-expert GEMMs issued by the host); the tiles of the `batch` GEMMs of one kernel (a
     strided-batched or grouped GEMM: torch.bmm / baddbmm, which Megatron's and Hugging Face's unfused
     attention call once for all sequences and heads) share the SMs' waves and pay one launch.
@@ -120,8 +146,10 @@ def gemm_time_s(m: float, n: float, k: float, gpu: GPUSpec, precision: Precision
         return 0.0
     flops = 2.0 * m * n * k * batch
     bytes_per_element = 1 if precision is Precision.fp8 else 2
-    bytes_moved = batch * (bytes_per_element * (m * k + k * n) + 2 * m * n)
-    peak = gpu.peak_tflops(precision) * 1e12 * gpu.gemm_efficiency * wave_efficiency(m, n, gpu, batch)
+    slices = split_k_slices(m, n, k, gpu, batch)
+    bytes_moved = batch * (bytes_per_element * (m * k + k * n) + 2 * m * n
+                           + (split_k_partial_bytes(m, n, slices) if slices > 1 else 0.0))
+    peak = gpu.peak_tflops(precision) * 1e12 * gpu.gemm_efficiency * wave_efficiency(m, n, gpu, batch, slices)
     compute_s = flops / peak
     memory_s = bytes_moved / (gpu.hbm_bandwidth_gb_s * 1e9 * MEMORY_BOUND_EFFICIENCY)
     return count * (max(compute_s, memory_s) + KERNEL_LAUNCH_S)
