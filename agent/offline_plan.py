@@ -331,7 +331,15 @@ def _best_engine_plan(parsed: PlanRequest, text: str, seq: tuple[int, str] | Non
 
     drafts = {engine: draft_offline(parsed, text, engine, seq) for engine in PLAN_ENGINES}
     fitting = {engine: draft for engine, draft in drafts.items() if draft.recommended}
-    if not fitting:
+    if not fitting:   # the launch fallbacks, in order: the first whose own layouts fit carries the plan
+        for engine in (e for e in engine_registry.LAUNCH_FALLBACK if e not in PLAN_ENGINES):
+            draft = draft_offline(parsed, text, engine, seq)
+            if draft.recommended:
+                report = draft.finish()
+                report.assumptions.append(
+                    f"no engine named: {' and '.join(PLAN_ENGINES)} fit no layout of this request; {engine} runs "
+                    f"one, so the plan is scored and launched as {engine} runs it")
+                return report, engine
         return plan_offline(parsed, text, None, seq), None
 
     def score(draft: _PlanDraft) -> float:

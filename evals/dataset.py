@@ -92,6 +92,11 @@ class Case(BaseModel):
         description="set by the loader: tools/core/calibration.py fitted a constant on this case (not held out)"
     )
     request: dict[str, Input] = Field(default_factory=dict, description="trainplan.estimate / planner arguments")
+    fine_tuning: bool = Field(
+        default=False,
+        description="a fine-tuning measurement of method full (LoRA/QLoRA cases are fine-tuning by their method): "
+                    "reported in the fine-tuning sections, not with pre-training"
+    )
     published: dict[str, Figure] = Field(default_factory=dict, description="quantity -> published figure")
     # planning
     reference_case: str | None = Field(default=None, description="planning: the prediction case of the published layout")

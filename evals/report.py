@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from .cases import EXPERT_TOP_K, QUANTITIES
+from .runner import MEMORY_QUANTITIES, THROUGHPUT_QUANTITIES
 
 
 def num(value) -> str:
@@ -63,8 +64,9 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def _figure_rows(cases: list[dict], held_column: bool) -> list[list[str]]:
-    """One row per compared figure: case, figure, predicted, published, error, tol, pass, [set,] source."""
+def _figure_rows(cases: list[dict], held_column: bool, quantities: tuple[str, ...] | None = None) -> list[list[str]]:
+    """One row per compared figure (of `quantities`, or every one): case, figure, predicted, published, error, tol,
+    pass, [set,] source."""
     rows = []
     for c in cases:
         held = ["calibration" if c["used_for_calibration"] else "held-out"] if held_column else []
@@ -72,6 +74,8 @@ def _figure_rows(cases: list[dict], held_column: bool) -> list[list[str]]:
             rows.append([c["id"], "-", "-", "-", "-", "-", c["status"], *["-" for _ in held], c["message"] or ""])
             continue
         for q, published in c["published"].items():
+            if quantities is not None and q not in quantities:
+                continue
             rows.append([c["id"], q, num(c["predicted"][q]), num(published), pct(c["error"][q]),
                          tol(c["tolerance"][q]), mark(c["checks"][q]), *held, c["source"][q]])
         if c["predicted"].get("fits") is False:
@@ -143,16 +147,17 @@ def render_markdown(report: dict, backend: str = "offline") -> str:
                                                        ("single_held_out", "held out (hidden 1024)"),
                                                        ("multi", "multi-node, held out")))
                         + "."]
-        for key, title, what in (("fine_tuning_memory", "peak memory", "peak memory"),
-                                 ("fine_tuning_speed", "speed", "step time / throughput")):
+        for key, title, what, quantities in (("fine_tuning_memory", "peak memory", "peak memory", MEMORY_QUANTITIES),
+                                             ("fine_tuning_speed", "speed", "step time / throughput",
+                                              THROUGHPUT_QUANTITIES)):
             tuning = s.get(key)
             if not (tuning and tuning["n"]):
                 continue
             rows = [c for c in prediction if c["id"] in tuning["cases"]]
             out += ["", f"## Fine-tuning: {title}", ""]
             out += _table(["case", "quantity", "predicted", "published", "error", "tol", "pass", "set", "source"],
-                          _figure_rows(rows, held_column=True))
-            out += ["", f"Fine-tuning {what} (LoRA and QLoRA): MAPE {pct(tuning['mape']).lstrip('+')} over "
+                          _figure_rows(rows, held_column=True, quantities=quantities))
+            out += ["", f"Fine-tuning {what} (full, LoRA and QLoRA): MAPE {pct(tuning['mape']).lstrip('+')} over "
                         f"{tuning['n']} cases ({pct(tuning['mape_held_out']).lstrip('+')} over {tuning['n_held_out']} "
                         f"held out); {tuning['inside_tolerance']} of {tuning['n']} within tolerance; worst "
                         f"{tuning['worst_case']} {pct(tuning['worst_error'])}."]

@@ -112,8 +112,9 @@ MEMORY_QUANTITIES = ("peak_memory_gib", "peak_allocated_gib")
 
 
 def is_fine_tuning(dataset: Dataset, case_id: str) -> bool:
-    """A LoRA or QLoRA case (request method lora or qlora)."""
-    return dataset.case(case_id).kwargs().get("method", "full") != "full"
+    """A LoRA or QLoRA case (request method lora or qlora), or a full fine-tuning one (Case.fine_tuning)."""
+    case = dataset.case(case_id)
+    return case.fine_tuning or case.kwargs().get("method", "full") != "full"
 
 
 def _fine_tuning_errors(results: list[CaseResult], dataset: Dataset, quantities: tuple[str, ...]) -> dict[str, Any]:

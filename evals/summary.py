@@ -52,7 +52,7 @@ def build() -> dict:
         quantity = next((q for q in (*THROUGHPUT, *TOTALS) if q in result.error), None)
         cases.append({
             "id": case.id, "model": spec.name, "gpu": gpu.name, "gpus": int(kwargs["gpus"]), "is_moe": spec.is_moe,
-            "adapters": is_lora(cfg.method),
+            "adapters": is_lora(cfg.method), "fine_tuning": case.fine_tuning or is_lora(cfg.method),
             "layers": spec.num_layers, "gpus_per_node": int(kwargs.get("gpus_per_node") or gpu.gpus_per_node),
             "layout": {"tp": cfg.tp, "pp": cfg.pp, "cp": cfg.cp, "ep": cfg.ep, "vpp": cfg.vpp, "zero": cfg.zero,
                        "schedule": cfg.schedule.value, "seq": cfg.seq},

@@ -79,7 +79,9 @@ def test_frozen_base_has_no_gradients_and_no_base_optimizer_states():
     gib = 2.0**30
     assert lora.breakdown["gradients/adapters"] == pytest.approx(4 * adapters / gib)
     assert lora.breakdown["optimizer/adapters"] == pytest.approx(8 * adapters / gib)
-    assert lora.gradients == pytest.approx(4 * adapters / gib)
+    # on one GPU without accumulation the adapters' gradients are born in the backward, after the activations'
+    # peak (tools/perf/memory.py): the peak holds none of them
+    assert lora.gradients == pytest.approx(4 * adapters / gib + lora.breakdown.get("gradients/born_in_backward", 0.0))
     assert lora.breakdown["weights/frozen_base"] == pytest.approx(2 * count_params(load_model("llama3-8b")).total / gib)
 
 

@@ -15,7 +15,7 @@ from trainplan.tools.perf.finetune import total_adapter_params
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.core.enums import Method
 from trainplan.tools.config.layout import resolve_with_batch
-from trainplan.tools.perf.memory import memory_breakdown
+from trainplan.tools.perf.memory import BORN_IN_BACKWARD_KEYS, memory_breakdown
 from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Schedule
@@ -71,6 +71,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, run: T
         notes.append(f"warning: tp={cfg.tp} spans {nodes} nodes of {cluster.gpus_per_node} GPUs, so every layer's "
                      f"tensor-parallel collectives cross the network{share}: keep tp <= {cluster.gpus_per_node} "
                      "and use pp or cp across nodes")
+    taken_back = -sum(memory.breakdown.get(key, 0.0) for key in BORN_IN_BACKWARD_KEYS)
+    if taken_back > 0:
+        notes.append(f"one GPU without gradient accumulation: the gradients are allocated in the backward as the "
+                     f"activations are freed, so the peak holds the larger of the two, not both ({taken_back:.2f} GiB "
+                     "less than their sum); gradient accumulation, DDP or Megatron's gradient buffer would hold both")
     if cfg.method is Method.qlora:
         notes.append("qlora: the adapters' Adam states live in paged CPU-GPU memory (paged_adamw_32bit, "
                      "Dettmers et al. 2023) and are not counted on the GPU; the step pays for paging them over PCIe")

@@ -62,6 +62,17 @@ rank holds; plus the embedding, LM-head and MTP activations on the end stages an
 layer's recompute working set, one MoE layer's all-to-all token buffers, and the offloaded tensors
 of the two layers being copied to or from host memory (offload.py).
 
+Gradients born in the backward: a one-GPU PyTorch training loop without gradient accumulation (torchtune's
+single-device recipes, the Hugging Face Trainer without DDP or DeepSpeed; the states pure_bf16, fp32_params or a
+LoRA/QLoRA adapter stand for those stacks) frees every .grad at optimizer.zero_grad() (set_to_none=True, the
+default since PyTorch 2.0), and autograd allocates a parameter's gradient when the backward reaches it, as it
+frees the activations that layer saved. The step's peak is then the weights, optimizer states and the larger of
+activations and gradients, not their sum: the smaller is taken back from its own part (gradients/born_in_backward
+when the activations are larger, the peak at the backward's start; activations/freed_in_backward otherwise, the
+peak at its end). Megatron's
+contiguous gradient buffer, DDP's gradient buckets and accumulation over micro-batches keep them for the whole
+step, so layouts with more GPUs or micro-batches count both.
+
 Other: the CUDA context, NCCL communicator buffers, and the allocator reserve (ALLOCATOR_RESERVE_FRACTION):
 what PyTorch's caching allocator holds beyond the live tensors; see the constants.
 """
@@ -279,12 +290,27 @@ def _core(m: ModelParts, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) 
         out["activations/mtp"] = last * head_inflight * model.num_mtp_layers * mtp
 
     activations = sum(v for key, v in out.items() if key.startswith("activations/"))
+    # Gradients born in the backward (module doc): a one-GPU PyTorch loop without accumulation frees them at
+    # zero_grad and autograd allocates each as the backward frees the activations it read, so the peak holds
+    # the larger of the two, not both: the smaller is taken back from its own part, as the peak moment holds it
+    # (activations larger: the backward's start, no gradient yet; gradients larger: its end, no activation left).
+    gradients = sum(v for key, v in out.items() if key.startswith("gradients/"))
+    one_device = (t * k["pp"] * k["dp"] * k["cp"] * ep == 1) & (k["num_microbatches"] == 1)
+    torch_states = (k["pure_bf16"] > 0) | (k["fp32_params"] > 0) | (k.get("method", 0) > 0)
+    born = one_device & torch_states
+    grads_key, activations_key = BORN_IN_BACKWARD_KEYS
+    out[grads_key] = np.where(born & (activations >= gradients), -gradients, 0.0)
+    out[activations_key] = np.where(born & (activations < gradients), -activations, 0.0)
     groups = sum((k[n] > 1).astype(float) for n in ("tp", "pp", "cp", "dp", "ep")) + (replicas > 1)
     out["other/cuda_context"] = CUDA_CONTEXT_GIB * GIB + 0 * first
     out["other/nccl"] = NCCL_GIB_PER_GROUP * GIB * groups + 0 * first
     out["other/allocator_reserve"] = ALLOCATOR_RESERVE_FRACTION * activations
     shape = np.broadcast_shapes(t.shape, first.shape)
     return {key: _spread(v, shape) for key, v in out.items()}
+
+
+BORN_IN_BACKWARD_KEYS = ("gradients/born_in_backward", "activations/freed_in_backward")
+"""The breakdown keys that take back the smaller of gradients and activations in a one-GPU PyTorch loop (_core)."""
 
 
 def _spread(v, shape: tuple) -> np.ndarray:

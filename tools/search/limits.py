@@ -37,7 +37,13 @@ MAX_SEQ = 1 << 20
 
 
 def _memory(model_spec, gpu_spec, gpus: int, knobs: dict, headroom_gib: float) -> tuple[float, bool]:
-    cfg = resolve_config(model_spec, gpus, fp8_supported=gpu_spec.fp8_tflops is not None, **knobs)
+    """Peak memory and fit at the layout's global batch or the default one, as estimate resolves it: the micro-batches
+    a step accumulates decide whether a one-GPU loop's gradients are born in the backward (tools/perf/memory.py)."""
+    fp8 = gpu_spec.fp8_tflops is not None
+    try:
+        cfg, _ = resolve_with_batch(model_spec, gpus, fp8_supported=fp8, **knobs)
+    except InputError:   # a default batch past the simulator's bound (pre-training's 4M tokens at a seq of a few)
+        cfg = resolve_config(model_spec, gpus, fp8_supported=fp8, **knobs)
     result = memory_breakdown(model_spec, cfg, gpu_spec, headroom_gib=headroom_gib)
     return result.total, result.fits
 
@@ -106,7 +112,11 @@ def solve(target: str, model: str, gpu: str | None = None, gpus: int = 1, **fiel
 
 def _tokens_per_s(model_spec, gpu_spec, gpus: int, knobs: dict) -> float:
     """Throughput of the layout on `gpus` of this GPU, at its global batch or the default one (module doc)."""
-    cfg, _ = resolve_with_batch(model_spec, gpus, fp8_supported=gpu_spec.fp8_tflops is not None, **knobs)
+    fp8 = gpu_spec.fp8_tflops is not None
+    try:
+        cfg, _ = resolve_with_batch(model_spec, gpus, fp8_supported=fp8, **knobs)
+    except InputError:   # a default batch past the simulator's bound (pre-training's 4M tokens at a seq of a few)
+        cfg = resolve_config(model_spec, gpus, fp8_supported=fp8, **knobs)
     return evaluate(model_spec, ClusterSpec.build(gpu_spec, gpus), cfg).time.tokens_per_s
 
 
