@@ -138,3 +138,30 @@ def stack_line(config: dict) -> str:
              else "--fused-kernels", "--launch eager" if config.get("launch") == "compile" else "--launch compile"]
     return (f"the figures assume this fine-tuning stack: {', '.join(parts)}; peak memory differs up to about 2x "
             f"between stacks at long context: plan another with {', '.join(flags[:-1])} and {flags[-1]}")
+
+
+def pure_bf16_alternative(result: dict, request: dict) -> str | None:
+    """`result` (a recommended estimate) of a full fine-tune that only fits with its optimizer on the CPU (ZeRO-Offload), and whose storage the request
+    left open: the best layout of the same job in pure bf16 (bf16 parameters, gradients and Adam moments, no fp32
+    master: torchtune's dtype bf16 recipes, TRL and LLaMA-Factory without ZeRO) on the GPUs, searched with the
+    plan's default headroom, and how much faster it runs. None otherwise. The trade is numerical (no fp32 master),
+    so it is advice, not the recommendation."""
+    from trainplan.tools.search.driver import search
+
+    config = result["config"]
+    if (config.get("method") or "full") != "full" or not config.get("optimizer_offload") or config.get("pure_bf16"):
+        return None
+    if request.get("pure_bf16") is not None or request.get("optimizer_offload") or request.get("fp32_params"):
+        return None
+    found = search(config["model"], config["gpu"], config["gpus"], seq=config["seq"], gbs=config["gbs"],
+                   method="full", pure_bf16=True, optimizer_offload=False, top_k=1)
+    if not found.candidates or found.candidates[0].get("time") is None or not result.get("time"):
+        return None
+    best = found.candidates[0]
+    memory, tokens_per_s = best["memory_gib"], best["time"]["tokens_per_s"]
+    cfg = best["config"]
+    return (f"in pure bf16 (bf16 parameters, gradients and Adam moments, no fp32 master: torchtune's dtype bf16 "
+            f"recipes, TRL or LLaMA-Factory without ZeRO) the job fits on the GPUs without the offload: mbs "
+            f"{cfg['mbs']}, recompute {cfg['recompute']}, {memory['total']:.2f} of {memory['capacity']:.2f} GiB, "
+            f"{tokens_per_s:,.0f} tokens/s, {tokens_per_s / result['time']['tokens_per_s']:.1f}x this plan's; it gives "
+            "up the fp32 master's precision in the weight updates; say 'in pure bf16' to plan it")

@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 
 from trainplan.prompts import duration, gpu_hours, render, usd
 
-from .advice import departures_risk, error_band, evidence_lines, known_gaps, stack_line
+from .advice import departures_risk, error_band, evidence_lines, known_gaps, pure_bf16_alternative, stack_line
 from trainplan.tools.perf.finetune import TARGET_PHRASES, model_states_sentence
 from trainplan.tools.perf.memory_hints import largest_component, memory_fixes, phrase
 from trainplan.tools.perf.pipeline_events import PipelineEvent, PipelineResult
@@ -392,6 +392,9 @@ def build_report(origin: ReportOrigin, choice: LayoutChoice, notes: ReportNotes 
         if outside:
             risks.append(f"the recommended layout is {outside}: the model's figures there are not checked "
                          "against a published run")
+        pure = pure_bf16_alternative(recommended, request)
+        if pure:
+            risks.append(pure)
         band = error_band(model, recommended["config"]["gpus"], bool(recommended.get("training")), adapters)
         gaps = known_gaps(model, request.get("gpu") or recommended["config"]["gpu"], adapters)
         risks.extend(gaps)

@@ -277,7 +277,7 @@ fused kernel); the more specific first."""
 def read_kernels(t: RequestText, found: dict[str, Any]) -> None:
     """Kernel libraries the Hugging Face stacks load: 'Liger (kernels)' -> its fused RMSNorm, RoPE and SwiGLU
     (fused_kernels) and fused linear cross-entropy (loss_kernel fused_linear); 'Cut Cross-Entropy' -> the fused
-    loss alone; 'pure bf16' -> pure_bf16."""
+    loss alone; 'pure bf16' -> pure_bf16; 'mixed precision' or 'fp32 master' -> pure_bf16 false."""
     if t.take(r"(?<![a-z])liger(?:[\s_-]*kernels?)?(?![a-z])"):
         found.setdefault("fused_kernels", True)
         found.setdefault("loss_kernel", "fused_linear")
@@ -286,6 +286,10 @@ def read_kernels(t: RequestText, found: dict[str, Any]) -> None:
     # 'pure bf16', 'pure bfloat16': every state in bf16 with no fp32 master (pure_bf16)
     if t.take(r"(?<![a-z])pure[\s_-]*(?:bf16|bfloat16)(?![a-z0-9])"):
         found["pure_bf16"] = True
+    # 'mixed precision', 'an fp32 master': bf16 compute over fp32 master weights (pure_bf16 false, the CLI's
+    # --mixed-precision)
+    if t.take(r"(?<![a-z])(?:mixed[\s_-]*precision|(?:(?:keep(?:ing|s)?|with)\s+)?(?:an?\s+)?fp32[\s_-]*master(?:[\s_-]*(?:weights?|copy))?)(?![a-z])"):
+        found.setdefault("pure_bf16", False)
 
 
 def read_attention(t: RequestText, found: dict[str, Any]) -> None:

@@ -331,3 +331,20 @@ def test_a_request_its_engine_refuses_says_the_engine_s_line_not_memory():
     assert risk.startswith("deepspeed refuses the request's layouts: pure_bf16") and "use --mixed-precision" in risk
     memory = plan("full fine-tune Llama 3 70B on 2 RTX 4090s, seq 8192, mbs 4", backend="offline")
     assert any(r.startswith("no layout fits in 2 x rtx-4090 memory") for r in memory.risks if " (rejected: " in r)
+
+
+def test_an_offloaded_full_fine_tune_names_the_pure_bf16_recipe_that_fits_on_the_gpu():
+    """Llama 3 8B on one H100: mixed precision (18 B/param) fits only with the optimizer on the CPU, 4x slower than
+    torchtune's pure bf16 recipe (8 B/param), which fits on the GPU. The plan says so, with the trade, unless the
+    request pinned the storage."""
+    import re
+
+    import trainplan
+
+    open_storage = trainplan.plan("full fine-tune Llama 3 8B on one H100", backend="offline")
+    assert open_storage.recommended["config"]["optimizer_offload"] is True
+    line = next(r for r in open_storage.risks if r.startswith("in pure bf16"))
+    speedup = float(re.search(r"([\d.]+)x this plan's", line).group(1))
+    assert speedup > 2 and "without the offload" in line and "fp32 master" in line
+    pinned = trainplan.plan("full fine-tune Llama 3 8B on one H100 with mixed precision", backend="offline")
+    assert not any(r.startswith("in pure bf16") for r in pinned.risks)

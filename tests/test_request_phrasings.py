@@ -517,3 +517,12 @@ def test_pure_bf16_is_read_and_the_plan_says_no_export_keeps_its_storage():
     request = parse_partial("full fine-tune Llama 3 8B on one H100 in pure bf16")
     assert request.pure_bf16 is True and request.unparsed is None
     assert parse_partial("full fine-tune Llama 3 8B on one H100 in bf16").pure_bf16 is None
+
+
+def test_mixed_precision_and_an_fp32_master_pin_the_states_to_mixed_precision():
+    for text in ("full fine-tune Llama 3 8B on one H100 with mixed precision",
+                 "full fine-tune Llama 3 8B on one H100 with bf16 mixed precision",
+                 "full fine-tune Llama 3 8B on one H100 keeping an fp32 master"):
+        request = parse_partial(text)
+        assert request.pure_bf16 is False and request.unparsed is None, text
+    assert parse_partial("full fine-tune Llama 3 8B on one H100 with bf16 mixed precision").precision == "bf16"
