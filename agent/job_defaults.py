@@ -158,17 +158,28 @@ def complete_request(request: PlanRequest, fine_tune_seq: tuple[int, str] | None
     return full, assumptions
 
 
-def _cheapest_gpu(request: PlanRequest, assumptions: list[str]) -> str:
-    """The catalog GPU a solve=gpu request runs on: the cheapest per token (by the evidence rule) of those on which its
-    leanest layout fits (data parallel, ZeRO-3 across GPUs, full recompute, micro-batch 1), as tools/search/limits.py
-    finds it."""
+def gpus_that_fit(request: PlanRequest) -> dict:
+    """tools/search/limits.py's solve=gpu answer for the request's job with its leanest layout (data parallel with
+    ZeRO-3 across the GPUs, full recompute, micro-batch 1; the request's own pins of those knobs kept): the catalog
+    GPUs it fits on, each with its dollars per million tokens, and the layout in words."""
     from trainplan.tools.search.limits import solve
 
     gpus = request.gpus or 1
     lean = {"zero": 3 if gpus > 1 else 0, "recompute": "full", "mbs": 1}
+    lean.update({k: getattr(request, k) for k in lean if getattr(request, k, None) is not None})
     fields = {k: getattr(request, k) for k in ("seq", "precision", "method", "lora_rank", "lora_targets")
               if getattr(request, k) is not None}
     answer = solve("gpu", request.model, gpus=gpus, **fields, **lean)
+    answer["layout"] = ("the leanest layout: " + (f"ZeRO-{lean['zero']} across the GPUs, " if gpus > 1 else "")
+                        + f"recompute {lean['recompute']}, micro-batch {lean['mbs']}")
+    return answer
+
+
+def _cheapest_gpu(request: PlanRequest, assumptions: list[str]) -> str:
+    """The catalog GPU a solve=gpu request runs on: the cheapest per token (by the evidence rule) of those on which its
+    leanest layout fits (gpus_that_fit)."""
+    gpus = request.gpus or 1
+    answer = gpus_that_fit(request)
     if not answer["fits_on"]:
         raise InputError(f"{request.model} fits on no catalog GPU with {gpus} GPU(s), even with ZeRO-3, full "
                          "recompute and micro-batch 1: use more GPUs, LoRA or QLoRA, or a shorter sequence")

@@ -29,7 +29,8 @@ from trainplan.tools.config.plan_defaults import EVIDENCE_MARGIN
 from trainplan.agent.registry import estimate_kwargs
 
 from . import advice, method_choice, sizing, tradeoffs
-from .job_defaults import (OBJECTIVE, bound_open_fine_tune, complete_request, default_gbs_note, is_fine_tune,
+from .job_defaults import (OBJECTIVE, bound_open_fine_tune, complete_request, default_gbs_note, gpus_that_fit,
+                           is_fine_tune,
                            probe_fine_tune_seq, shown_job)
 from .plan_search import (ALTERNATIVES, PLAN_HEADROOM, evaluate_for_job, search_job, search_relaxing,
                           search_summary)
@@ -51,12 +52,14 @@ ADAPTER_FALLBACK = engine_registry.ADAPTER_FALLBACK
 
 
 def _limit_of(request: PlanRequest, recommended: dict) -> dict | None:
-    """The limit the request asked (request.solve), tools/search/limits.py's answer: the GPUs the recommended layout fits
-    on; the longest seq (at micro-batch 1) or the largest mbs of the recommended layout with full recompute, the
+    """The limit the request asked (request.solve), tools/search/limits.py's answer: the catalog GPUs the job's leanest
+    layout fits on (job_defaults.gpus_that_fit, as the GPU was chosen); the longest seq (at micro-batch 1) or the largest mbs of the recommended layout with full recompute, the
     recompute that fits the most (the pins of the request kept); and, under kept_free, the same limit keeping
     PLAN_HEADROOM of the memory free."""
     if request.solve is None or recommended is None:
         return None
+    if request.solve == "gpu":   # every catalog GPU with the leanest layout, as the GPU was chosen
+        return gpus_that_fit(request)
     from trainplan.tools.search.limits import solve
 
     config = estimate_kwargs(recommended["config"])

@@ -78,3 +78,16 @@ def test_the_cheapest_gpu_is_where_the_plan_runs():
     assert any(a.startswith("GPU not given: the cheapest catalog GPU") for a in report.assumptions)
     chosen = report.recommended["config"]["gpu"]
     assert chosen in {row["gpu"] for row in report.limit["fits_on"]}
+
+
+def test_the_gpus_that_fit_are_those_the_gpu_was_chosen_from():
+    """The limit section lists the catalog GPUs with the leanest layout, the one the GPU was chosen with, not the
+    recommended layout (recompute none, micro-batch 2 at 8K fit only the 180-290 GB parts: 6 rows where the choice
+    saw 14)."""
+    import re
+
+    report = plan("what's the cheapest GPU to LoRA Qwen2.5 7B at 8k context", backend="offline")
+    chosen = next(a for a in report.assumptions if a.startswith("GPU not given"))
+    assert len(report.limit["fits_on"]) == int(re.search(r"(\d+) fit\)", chosen).group(1))
+    assert report.limit["layout"].startswith("the leanest layout") and "recompute full" in report.limit["layout"]
+    assert {"a100-sxm-40gb", "l40s"} <= {row["gpu"] for row in report.limit["fits_on"]}

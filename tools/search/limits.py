@@ -168,7 +168,8 @@ def render_limit(answer: dict) -> str:
     """The answer in a few readable lines (trainplan estimate --solve)."""
     where = f"{answer['gpus']} x {answer.get('gpu', 'GPU')}"
     if answer["solve"] == "gpu":
-        lines = [f"{answer['model']} on {answer['gpus']} GPU(s): fits on {len(answer['fits_on'])} catalog GPU(s)"]
+        lines = [f"{answer['model']} on {answer['gpus']} GPU(s): fits on {len(answer['fits_on'])} catalog GPU(s)"
+                 + (f" ({answer['layout']})" if answer.get("layout") else "")]
         lines += [f"  {r['gpu']:16s} {r['memory_gib']:8.2f} of {r['capacity_gib']:7.2f} GiB  ${r['price_per_hour']:.2f}/h"
                   f"  {r['tokens_per_s']:>10,.0f} tokens/s  ${r['usd_per_million_tokens']:.3f} per M tokens"
                   for r in answer["fits_on"]]
