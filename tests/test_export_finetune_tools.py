@@ -269,3 +269,48 @@ def test_axolotl_yaml_validates_with_its_config_schema():
         assert bool(validated.load_in_4bit) is _is_qlora(cfg)
         assert (validated.optimizer == "paged_adamw_32bit") is _is_qlora(cfg)
     assert checked >= 60
+
+
+# --- packed documents (Layout.document_tokens) ---------------------------------------------------------------------
+
+
+def _packed(method: str):
+    return resolve_config(dense(32), 1, zero=0, gbs=8, seq=4096, method=method, document_tokens=300,
+                          attention="flash2", **HF_KERNELS)
+
+
+def test_trl_packs_documents_padding_free(monkeypatch, tmp_path):
+    pytest.importorskip("trl")
+    answer_bf16_as_a_gpu_host(monkeypatch)
+    from transformers import HfArgumentParser
+    from trl import SFTConfig
+
+    for method in ("full", "lora"):
+        args, _ = load("trl", _packed(method))
+        (config,) = HfArgumentParser(SFTConfig).parse_dict({**args["sft_config"], "output_dir": str(tmp_path)})
+        assert config.packing and config.padding_free
+
+
+def test_llamafactory_packs_documents_without_cross_attention(monkeypatch, tmp_path):
+    pytest.importorskip("llamafactory.hparams")
+    answer_bf16_as_a_gpu_host(monkeypatch)
+    from llamafactory.hparams import get_train_args
+
+    config, _ = load("llamafactory", _packed("lora"))
+    _, data, _, _, _ = get_train_args({**config, **LLAMAFACTORY_RUN, "output_dir": str(tmp_path)})
+    assert data.packing and data.neat_packing
+
+
+def test_axolotl_packs_samples():
+    pytest.importorskip("axolotl.utils.config")
+    import torch
+    from axolotl.utils.config import validate_config
+    from axolotl.utils.dict import DictDefault
+    from axolotl.utils.schemas.config import AxolotlInputConfig
+
+    config, _ = load("axolotl", _packed("lora"))
+    assert set(config) <= set(AxolotlInputConfig.model_fields), set(config) - set(AxolotlInputConfig.model_fields)
+    validated = validate_config(DictDefault({**config, **AXOLOTL_RUN}),
+                                capabilities={"bf16": True, "n_gpu": 1, "compute_capability": "sm_90"},
+                                env_capabilities={"torch_version": torch.__version__.split("+")[0]})
+    assert validated.sample_packing and validated.pad_to_sequence_len

@@ -111,7 +111,7 @@ def check_job_numbers(values: dict[str, Any], capacity_gib: float) -> None:
                 raise InputError(f"{name}={item:,} is more GPUs than any cluster (at most {MAX_GPUS:,}): check the count")
             if name in PARALLEL_SIZES and item > gpus:
                 raise InputError(f"{name}={item:,} is larger than the {gpus:,} GPUs: a parallel size divides the GPU count")
-            if name in ("seq", "mbs", "gbs", "vpp", "ramp_start_gbs") and item > MAX_SEQUENCES_OR_TOKENS:
+            if name in ("seq", "mbs", "gbs", "vpp", "ramp_start_gbs", "document_tokens") and item > MAX_SEQUENCES_OR_TOKENS:
                 raise InputError(f"{name}={item:,} is past any published run (at most {MAX_SEQUENCES_OR_TOKENS:,}): "
                                  "check the number")
     for name, value in values.items():
@@ -340,6 +340,13 @@ class Layout(BaseModel):
         "CEWithChunkedOutputLoss: 6.5 B) or fused_linear (Liger, Cut Cross-Entropy, Unsloth: the logits never "
         "whole, 0 B); null: fused for full training, materialised for lora and qlora (the Hugging Face stacks); "
         "a search given an engine and no value takes the engine's (tools/engines/support.py ENGINE_LOSS_KERNEL)")
+    document_tokens: Annotated[int | None, NOT_LEAN] = Field(
+        default=None, ge=1, description="mean tokens of the documents packed into each sequence when attention is "
+        "masked to each document (FlexAttention's block-causal mask in torchtune's packed datasets; FlashAttention's "
+        "variable-length kernels under TRL's padding_free, Axolotl's sample_packing and LLaMA-Factory's neat_packing): "
+        "a fused kernel then runs each query over its own document only, so its attention work is that of this span, "
+        "not the sequence (unfused attention still computes every masked score); null or at least seq: one document "
+        "per sequence, causal over all of it")
     dispatcher: Annotated[Dispatcher, NOT_LEAN, Knob(pin=True, asked=4)] = Field(default=Dispatcher.alltoall, description="MoE token dispatcher: alltoall or "
                                    "allgather (Megatron --moe-token-dispatcher-type; both send BF16 tokens), or "
                                    "deepep (DeepSeek-V3's DeepEP kernels: FP8 dispatch and BF16 combine under "

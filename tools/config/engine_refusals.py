@@ -119,6 +119,15 @@ def pure_bf16_refusal(engine: str, without_zero: bool = False) -> Refusal:
                                  "AutoModel's, and TRL's or LLaMA-Factory's without ZeRO): use --mixed-precision"))
 
 
+def document_mask_refusal(engine: str, instead: str) -> Refusal:
+    """The engines whose settings write no per-document attention mask (EngineProfile.document_mask false): a plan
+    whose attention runs within packed documents (Layout.document_tokens below seq) would run causal over whole
+    sequences there, more attention work than planned and attention across documents."""
+    return Refusal(engine, lambda m, k: k.documents != 0,
+                   lambda m, k: (f"document_tokens: the {engine} settings pack no documents behind a per-document "
+                                 f"attention mask: use --engine {instead}, or drop --document-tokens"))
+
+
 def param_storage_refusal(engine: str, instead: str) -> Refusal:
     """Full training planned with fp32 parameters as the master (16 B/param of ZeRO-3 states) on an engine that
     keeps bf16 parameters beside an fp32 master (18): the plan would hold less memory than the run."""

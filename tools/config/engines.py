@@ -48,6 +48,7 @@ from trainplan.tools.core.errors import InputError
 
 from trainplan.tools.config.engine_refusals import (ACCELERATE_REFUSALS, DEEPSPEED_REFUSALS, MEGATRON_REFUSALS,
                                                     TORCHTITAN_REFUSALS, Refusal, adapter_dropout_refusal, adapter_refusal,
+                                                    document_mask_refusal,
                                                     head_split_refusal, hf_trainer_refusals, module_recompute_refusal,
                                                     param_storage_refusal, pure_bf16_refusal)
 
@@ -86,6 +87,10 @@ class EngineProfile:
     """Its settings train pure bf16 states (Layout.pure_bf16) where no DeepSpeed ZeRO runs: TRL loads the model in bf16
     (model_init_kwargs dtype), and the Trainer's AdamW then keeps bf16 moments and no master; LLaMA-Factory has
     pure_bf16. DeepSpeed's bf16 optimizer keeps an fp32 master, so ZeRO 1-3 are refused with it."""
+    document_mask: bool = False
+    """Its settings pack sequences with attention masked to each document (Layout.document_tokens): Axolotl's
+    sample_packing, LLaMA-Factory's neat_packing, TRL's padding_free, each on FlashAttention's variable-length
+    kernels."""
     head_split_why: str | None = None
     """How it fails when tp does not divide the attention and key/value heads (None: no such refusal)."""
     refusals: tuple[Refusal, ...] = ()
@@ -137,15 +142,16 @@ ENGINE_PROFILES: tuple[EngineProfile, ...] = (
         refusals=ACCELERATE_REFUSALS, launch_order=3, export_needs_node_size=True),
     EngineProfile(
         "axolotl", "Axolotl fine-tuning YAML: full, LoRA or QLoRA (data-parallel layouts only).", r"axolotl",
-        "Axolotl", "trainplan.tools.engines.axolotl:export_axolotl", **_HF_TRAINER, adapter_default=True),
+        "Axolotl", "trainplan.tools.engines.axolotl:export_axolotl", **_HF_TRAINER, adapter_default=True,
+        document_mask=True),
     EngineProfile(
         "llamafactory", "LLaMA-Factory fine-tuning YAML: full, LoRA or QLoRA (data-parallel layouts only).",
         r"llama[\s-]*factory", "LLaMA-Factory", "trainplan.tools.engines.llamafactory:export_llamafactory",
-        **_HF_TRAINER, pure_bf16_without_zero=True),
+        **_HF_TRAINER, pure_bf16_without_zero=True, document_mask=True),
     EngineProfile(
         "trl", "Hugging Face TRL SFTConfig + PEFT LoraConfig (+ BitsAndBytesConfig) keyword arguments, YAML.",
         r"trl", "TRL", "trainplan.tools.engines.trl:export_trl", **_HF_TRAINER, pure_bf16_without_zero=True,
-        launch_order=4),
+        launch_order=4, document_mask=True),
 )
 
 PROFILES = {profile.name: profile for profile in ENGINE_PROFILES}
@@ -190,11 +196,14 @@ def refusals_of(profile: EngineProfile) -> tuple[Refusal, ...]:
         *((adapter_refusal(engine, spoken(HF_TRAINER_ENGINES)),) if profile.refuses_adapters
           else (adapter_dropout_refusal(engine),)),
         *(() if profile.recompute_modules else (module_recompute_refusal(engine),)),
+        *(() if profile.document_mask else (document_mask_refusal(engine, spoken(DOCUMENT_MASK_ENGINES)),)),
         *(hf_trainer_refusals(engine) if profile.hf_trainer else ()),
         *profile.refusals,
     )
 
 
+DOCUMENT_MASK_ENGINES = tuple(p.name for p in ENGINE_PROFILES if p.document_mask)
+"""The engines whose settings mask attention to each packed document (Layout.document_tokens)."""
 ENGINE_REFUSALS = {p.name: refusals_of(p) for p in ENGINE_PROFILES}
 """Engine name -> its refusals, in the order its exporter checks them."""
 

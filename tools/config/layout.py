@@ -90,7 +90,7 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     for name, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("vpp", vpp),
                         ("mbs", mbs), ("gbs", gbs), ("seq", seq), ("etp", values["etp"]),
                         ("dp_shard", values["dp_shard"]),
-                        ("capacity_factor", values["capacity_factor"])):
+                        ("capacity_factor", values["capacity_factor"]), ("document_tokens", values["document_tokens"])):
         _positive(name, value)
     if zero not in (0, 1, 2, 3):
         raise InputError(f"zero={zero} is not a ZeRO stage: use 0, 1, 2 or 3")

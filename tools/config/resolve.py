@@ -4,7 +4,7 @@ applies and the perf models read back (tools/perf/finetune.py, loss.py and recom
 
 from __future__ import annotations
 
-from trainplan.tools.core.enums import LoraDropoutPosition, LoraTargets, LossKernel, Method, RecomputeModule
+from trainplan.tools.core.enums import Attention, LoraDropoutPosition, LoraTargets, LossKernel, Method, RecomputeModule
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.hardware.counting import is_moe_layer
 from trainplan.tools.hardware.specs import ModelSpec
@@ -30,6 +30,18 @@ def dropout_on_output(knobs) -> bool:
     """Whether a layout (a ParallelConfig or a search job) drops its adapters' outputs: lora_dropout above 0 with
     lora_dropout_position post (what only NeMo AutoModel's LoRA does; PEFT drops the input)."""
     return bool(knobs.lora_dropout > 0 and LoraDropoutPosition(knobs.lora_dropout_position) is LoraDropoutPosition.post)
+
+
+def document_span(cfg) -> int:
+    """The keys each query attends over in the model's math: the packed document's length (Layout.document_tokens)
+    when attention is masked to documents, else the whole sequence; never more than the sequence."""
+    return min(cfg.seq, cfg.document_tokens) if cfg.document_tokens else cfg.seq
+
+
+def kernel_span(cfg) -> int:
+    """The keys each query attends over as the attention kernel runs them: a fused kernel skips the blocks outside
+    its document (document_span); unfused attention computes the full masked s x s scores."""
+    return document_span(cfg) if Attention(cfg.attention).fused else cfg.seq
 
 
 def resolve_method(method, lora_rank, lora_targets, model, precision) -> tuple[Method, int | None, LoraTargets | None]:

@@ -24,7 +24,7 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export, ToolYaml,
-                     liger_notes, liger_wanted, selective_recompute_note)
+                     liger_notes, liger_wanted, packs_documents, selective_recompute_note)
 from trainplan.tools.engines.support import refuse
 
 # ZeRO stage -> the DeepSpeed file Axolotl ships (deepspeed_configs/ in the Axolotl repository).
@@ -59,6 +59,8 @@ def export_axolotl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> 
         "gradient_checkpointing": cfg.recompute is Recompute.full,
         "attn_implementation": HF_ATTN_IMPLEMENTATION[cfg.attention],
     })
+    if packs_documents("Axolotl", cfg):   # multipack: each packed sample attends to itself (varlen flash)
+        config.update(sample_packing=True, pad_to_sequence_len=True)
     loss, kernels = liger_wanted(cfg)
     if loss or kernels:
         config.update({"plugins": ["axolotl.integrations.liger.LigerPlugin"], "liger_rope": kernels,

@@ -21,7 +21,7 @@ from trainplan.tools.config.engines import ENGINE_LIST
 from trainplan.tools.core.enums import Attention
 from trainplan.tools.core.enums import Launch, LossKernel
 from trainplan.tools.perf.finetune import DEFAULT_LORA_ALPHA_PER_RANK, targeted_linears
-from trainplan.tools.config.resolve import is_lora
+from trainplan.tools.config.resolve import document_span, is_lora
 from trainplan.tools.core.enums import LoraTargets
 
 
@@ -208,6 +208,19 @@ def data_parallel_note(engine: str, cfg: ParallelConfig) -> str:
 def base_model_note(key: str, model_ref: str) -> str:
     return (f"{key}: {model_ref} is the model as trainplan named it: put the Hugging Face repository id or a local"
             " path there if it differs")
+
+
+def packs_documents(tool: str, cfg: ParallelConfig) -> bool:
+    """Whether a Hugging Face Trainer tool's export must pack documents behind a per-document attention mask
+    (Layout.document_tokens below seq). Those tools mask through FlashAttention's variable-length kernels (the
+    packed documents' position ids), which eager attention does not have: that plan is refused in one line."""
+    if document_span(cfg) >= cfg.seq:
+        return False
+    if not cfg.attention.fused:
+        raise ExportError(f"document_tokens with attention=eager: {tool} masks packed documents through "
+                          "FlashAttention's variable-length kernels, which eager attention lacks: use --attention "
+                          "flash2, or drop --document-tokens")
+    return True
 
 
 def liger_wanted(cfg: ParallelConfig) -> tuple[bool, bool]:

@@ -14,7 +14,7 @@ from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.config.engine_refusals import Refusal
 from trainplan.tools.config.engines import ENGINE_REFUSALS, check_engine, stores_fp32_params
 from trainplan.tools.config.engines import runs as runs_any
-from trainplan.tools.config.resolve import beyond_default_modules, dropout_on_output, is_lora
+from trainplan.tools.config.resolve import beyond_default_modules, document_span, dropout_on_output, is_lora
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import ExportError
 from trainplan.tools.hardware.specs import ModelSpec
@@ -45,7 +45,8 @@ def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:
                            schedule=SCHEDULE_CODES[cfg.schedule], precision=PRECISION_CODES[cfg.precision],
                            optimizer_offload=int(cfg.optimizer_offload), adapter=int(is_lora(cfg.method)),
                            fp32_params=int(cfg.fp32_params), recompute_modules=int(reruns_modules(cfg)),
-                           dropout_on_output=int(dropout_on_output(cfg)), pure_bf16=int(cfg.pure_bf16))
+                           dropout_on_output=int(dropout_on_output(cfg)), pure_bf16=int(cfg.pure_bf16),
+                           documents=int(document_span(cfg) < cfg.seq))
 
 
 def learned_positions(model: ModelSpec) -> int:

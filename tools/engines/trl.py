@@ -26,7 +26,7 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export, ToolYaml,
-                     liger_notes, liger_wanted, selective_recompute_note)
+                     liger_notes, liger_wanted, packs_documents, selective_recompute_note)
 from trainplan.tools.engines.support import refuse
 
 
@@ -54,6 +54,8 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
     }
     if cfg.recompute is Recompute.full:
         sft["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if packs_documents("TRL", cfg):   # packed without padding: flash attention's varlen kernels keep documents apart
+        sft.update(packing=True, padding_free=True)
     if any(liger_wanted(cfg)):
         sft["use_liger_kernel"] = True
     notes += liger_notes("TRL", cfg, all_or_nothing=True)

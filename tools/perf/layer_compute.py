@@ -6,6 +6,7 @@ tools/perf/compute.py (MoE layers by tools/perf/moe.py). Communication is apart 
 from __future__ import annotations
 
 from trainplan.tools.config.contract import ParallelConfig
+from trainplan.tools.config.resolve import kernel_span
 from trainplan.tools.core.enums import Attention, Precision
 from trainplan.tools.hardware.specs import GPUSpec, ModelSpec
 from trainplan.tools.perf.compute import (ELEMENTWISE_PASSES, OpTimes, attention_time_s, eager_attention_time_s, linear,
@@ -50,8 +51,8 @@ def layer_times(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, layer_index
     if cfg.attention is Attention.eager:
         forward, backward = eager_attention_time_s(cfg.mbs, tokens / cfg.mbs, cfg.seq, heads, qk_dim, v_dim, gpu,
                                                    dropout=model.attention_dropout > 0)
-    else:
-        forward, backward = attention_time_s(tokens, cfg.seq, heads, qk_dim, v_dim, gpu, causal=True,
+    else:   # a document mask (Layout.document_tokens) leaves each query its own document's keys
+        forward, backward = attention_time_s(tokens, kernel_span(cfg), heads, qk_dim, v_dim, gpu, causal=True,
                                              kernel=cfg.attention)
     times.add("attention/core", forward, backward)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainplan.tools.config.contract import ParallelConfig
-from trainplan.tools.config.resolve import is_lora
+from trainplan.tools.config.resolve import document_span, is_lora, kernel_span
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.hardware.counting import flops_per_token
 from trainplan.tools.hardware.specs import ModelSpec
@@ -28,8 +28,10 @@ class StepFlops:
 def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> StepFlops:
     """FLOPs of one step: model FLOPs in both attention conventions and the hardware FLOPs timed."""
     tokens = cfg.gbs * cfg.seq
-    executed = flops_per_token(model, cfg.seq, causal=cfg.attention.fused, include_mtp=True)
-    recompute = recomputed_flops_per_token(model, cfg, cfg.seq)   # recompute.py
+    # attention's keys per query: the packed document's in the model's math, the kernel's own span in what it runs
+    span = document_span(cfg)
+    executed = flops_per_token(model, kernel_span(cfg), causal=cfg.attention.fused, include_mtp=True)
+    recompute = recomputed_flops_per_token(model, cfg, kernel_span(cfg))   # recompute.py
     if cfg.recompute is Recompute.full and is_lora(cfg.method):
         recompute += finetune.adapter_forward_flops_per_token(model, cfg.lora_rank, cfg.lora_targets)
 
@@ -37,7 +39,7 @@ def model_flops_per_step(model: ModelSpec, cfg: ParallelConfig) -> StepFlops:
         return finetune.training_flops_per_token(counts, model, cfg)
 
     return StepFlops(
-        model=training(flops_per_token(model, cfg.seq, causal=True)) * tokens,
-        model_full_attention=training(flops_per_token(model, cfg.seq, causal=False)) * tokens,
+        model=training(flops_per_token(model, span, causal=True)) * tokens,
+        model_full_attention=training(flops_per_token(model, span, causal=False)) * tokens,
         hardware=(training(executed) + recompute) * tokens,
     )

@@ -39,7 +39,7 @@ from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import evaluate
 from trainplan.tools.config.engine_refusals import module_recompute_message
 from trainplan.tools.config.engines import check_engine, engine_knobs, runs, selects_recompute_modules
-from trainplan.tools.config.resolve import beyond_default_modules, dropout_on_output, is_lora
+from trainplan.tools.config.resolve import beyond_default_modules, document_span, dropout_on_output, is_lora
 from trainplan.tools.config.contract import Layout, ParallelConfig
 from trainplan.tools.hardware.specs import ClusterSpec
 from trainplan.tools.config.layout import check_moe_a2a_overlap_job, resolve_config
@@ -390,7 +390,8 @@ def _engine_filter(job: SearchJob):
                                 precision=PRECISION_CODES[job.precision], optimizer_offload=int(job.optimizer_offload),
                                 adapter=int(is_lora(job.method)), fp32_params=int(job.fp32_params),
                                 recompute_modules=0,   # recipes.recompute_choices offers no module set it refuses
-                                dropout_on_output=int(dropout_on_output(job)), pure_bf16=int(job.pure_bf16))
+                                dropout_on_output=int(dropout_on_output(job)), pure_bf16=int(job.pure_bf16),
+                                documents=int(document_span(job) < job.seq))
         return runs(job.engine, job.model, knobs)
     return runs_rows
 
