@@ -29,6 +29,21 @@ HF_TRUTH = {
     "gemma2-9b": 9_241_705_984,
     "deepseek-v2-lite": 15_706_484_224,
     "falcon-7b": 6_921_720_704,
+    # sum(p.numel()) of transformers 5.16's classes built on the meta device from the catalog's configs; each agrees
+    # with its model card's rounded total (Llama 3.2: 1.23B, 3.21B; Qwen2.5: 0.49B, 1.54B, 3.09B, 14.7B; Qwen3:
+    # 0.6B, 1.7B, 4.0B, 14.8B, 32.8B; the Qwen2.5 32B card's "32.5B" is HF's 32.8B of safetensors)
+    "llama3.2-1b": 1_235_814_400,
+    "llama3.2-3b": 3_212_749_824,
+    "qwen2.5-0.5b": 494_032_768,
+    "qwen2.5-1.5b": 1_543_714_304,
+    "qwen2.5-3b": 3_085_938_688,
+    "qwen2.5-14b": 14_770_033_664,
+    "qwen2.5-32b": 32_763_876_352,
+    "qwen3-0.6b": 596_049_920,
+    "qwen3-1.7b": 1_720_574_976,
+    "qwen3-4b": 4_022_468_096,
+    "qwen3-14b": 14_768_307_200,
+    "qwen3-32b": 32_762_123_264,
 }
 
 # Active parameters per token (embedding and head included), as published, rounded.

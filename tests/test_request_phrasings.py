@@ -217,8 +217,11 @@ def test_unknown_model_of_a_known_family_is_refused_with_its_members():
 def test_a_model_of_no_catalog_family_is_refused(text, written):
     with pytest.raises(InputError, match=f"model '{written}' is not in the catalog \\(known: "):
         parse_partial(text)
-    with pytest.raises(InputError, match="'14B-parameter' alone does not name a model: no catalog model has that size"):
-        parse_partial("a 14B-parameter model on 8 H100s")  # a size alone names a model only when one has it
+    with pytest.raises(InputError, match="'13B-parameter' alone does not name a model: no catalog model has that size"):
+        parse_partial("a 13B-parameter model on 8 H100s")  # a size alone names a model only when one has it
+    with pytest.raises(InputError, match="'14B-parameter' alone does not name a model: the catalog has 2: "
+                                         "qwen2.5-14b, qwen3-14b"):
+        parse_partial("a 14B-parameter model on 8 H100s")  # nor when two have it
 
 
 def test_the_input_is_bounded():
