@@ -69,9 +69,8 @@ default since PyTorch 2.0), and autograd allocates a parameter's gradient when t
 frees the activations that layer saved. The step's peak is then the weights, optimizer states and the larger of
 activations and gradients, not their sum: the smaller is taken back from its own part (gradients/born_in_backward
 when the activations are larger, the peak at the backward's start; activations/freed_in_backward otherwise, the
-peak at its end). Megatron's
-contiguous gradient buffer, DDP's gradient buckets and accumulation over micro-batches keep them for the whole
-step, so layouts with more GPUs or micro-batches count both.
+peak at its end). Megatron's contiguous gradient buffer, DDP's gradient buckets and accumulation over
+micro-batches keep them for the whole step, so layouts with more GPUs or micro-batches count both.
 
 Other: the CUDA context, NCCL communicator buffers, and the allocator reserve (ALLOCATOR_RESERVE_FRACTION):
 what PyTorch's caching allocator holds beyond the live tensors; see the constants.
