@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field
 from trainplan.prompts import duration, gpu_hours, render, usd
 
 from .advice import departures_risk, error_band, evidence_lines, known_gaps, pure_bf16_alternative, stack_line
+from trainplan.tools.perf.estimate import BORN_IN_BACKWARD_NOTE
 from trainplan.tools.perf.finetune import TARGET_PHRASES, model_states_sentence
 from trainplan.tools.perf.memory_hints import largest_component, memory_fixes, phrase
 from trainplan.tools.perf.pipeline_events import PipelineEvent, PipelineResult
@@ -189,6 +190,8 @@ class PlanReport(BaseModel):
         text = render("report.md.j2", report=self, r=self.recommended, config=config, comm_s=comm_s,
                       request_quote=neutralise_line(self.request_text, max_chars=4000),
                       states_sentence=model_states_sentence(config) if config else "",
+                      memory_note=next((n for n in recommended.get("notes") or []
+                                        if n.startswith(BORN_IN_BACKWARD_NOTE)), ""),
                       non_hf_trainer_engines=", ".join(NON_HF_TRAINER_ENGINES),
                       target_phrases={target.value: phrase for target, phrase in TARGET_PHRASES.items()})
         return re.sub(r"\n{3,}", "\n\n", text)

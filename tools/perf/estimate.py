@@ -22,6 +22,10 @@ from trainplan.tools.core.enums import Schedule
 from trainplan.tools.perf.step import step_time
 
 
+BORN_IN_BACKWARD_NOTE = "one GPU without gradient accumulation"
+"""How the note on gradients born in the backward (tools/perf/memory.py) begins: the report finds it by this."""
+
+
 def config_of(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig) -> Config:
     """The full layout actually used, every knob resolved, with the job it ran on."""
     return Config(**cfg.model_dump(), model=model.name, gpu=cluster.gpu.name, gpus=cfg.num_gpus,
@@ -73,7 +77,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, cfg: ParallelConfig, run: T
                      "and use pp or cp across nodes")
     taken_back = -sum(memory.breakdown.get(key, 0.0) for key in BORN_IN_BACKWARD_KEYS)
     if taken_back > 0:
-        notes.append(f"one GPU without gradient accumulation: the gradients are allocated in the backward as the "
+        notes.append(f"{BORN_IN_BACKWARD_NOTE}: the gradients are allocated in the backward as the "
                      f"activations are freed, so the peak holds the larger of the two, not both ({taken_back:.2f} GiB "
                      "less than their sum); gradient accumulation, DDP or Megatron's gradient buffer would hold both")
     if cfg.method is Method.qlora:
