@@ -303,3 +303,16 @@ def test_the_deadline_holds_between_tool_calls(openai_server):
 
 def test_load_model_of_a_catalog_name_still_works():
     assert load_model("llama3-8b").num_layers == 32
+
+
+@pytest.mark.parametrize("value", [True, "3", 1.5, 1e30, float("inf")])
+@pytest.mark.parametrize("knob", ["mbs", "vpp", "lora_rank", "document_tokens"])
+def test_a_whole_number_knob_from_the_python_api_is_a_whole_number_or_one_line(knob, value):
+    """The Python API takes keywords untyped: a bool, a string, a fraction or a huge float for a whole-number knob is
+    refused in one line (mbs=True trained one sequence, mbs='3' raised a TypeError); 2.0 is 2."""
+    import trainplan
+
+    with pytest.raises(InputError, match=f"{knob}=.* (must be a whole number|is not a finite number)"):
+        trainplan.estimate(model="llama3-8b", gpu="a100", gpus=1, seq=2048, gbs=8, method="lora", **{knob: value})
+    assert trainplan.estimate(model="llama3-8b", gpu="a100", gpus=1, seq=2048, gbs=8, method="lora",
+                              mbs=2.0).config.mbs == 2

@@ -6,10 +6,12 @@ Every check names all of its factors, e.g. "tp*pp*cp=24 does not divide gpus=64"
 from __future__ import annotations
 
 import math
+import numbers
+import typing
 from typing import Any
 
 from trainplan.tools.config.codes import RECOMPUTE_CODES, SCHEDULE_CODES
-from trainplan.tools.config.contract import Layout, default_seq
+from trainplan.tools.config.contract import MAX_SEQUENCES_OR_TOKENS, Layout, default_seq
 from trainplan.tools.core.enums import Dispatcher, GroupedGemm
 from trainplan.tools.config.plan_defaults import default_gbs, default_gbs_reason
 from trainplan.tools.core.errors import InputError
@@ -24,6 +26,29 @@ from trainplan.tools.config.resolve import is_lora, resolve_method, resolved_dou
 from trainplan.tools.config.resolve import resolved_loss_kernel
 from trainplan.tools.core.enums import LoraDropoutPosition, LossKernel, Method
 from trainplan.tools.hardware.counting import count_params
+
+
+def _whole_number_knobs() -> tuple[str, ...]:
+    """The Layout fields typed as whole numbers (int or int | None), read from the contract."""
+    out = []
+    for name, info in Layout.model_fields.items():
+        kinds = typing.get_args(info.annotation) or (info.annotation,)
+        if int in kinds and float not in kinds:
+            out.append(name)
+    return tuple(out)
+
+
+WHOLE_NUMBER_KNOBS = _whole_number_knobs()
+"""tp, pp, mbs, gbs, seq, lora_rank, document_tokens, ...: a caller's value for one is a whole number or refused."""
+
+
+def _whole(name: str, value: Any) -> Any:
+    """A whole-number knob as an int (2.0 is 2); a bool, a string, a fraction or a non-finite number in one line."""
+    if value is None or (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) <= MAX_SEQUENCES_OR_TOKENS:
+        return int(value)
+    raise InputError(f"{name}={value!r} must be a whole number of at most {MAX_SEQUENCES_OR_TOKENS:,}")
 
 
 def _positive(name: str, value: int | float | None) -> None:
@@ -83,6 +108,7 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
     rules that relate them to the model and the GPU count.
     """
     values = _layout_values(layout, given)
+    values.update({name: _whole(name, values[name]) for name in WHOLE_NUMBER_KNOBS})
     tp, pp, cp, ep, vpp, zero, mbs, gbs, seq = (values[k] for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs",
                                                                     "gbs", "seq"))
     recompute, schedule, precision = values["recompute"], values["schedule"], values["precision"]
