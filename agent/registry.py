@@ -45,7 +45,8 @@ from trainplan.tools.perf.memory import memory_breakdown
 from trainplan.tools.perf.pipeline import simulate
 from trainplan.tools.perf.pipeline_closed_form import StageTimes
 from trainplan.tools.perf.pipeline_render import render_ascii
-from trainplan.tools.config.contract import Job, Layout, ParallelConfig, check_job_numbers
+from trainplan.tools.config.contract import Job, Layout, ParallelConfig
+from trainplan.tools.config.job_checks import check_job_numbers
 from trainplan.tools.config.plan_defaults import DEFAULT_GBS_RULE, default_gbs, default_gbs_reason
 
 log = logging.getLogger(__name__)

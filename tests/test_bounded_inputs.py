@@ -316,3 +316,16 @@ def test_a_whole_number_knob_from_the_python_api_is_a_whole_number_or_one_line(k
         trainplan.estimate(model="llama3-8b", gpu="a100", gpus=1, seq=2048, gbs=8, method="lora", **{knob: value})
     assert trainplan.estimate(model="llama3-8b", gpu="a100", gpus=1, seq=2048, gbs=8, method="lora",
                               mbs=2.0).config.mbs == 2
+
+
+@pytest.mark.parametrize(("call", "knob", "value"), [
+    ("estimate", "price", "2"), ("estimate", "goodput", "0.9"), ("estimate", "capacity_factor", "1.0"),
+    ("estimate", "headroom_gib", True), ("search", "deadline_days", "3"), ("search", "budget_usd", "100"),
+])
+def test_a_number_knob_from_the_python_api_is_a_number_or_one_line(call, knob, value):
+    """price='2' and deadline_days='3' raised a TypeError traceback from the Python API."""
+    import trainplan
+
+    job = dict(model="llama3-8b", gpu="a100", gpus=8, seq=2048, gbs=8, tokens=1e9)
+    with pytest.raises(InputError, match=f"{knob}=.* must be a number"):
+        getattr(trainplan, call)(**job, **{knob: value})

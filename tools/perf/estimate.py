@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainplan.tools.hardware.catalog import load_gpu, load_model
-from trainplan.tools.config.contract import Job, Layout, check_job_numbers
+from trainplan.tools.config.contract import Job, Layout
+from trainplan.tools.config.job_checks import check_job_numbers
 from trainplan.tools.config.results import Config, Estimate, MemoryGiB, Params, StepTime, Training
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
 from trainplan.tools.perf.cost import BatchRamp, TrainingRun, parse_tokens, ramp_cost, training_cost

@@ -34,7 +34,8 @@ from trainplan.tools.config.codes import PRECISION_CODES, RECOMPUTE_BY_CODE, REC
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
 from trainplan.tools.perf.cost import TrainingRun, parse_tokens
 from trainplan.tools.hardware.counting import count_params
-from trainplan.tools.config.contract import SEARCH_CHOSEN_KNOBS, check_job_numbers, default_gbs, default_seq
+from trainplan.tools.config.contract import SEARCH_CHOSEN_KNOBS, default_gbs, default_seq
+from trainplan.tools.config.job_checks import check_job_numbers
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import evaluate
 from trainplan.tools.config.engine_refusals import module_recompute_message
