@@ -90,6 +90,11 @@ def complete_request(request: PlanRequest, fine_tune_seq: tuple[int, str] | None
     if request.gpus_at_least and request.gpus is not None:
         assumptions.append(f"'at least {request.gpus:,} GPUs' was planned at {request.gpus:,}: the search tries "
                            "no larger counts; say 'up to N GPUs' to let it choose the count")
+    if request.packing and request.document_tokens is None:
+        assumptions.append("packing read: samples are packed into each sequence, and attention is timed causal over the "
+                           "whole sequence; where the stack masks attention to each sample (TRL's padding_free, "
+                           "Axolotl's sample_packing, LLaMA-Factory's neat_packing, torchtune's packed datasets) give the "
+                           "samples' mean length ('documents of 300 tokens') to time it within each")
     fine_tune = is_fine_tune(request)
     seq = request.seq
     if seq is None and fine_tune and fine_tune_seq is not None:

@@ -207,10 +207,13 @@ class PlanReport(BaseModel):
 
 def layout_line(config: dict) -> str:
     """'TP8 x PP4 x DP16 x CP1 x EP1, vpp 1, ZeRO-1, mbs 1, gbs 512, seq 8192, recompute selective, 1f1b, bf16'
-    (and ', LoRA r16 all-linear' for adapters)."""
+    (and ', LoRA r16 all-linear' for adapters; 'seq 8192 of 400-token documents' for packed documents)."""
     return (f"TP{config['tp']} x PP{config['pp']} x DP{config['dp']} x CP{config['cp']} x EP{config['ep']}, "
             f"vpp {config['vpp']}, ZeRO-{config['zero']}, mbs {config['mbs']}, gbs {config['gbs']}, "
-            f"seq {config['seq']}, recompute {config['recompute']}, {config['schedule']}, {config['precision']}"
+            f"seq {config['seq']}"
+            + (f" of {config['document_tokens']:,}-token documents" if config.get("document_tokens")
+               and config["document_tokens"] < config["seq"] else "")
+            + f", recompute {config['recompute']}, {config['schedule']}, {config['precision']}"
             + (", optimizer on the CPU" if config.get("optimizer_offload") else "") + _method_text(config))
 
 

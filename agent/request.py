@@ -94,6 +94,9 @@ class _Request(BaseModel):
                                                                  "H100s'); the search has none, so the plan uses gpus")
     model_from_size: str | None = Field(default=None, description="the model was named by its size alone ('a 70B'), "
                                                                   "as written: the catalog's one model of that size")
+    packing: bool | None = Field(default=None, description="the request packs several samples into each sequence "
+                                                           "('sample packing', 'packed'): with no document_tokens the "
+                                                           "plan says how attention is timed")
     fine_tuning: bool | None = Field(default=None, description="the request fine-tunes a trained model: when full "
                                                                "training does not fit, the plan says whether LoRA or "
                                                                "QLoRA would")

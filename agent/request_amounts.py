@@ -44,7 +44,8 @@ def _amount(t: RequestText, match: re.Match, what: str, group: int = 1) -> float
 
 def read_samples(t: RequestText, found: dict[str, Any]) -> None:
     """A data set as samples of a length ('10k samples of 512 tokens', '50,000 examples of 2048 tokens each'):
-    seq is the length (k = 1024 there), tokens the samples x the length (k = 1000 for the count)."""
+    seq is the length (k = 1024 there), tokens the samples x the length (k = 1000 for the count); packed into a
+    longer sequence the request gives ('packed to 4096'), the length is the packed documents' (document_tokens)."""
     samples = t.take(rf"({NUM})\s*({_ANY_MULT})?\s*(?:samples|examples|sequences|conversations|rows|documents)\s*"
                      rf"(?:of|at|with|,)?\s*(?:up\s*to\s*)?({NUM})\s*(k(?![a-z]))?\s*tokens?(?:\s*each)?(?![a-z])"
                      rf"(?!{_PER_BATCH})")   # '256 sequences of 4096 tokens per batch' is a batch, not a data set
@@ -53,6 +54,8 @@ def read_samples(t: RequestText, found: dict[str, Any]) -> None:
         length = number(samples.group(3)) * (1024 if samples.group(4) else 1)
         if length != int(length) or length < 1:
             raise InputError(f"'{written_at(t, *samples.span())}' needs a whole number of tokens per sample")
+        if found.get("packing") and "seq" in found:   # 'packing 10k samples of 300 tokens into 4096': documents
+            found.setdefault("document_tokens", int(length))
         found.setdefault("seq", int(length))
         found["tokens"] = _bounded_tokens(count * length, written_at(t, *samples.span()))
 
@@ -98,6 +101,16 @@ SEQ_LENGTH_UNIT = 256
 """'at N tokens' is a sequence length only when N is a multiple of this (4096, 8k); '100000 tokens' is data."""
 
 
+def _set_seq(t: RequestText, found: dict[str, Any], match) -> None:
+    """The sequence length a match writes; a different one read already ('packed to 4096' beside 'seq 2048') is one
+    line, not a silent choice."""
+    seq = whole_count(t, match, "tokens of sequence")
+    if found.get("seq", seq) != seq:
+        raise InputError(f"'{written_at(t, *match.span())}' and a sequence of {found['seq']:,} tokens disagree: give "
+                         "one length")
+    found["seq"] = seq
+
+
 def read_sequence_in_tokens(t: RequestText, found: dict[str, Any]) -> None:
     """A sequence length written in tokens, read before the training tokens so that it is not taken for
     them: 'at 4096 tokens', 'with 8k tokens' (no per-second, per-batch or per-GPU after it), '32k tokens
@@ -110,7 +123,7 @@ def read_sequence_in_tokens(t: RequestText, found: dict[str, Any]) -> None:
             seq = at
             t.mark(*at.span())
     if seq:
-        found["seq"] = whole_count(t, seq, "tokens of sequence")
+        _set_seq(t, found, seq)
 
 
 def read_sequence_and_batch(t: RequestText, found: dict[str, Any]) -> None:
@@ -121,7 +134,7 @@ def read_sequence_and_batch(t: RequestText, found: dict[str, Any]) -> None:
            or t.take(rf"{COUNT_PATTERN}[\s-]*(?:tokens?[\s-]*)?(?:context|sequences?(?![\s-]*(?:per|/|a\s|each))|"
                      r"seq(?:uence)?[\s-]*len(?:gth)?|seq)(?![a-z])"))
     if seq:
-        found["seq"] = whole_count(t, seq, "tokens of sequence")
+        _set_seq(t, found, seq)
     mbs = t.take(rf"(?<![a-z])(?:mbs|micro[\s_-]*batch(?:[\s_-]*size)?|{_PER_DEVICE_BATCH})\s*(?:of|:|=|is)?\s*"
                  rf"{COUNT_PATTERN}")
     if mbs:  # before gbs: 'micro-batch size 4' and 'per_device_train_batch_size=4' hold 'batch size 4'

@@ -277,12 +277,44 @@ fused kernel); the more specific first."""
 def read_kernels(t: RequestText, found: dict[str, Any]) -> None:
     """Kernel libraries the Hugging Face stacks load: 'Liger (kernels)' -> its fused RMSNorm, RoPE and SwiGLU
     (fused_kernels) and fused linear cross-entropy (loss_kernel fused_linear); 'Cut Cross-Entropy' -> the fused
-    loss alone; 'pure bf16' -> pure_bf16; 'mixed precision' or 'fp32 master' -> pure_bf16 false."""
+    loss alone; 'pure bf16' -> pure_bf16; 'mixed precision' or 'fp32 master' -> pure_bf16 false; packed documents
+    ('documents of 300 tokens') -> document_tokens, 'packing' -> packing."""
     if t.take(r"(?<![a-z])liger(?:[\s_-]*kernels?)?(?![a-z])"):
         found.setdefault("fused_kernels", True)
         found.setdefault("loss_kernel", "fused_linear")
     elif t.take(r"(?<![a-z])(?:cut[\s_-]*cross[\s_-]*entropy|cce)(?![a-z])"):
         found.setdefault("loss_kernel", "fused_linear")
+    # packed documents: 'documents of 300 tokens', '300-token documents', 'document length 300' (document_tokens);
+    # 'packing', 'sample packing', 'packed' alone say only that sequences are packed (packing)
+    of_tokens = t.first(r"(?<![a-z])documents?\s+of\s+(?:about\s+|~\s*)?([0-9][0-9,]*)\s*tokens?(?![a-z])", 1)
+    if of_tokens and re.search(r"[0-9][0-9.,]*\s*[a-z]?\s*$", t.before(of_tokens.start())):
+        of_tokens = None   # '10k documents of 300 tokens' is a data set (request_amounts.read_samples)
+    elif of_tokens:
+        t.mark(*of_tokens.span())
+    documents = (of_tokens
+                 or t.take(r"(?<![0-9a-z])([0-9][0-9,]*)[\s-]*tokens?[\s-]+documents?(?![a-z])", 1)
+                 or t.take(r"(?<![a-z])(?:mean\s+|average\s+)?document[\s_-]*(?:length|tokens)\s*(?:of|=|:|is)?\s*"
+                           r"([0-9][0-9,]*)(?![0-9.])", 1))
+    if documents:
+        value = int(documents.group(1).replace(",", ""))
+        if value < 1:
+            raise InputError(f"'{t.text[documents.start():documents.end()].strip()}' is not a document length: it is "
+                             "at least 1 token, e.g. 300")
+        found["document_tokens"] = value
+    packed = t.take(r"(?<![a-z])(?:sample[\s_-]*packing|packing|packed)(?:\s+(?:to|into)\s+([0-9][0-9,]*)\s*(k?)"
+                    r"(?:[\s-]*tokens?)?)?(?![a-z0-9])")
+    if packed:
+        found["packing"] = True
+        # 'packed to 4096 (tokens)', 'packing into 8k', 'packing 10k samples of 300 tokens into 4096 (token
+        # sequences)': the sequence each pack fills
+        into = packed if packed.group(1) else t.take(r"(?<![a-z])into\s+([0-9][0-9,]*)\s*(k?)(?:[\s-]*tokens?)?"
+                                                      r"(?:[\s-]*(?:sequences?|packs?))?(?![a-z0-9])")
+        if into:
+            seq = int(into.group(1).replace(",", "")) * (1024 if into.group(2) else 1)
+            if found.get("seq", seq) != seq:
+                raise InputError(f"'{t.text[packed.start():packed.end()].strip()}' and seq {found['seq']} disagree: "
+                                 "a pack fills one sequence; give one length")
+            found["seq"] = seq
     # 'pure bf16', 'pure bfloat16': every state in bf16 with no fp32 master (pure_bf16)
     if t.take(r"(?<![a-z])pure[\s_-]*(?:bf16|bfloat16)(?![a-z0-9])"):
         found["pure_bf16"] = True

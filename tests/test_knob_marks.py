@@ -17,7 +17,7 @@ def test_contract_lists_are_the_former_literals():
 
 def test_request_lists_are_the_former_literals():
     pins = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule", "dispatcher", "attention",
-            "fused_kernels", "pure_bf16", "loss_kernel")
+            "fused_kernels", "pure_bf16", "loss_kernel", "document_tokens")
     adapter_pins = ("lora_alpha", "lora_dropout")
     assert request.PINS == pins + adapter_pins
     assert request._JOB == ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")

@@ -529,3 +529,37 @@ def test_mixed_precision_and_an_fp32_master_pin_the_states_to_mixed_precision():
         request = parse_partial(text)
         assert request.pure_bf16 is False and request.unparsed is None, text
     assert parse_partial("full fine-tune Llama 3 8B on one H100 with bf16 mixed precision").precision == "bf16"
+
+
+@pytest.mark.parametrize(("text", "seq", "documents", "tokens"), [
+    ("LoRA Llama 3 8B on an H100 with sample packing", None, None, None),
+    ("LoRA Llama 3 8B on an H100, packed to 4096 with documents of 300 tokens", 4096, 300, None),
+    ("LoRA Llama 3 8B on an H100, packed into 8k with 400-token documents", 8192, 400, None),
+    ("LoRA Llama 3 8B on an H100, packing 10k samples of 300 tokens into 4096", 4096, 300, 3e6),
+    ("LoRA Llama 3 8B on an H100, mean document length 1,200, seq 8192", 8192, 1200, None),
+])
+def test_packing_and_its_documents_are_read(text, seq, documents, tokens):
+    request = parse_partial(text)
+    assert (request.seq, request.document_tokens, request.tokens) == (seq, documents, tokens)
+    assert request.unparsed is None
+    assert request.packing is (True if "pack" in text else None)
+    # ten thousand documents of 300 tokens unpacked are a data set of 300-token sequences, as samples are
+    plain = parse_partial("LoRA Llama 3 8B on an H100, 10k documents of 300 tokens")
+    assert (plain.seq, plain.document_tokens, plain.tokens) == (300, None, 3e6)
+
+
+def test_two_sequence_lengths_are_one_line():
+    with pytest.raises(InputError, match="disagree: give one length"):
+        parse_partial("LoRA Llama 3 8B on an H100, seq 2048, packed to 4096")
+
+
+def test_a_packed_plan_says_how_it_timed_attention_and_names_its_documents():
+    import trainplan
+
+    bare = trainplan.plan("LoRA Llama 3 8B on an H100 with sample packing", backend="offline")
+    assert any(a.startswith("packing read:") for a in bare.assumptions)
+    packed = trainplan.plan("LoRA Llama 3 8B on an H100 for 100M tokens, packed into 8k with documents of 400 tokens",
+                            backend="offline")
+    assert packed.recommended["config"]["document_tokens"] == 400
+    assert "seq 8192 of 400-token documents" in packed.to_summary()
+    assert not any(a.startswith("packing read:") for a in packed.assumptions)

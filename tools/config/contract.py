@@ -285,7 +285,7 @@ class Layout(BaseModel):
         "CEWithChunkedOutputLoss: 6.5 B) or fused_linear (Liger, Cut Cross-Entropy, Unsloth: the logits never "
         "whole, 0 B); null: fused for full training, materialised for lora and qlora (the Hugging Face stacks); "
         "a search given an engine and no value takes the engine's (tools/engines/support.py ENGINE_LOSS_KERNEL)")
-    document_tokens: Annotated[int | None, NOT_LEAN] = Field(
+    document_tokens: Annotated[int | None, NOT_LEAN, Knob(pin=True, asked=5)] = Field(
         default=None, ge=1, description="mean tokens of the documents packed into each sequence when attention is "
         "masked to each document (FlexAttention's block-causal mask in torchtune's packed datasets; FlashAttention's "
         "variable-length kernels under TRL's padding_free, Axolotl's sample_packing and LLaMA-Factory's neat_packing): "
