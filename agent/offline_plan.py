@@ -287,7 +287,8 @@ def _offline_report(request: PlanRequest, text: str, engine: str | None) -> Plan
     adapters = engine is None and request.method is not None and is_lora(request.method)
     # A fine-tune's default seq: the recipes' where a layout of any engine the plan may be launched by fits,
     # else the longest that fits; one seq for every engine planned below.
-    engines = engine_registry.ADAPTER_ORDER if adapters else PLAN_ENGINES if engine is None else (engine,)
+    engines = (engine_registry.ADAPTER_ORDER if adapters else (engine,) if engine is not None else
+               (*PLAN_ENGINES, *(e for e in engine_registry.LAUNCH_FALLBACK if e not in PLAN_ENGINES)))
     seq = probe_fine_tune_seq(request, _search_for(engines))
     if adapters:
         return _adapter_plan(request, text, seq)

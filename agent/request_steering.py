@@ -278,7 +278,8 @@ def read_kernels(t: RequestText, found: dict[str, Any]) -> None:
     """Kernel libraries the Hugging Face stacks load: 'Liger (kernels)' -> its fused RMSNorm, RoPE and SwiGLU
     (fused_kernels) and fused linear cross-entropy (loss_kernel fused_linear); 'Cut Cross-Entropy' -> the fused
     loss alone; 'pure bf16' -> pure_bf16; 'mixed precision' or 'fp32 master' -> pure_bf16 false; packed documents
-    ('documents of 300 tokens') -> document_tokens, 'packing' -> packing."""
+    ('documents of 300 tokens') -> document_tokens, 'packing' -> packing; '8-bit Adam', 'adamw_bnb_8bit' ->
+    optimizer_8bit."""
     if t.take(r"(?<![a-z])liger(?:[\s_-]*kernels?)?(?![a-z])"):
         found.setdefault("fused_kernels", True)
         found.setdefault("loss_kernel", "fused_linear")
@@ -315,6 +316,10 @@ def read_kernels(t: RequestText, found: dict[str, Any]) -> None:
                 raise InputError(f"'{t.text[packed.start():packed.end()].strip()}' and seq {found['seq']} disagree: "
                                  "a pack fills one sequence; give one length")
             found["seq"] = seq
+    # bitsandbytes' 8-bit Adam: '8-bit Adam(W)', '8bit optimizer', 'adamw_8bit', 'adamw_bnb_8bit', 'paged_adamw_8bit'
+    if t.take(r"(?<![a-z0-9])(?:optim(?:i[sz]er)?\s*[=:]?\s*)?(?:(?:paged[\s_-]*)?adam(?:w)?[\s_-]*(?:bnb[\s_-]*)?8[\s_-]*bit|8[\s_-]*bit[\s_-]*"
+              r"(?:paged[\s_-]*)?(?:adam(?:w)?|optimi[sz]er)(?:[\s_-]*states?)?)(?![a-z0-9])"):
+        found["optimizer_8bit"] = True
     # 'pure bf16', 'pure bfloat16': every state in bf16 with no fp32 master (pure_bf16)
     if t.take(r"(?<![a-z])pure[\s_-]*(?:bf16|bfloat16)(?![a-z0-9])"):
         found["pure_bf16"] = True

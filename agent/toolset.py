@@ -44,12 +44,13 @@ and the search's evidence margin (tools/search/evidence.py; null: 5%). The fine-
 (contract.FINE_TUNING_KNOBS: method, lora_rank, lora_targets) stay, so that a small-context model can
 plan "QLoRA on two RTX 4090s" as QLoRA."""
 LEAN_DROPPED_RESULTS = ("candidate", "per_stage", "mfu_denominator", "convention", "units", "shares", "loss_kernel",
-                        "fp32_norms", "lora_dropout", "lora_dropout_position", "pure_bf16", "evidence",
+                        "fp32_norms", "lora_dropout", "lora_dropout_position", "pure_bf16", "optimizer_8bit",
+                        "document_tokens", "evidence",
                         "evidence_margin", "wall_s", "layouts_per_s")
 """Result keys the model does not get when the context is small: each alternative's full estimate
 (its `why` says why it lost), per-stage memory, the texts that restate conventions, the echo of the
 stack knobs the lean tools leave out (loss_kernel, fp32_norms, lora_dropout and its position,
-pure_bf16), the search's evidence note (also left out of its notes) and margin, and its timing."""
+pure_bf16, optimizer_8bit, document_tokens), the search's evidence note (also left out of its notes) and margin, and its timing."""
 LEAN_TEXT_CHARS = 200
 """Longer texts in a result are cut to this many characters when the context is small."""
 

@@ -47,6 +47,7 @@ ALLOWED = {
     "tools/perf/state_bytes.py:BF16_BYTES": "bytes of a bf16 number",
     "tools/perf/state_bytes.py:FP32_BYTES": "bytes of an fp32 number",
     "tools/perf/state_bytes.py:BOOL_BYTES": "bytes of a bool",
+    "tools/perf/state_bytes.py:OPTIMIZER_8BIT_BLOCK": "values per fp32 absmax of bitsandbytes' 8-bit optimizer states",
     "tools/perf/state_bytes.py:OPTIMIZER_BYTES": "fp32 master weight and two fp32 Adam moments",
     "tools/perf/state_bytes.py:OPTIMIZER_BYTES_BF16_MOMENTS": "fp32 master weight and two bf16 Adam moments",
     "tools/perf/state_bytes.py:ADAM_BYTES_PER_PARAM": "sum of the byte counts above",

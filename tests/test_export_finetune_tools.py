@@ -314,3 +314,46 @@ def test_axolotl_packs_samples():
                                 capabilities={"bf16": True, "n_gpu": 1, "compute_capability": "sm_90"},
                                 env_capabilities={"torch_version": torch.__version__.split("+")[0]})
     assert validated.sample_packing and validated.pad_to_sequence_len
+
+
+# --- 8-bit Adam (Layout.optimizer_8bit) -----------------------------------------------------------------------------
+
+
+def _eight_bit(method: str):
+    return resolve_config(dense(32), 1, zero=0, gbs=8, seq=2048, method=method, optimizer_8bit=True,
+                          attention="flash2", **HF_KERNELS)
+
+
+def test_trl_takes_bitsandbytes_8bit_adam(monkeypatch, tmp_path):
+    pytest.importorskip("trl")
+    answer_bf16_as_a_gpu_host(monkeypatch)
+    from transformers import HfArgumentParser
+    from trl import SFTConfig
+
+    for method, optim in (("full", "adamw_bnb_8bit"), ("lora", "adamw_bnb_8bit"), ("qlora", "paged_adamw_8bit")):
+        args, _ = load("trl", _eight_bit(method))
+        (config,) = HfArgumentParser(SFTConfig).parse_dict({**args["sft_config"], "output_dir": str(tmp_path)})
+        assert config.optim == optim
+
+
+def test_llamafactory_takes_bitsandbytes_8bit_adam(monkeypatch, tmp_path):
+    pytest.importorskip("llamafactory.hparams")
+    answer_bf16_as_a_gpu_host(monkeypatch)
+    from llamafactory.hparams import get_train_args
+
+    config, _ = load("llamafactory", _eight_bit("lora"))
+    _, _, training, _, _ = get_train_args({**config, **LLAMAFACTORY_RUN, "output_dir": str(tmp_path)})
+    assert training.optim == "adamw_bnb_8bit"
+
+
+def test_axolotl_takes_bitsandbytes_8bit_adam():
+    pytest.importorskip("axolotl.utils.config")
+    import torch
+    from axolotl.utils.config import validate_config
+    from axolotl.utils.dict import DictDefault
+
+    config, _ = load("axolotl", _eight_bit("full"))
+    validated = validate_config(DictDefault({**config, **AXOLOTL_RUN}),
+                                capabilities={"bf16": True, "n_gpu": 1, "compute_capability": "sm_90"},
+                                env_capabilities={"torch_version": torch.__version__.split("+")[0]})
+    assert validated.optimizer == "adamw_bnb_8bit"

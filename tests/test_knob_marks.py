@@ -17,7 +17,7 @@ def test_contract_lists_are_the_former_literals():
 
 def test_request_lists_are_the_former_literals():
     pins = ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute", "schedule", "dispatcher", "attention",
-            "fused_kernels", "pure_bf16", "loss_kernel", "document_tokens")
+            "fused_kernels", "pure_bf16", "optimizer_8bit", "loss_kernel", "document_tokens")
     adapter_pins = ("lora_alpha", "lora_dropout")
     assert request.PINS == pins + adapter_pins
     assert request._JOB == ("model", "gpu", "gpus", "gpus_per_node", "tokens", "price", "goodput")
@@ -38,7 +38,7 @@ def test_vector_memory_defaults_are_the_former_literal():
     from trainplan.tools.perf import memory
     from trainplan.tools.perf.loss import LOSS_CODES, LossKernel
     literal = {"sequence_parallel": 1, "optimizer_offload": 0, "bf16_grads": 0, "bf16_moments": 0, "fp32_params": 0,
-               "pure_bf16": 0, "fp8_activations": 0, "deallocate_pipeline_outputs": 1, "save_mlp_act_output": 1,
+               "pure_bf16": 0, "optimizer_8bit": 0, "fp8_activations": 0, "deallocate_pipeline_outputs": 1, "save_mlp_act_output": 1,
                "fused_kernels": 1, "offload_modules": 0, "attention": 0, "method": 0, "lora_rank": 0,
                "lora_targets": 1, "loss_kernel": LOSS_CODES[LossKernel.fused], "fp32_norms": 0,
                "lora_dropout": 0, "lora_dropout_post": 0, "double_quant": 1}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from trainplan.tools.core.errors import InputError
 from trainplan.tools.hardware.catalog import load_gpu, load_model
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.engines import ExportError, export
@@ -243,3 +244,52 @@ def test_a_one_gpu_loop_holds_the_larger_of_gradients_and_activations_not_both()
     # the zero-valued credit of the other part is not a row of the breakdown
     assert "gradients/born_in_backward" not in memory_breakdown(
         model, resolve_config(model, 1, seq=2048, mbs=2, gbs=2, recompute="full", zero=0, pure_bf16=True), a100).breakdown
+
+
+def test_8bit_adam_keeps_its_moments_in_2_bytes_and_streams_12_less():
+    """bitsandbytes' 8-bit Adam (Dettmers et al. 2022): m and v in 1 B each with an fp32 absmax per 2048 values. Mixed
+    precision keeps its fp32 master (4 + 2.004), pure bf16 none (2.004); the adapters' moments shrink alike; the Adam
+    step streams 18 and 10 B/param instead of 30 and 14."""
+    from trainplan.tools.perf.state_bytes import MOMENTS_BYTES_8BIT, adam_step_bytes
+
+    assert MOMENTS_BYTES_8BIT == pytest.approx(2 * (1 + 4 / 2048))
+    assert sharded_state_bytes_per_param(3, optimizer_8bit=True) == pytest.approx(2 + 4 + 4 + MOMENTS_BYTES_8BIT)
+    assert sharded_state_bytes_per_param(3, optimizer_8bit=True, pure_bf16=True) == pytest.approx(4 + MOMENTS_BYTES_8BIT)
+    assert [round(adam_step_bytes(p, e), 3) for p in (False, True) for e in (False, True)] == [30, 18.008, 14, 10.008]
+    lora = dict(method="lora", lora_rank=16, gbs=16, seq=2048)
+    plain, eight = (memory_breakdown(MODEL, resolve_config(MODEL, GPUS, zero=0, optimizer_8bit=e, **lora), H100)
+                    for e in (False, True))
+    assert eight.breakdown["optimizer/adapters"] == pytest.approx(plain.breakdown["optimizer/adapters"]
+                                                                  * MOMENTS_BYTES_8BIT / 8)
+
+
+def test_8bit_adam_clashes_and_engines_are_one_line():
+    with pytest.raises(InputError, match="optimizer_8bit keeps Adam's moments in 8 bits on the GPU"):
+        resolve_config(MODEL, GPUS, zero=1, optimizer_8bit=True, optimizer_offload=True)
+    with pytest.raises(InputError, match="optimizer_8bit keeps"):
+        resolve_config(MODEL, GPUS, optimizer_8bit=True, bf16_moments=True)
+    cfg = resolve_config(MODEL, 1, zero=0, gbs=8, seq=2048, optimizer_8bit=True, fused_kernels=False,
+                         loss_kernel="materialised", attention="flash2")
+    for engine in ("megatron", "torchtitan", "deepspeed", "accelerate"):
+        with pytest.raises(ExportError, match="optimizer_8bit"):
+            export(engine, MODEL, cfg, model_ref="m")
+    with pytest.raises(ExportError, match="optimizer_8bit with zero=2"):
+        export("trl", MODEL, resolve_config(MODEL, 2, zero=2, gbs=8, seq=2048, optimizer_8bit=True,
+                                            fused_kernels=False, loss_kernel="materialised"), model_ref="m")
+    assert "optim: adamw_bnb_8bit" in export("trl", MODEL, cfg, model_ref="m").content
+
+
+def test_pure_or_8bit_states_that_fit_nowhere_are_not_retried_with_the_cpu_adam():
+    """Nothing fits: the search retries with ZeRO-Offload only where the states allow it. Pure bf16 or 8-bit moments
+    on a 48 GB card had raised 'pure_bf16 keeps no fp32 master, and optimizer_offload ... needs one' from the retry."""
+    import trainplan
+
+    result = search("llama3-8b", "l40s", 1, seq=2048, gbs=16, method="full", pure_bf16=True, optimizer_8bit=True)
+    assert not result.candidates and result.rejected
+    report = trainplan.plan("full fine-tune Llama 3 8B on an L40S with 8-bit Adam in pure bf16 for 10M tokens",
+                            backend="offline")
+    assert report.recommended is None and any("with LoRA" in r for r in report.risks)
+    # on an A100 the default fine-tuning length is probed with the engine that runs these states (TRL)
+    a100 = trainplan.plan("full fine-tune Llama 3 8B on an A100 with 8-bit Adam in pure bf16 for 10M tokens",
+                          backend="offline")
+    assert a100.recommended["config"]["seq"] == 2048 and a100.recommended["config"]["optimizer_8bit"]

@@ -563,3 +563,14 @@ def test_a_packed_plan_says_how_it_timed_attention_and_names_its_documents():
     assert packed.recommended["config"]["document_tokens"] == 400
     assert "seq 8192 of 400-token documents" in packed.to_summary()
     assert not any(a.startswith("packing read:") for a in packed.assumptions)
+
+
+@pytest.mark.parametrize("text", [
+    "full fine-tune Llama 3 8B on an L40S with 8-bit Adam",
+    "LoRA Llama 3 8B on a 4090, optim=adamw_bnb_8bit",
+    "QLoRA Llama 3 70B on an A100 with paged_adamw_8bit",
+    "full fine-tune Llama 3 8B on an H100 with an 8bit optimizer",
+])
+def test_8bit_adam_is_read(text):
+    request = parse_partial(text)
+    assert request.optimizer_8bit is True and request.unparsed is None

@@ -203,6 +203,12 @@ class Layout(BaseModel):
                                    "torchtune's dtype bf16 recipes and NeMo AutoModel's own model classes (cast to bf16, "
                                    "torch.optim.Adam) train; false: mixed precision with an fp32 master (fp32_params "
                                    "says where it lives)")
+    optimizer_8bit: Annotated[bool, NOT_LEAN, Knob(pin=True, asked=5)] = Field(
+        default=False, description="Adam's two moments in 8 bits with a block-wise fp32 absmax (bitsandbytes AdamW8bit "
+        "and PagedAdamW8bit; Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization): 2.004 B/param of "
+        "moments in place of 8 (fp32) or 4 (pure bf16), the master copy as it was, and an Adam step that streams "
+        "12 B/param less; the Hugging Face Trainer tools write optim adamw_bnb_8bit (paged_adamw_8bit with qlora) "
+        "and the other engines refuse it")
     fp32_params: Annotated[bool, Cli("--fp32-params/--bf16-params"), NOT_LEAN] = Field(
         default=False, description="the parameters are kept in fp32 and are the optimizer's master copy, cast to "
                                    "bf16 only as they are all-gathered for compute: 4 B/param where a bf16 copy and "

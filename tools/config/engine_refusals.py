@@ -119,6 +119,21 @@ def pure_bf16_refusal(engine: str, without_zero: bool = False) -> Refusal:
                                  "AutoModel's, and TRL's or LLaMA-Factory's without ZeRO): use --mixed-precision"))
 
 
+def optimizer_8bit_refusal(engine: str, hf_trainer: bool, instead: str) -> Refusal:
+    """8-bit Adam moments (Layout.optimizer_8bit): the Hugging Face Trainer tools select bitsandbytes' AdamW8bit by
+    their optim setting, but under DeepSpeed ZeRO the optimizer and its states are DeepSpeed's (32-bit), so they
+    refuse it with zero 1-3; the other engines' settings run a 32-bit Adam (Megatron's and DeepSpeed's fused Adam,
+    torch.optim.AdamW in torchtitan and the Accelerate script)."""
+    if hf_trainer:
+        return Refusal(engine, lambda m, k: (k.optimizer_8bit != 0) & (k.zero >= 1),
+                       lambda m, k: (f"optimizer_8bit with zero={k.zero}: the {engine} settings run ZeRO through "
+                                     "DeepSpeed, whose optimizer keeps 32-bit moments: use --zero 0, or drop "
+                                     "--optimizer-8bit"))
+    return Refusal(engine, lambda m, k: k.optimizer_8bit != 0,
+                   lambda m, k: (f"optimizer_8bit: the {engine} settings run a 32-bit Adam: use --engine {instead} "
+                                 "(at zero 0), or drop --optimizer-8bit"))
+
+
 def document_mask_refusal(engine: str, instead: str) -> Refusal:
     """The engines whose settings write no per-document attention mask (EngineProfile.document_mask false): a plan
     whose attention runs within packed documents (Layout.document_tokens below seq) would run causal over whole

@@ -48,7 +48,7 @@ from trainplan.tools.core.errors import InputError
 
 from trainplan.tools.config.engine_refusals import (ACCELERATE_REFUSALS, DEEPSPEED_REFUSALS, MEGATRON_REFUSALS,
                                                     TORCHTITAN_REFUSALS, Refusal, adapter_dropout_refusal, adapter_refusal,
-                                                    document_mask_refusal,
+                                                    document_mask_refusal, optimizer_8bit_refusal,
                                                     head_split_refusal, hf_trainer_refusals, module_recompute_refusal,
                                                     param_storage_refusal, pure_bf16_refusal)
 
@@ -197,6 +197,7 @@ def refusals_of(profile: EngineProfile) -> tuple[Refusal, ...]:
           else (adapter_dropout_refusal(engine),)),
         *(() if profile.recompute_modules else (module_recompute_refusal(engine),)),
         *(() if profile.document_mask else (document_mask_refusal(engine, spoken(DOCUMENT_MASK_ENGINES)),)),
+        optimizer_8bit_refusal(engine, profile.hf_trainer, spoken(HF_TRAINER_ENGINES)),
         *(hf_trainer_refusals(engine) if profile.hf_trainer else ()),
         *profile.refusals,
     )

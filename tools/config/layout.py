@@ -140,6 +140,11 @@ def resolve_config(model: ModelSpec, gpus: int, layout: Layout | None = None, *,
         clash = ("fp32_params (an fp32 master)" if values["fp32_params"] else
                  "optimizer_offload (the offloading engines keep an fp32 master on the CPU)")
         raise InputError(f"pure_bf16 keeps no fp32 master, and {clash} needs one: drop one of them")
+    if values["optimizer_8bit"] and (values["optimizer_offload"] or values["bf16_moments"]):
+        clash = ("optimizer_offload (the offloading engines run a 32-bit CPU Adam)" if values["optimizer_offload"]
+                 else "bf16_moments (16-bit moments)")
+        raise InputError(f"optimizer_8bit keeps Adam's moments in 8 bits on the GPU, and {clash} keeps them "
+                         "otherwise: drop one of them")
     if values["fp8_activations"] and precision is not Precision.fp8:
         raise InputError("fp8_activations needs precision=fp8 (FP8 GEMMs): use --precision fp8 or drop it")
     if precision is Precision.fp8 and not fp8_supported:

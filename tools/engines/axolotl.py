@@ -24,7 +24,7 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export, ToolYaml,
-                     liger_notes, liger_wanted, packs_documents, selective_recompute_note)
+                     hf_optimizer, liger_notes, liger_wanted, packs_documents, selective_recompute_note)
 from trainplan.tools.engines.support import refuse
 
 # ZeRO stage -> the DeepSpeed file Axolotl ships (deepspeed_configs/ in the Axolotl repository).
@@ -67,8 +67,8 @@ def export_axolotl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> 
                        "liger_rms_norm": kernels, "liger_glu_activation": kernels,
                        "liger_fused_linear_cross_entropy": loss})
     notes += liger_notes("Axolotl", cfg, all_or_nothing=False)
-    if adapter is not None and adapter.method == "qlora":
-        config["optimizer"] = "paged_adamw_32bit"
+    if cfg.optimizer_8bit or (adapter is not None and adapter.method == "qlora"):
+        config["optimizer"] = hf_optimizer(cfg)
     if cfg.zero >= 1:
         if cfg.optimizer_offload:
             config["deepspeed"] = DEEPSPEED_OFFLOAD_FILE

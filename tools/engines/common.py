@@ -210,6 +210,15 @@ def base_model_note(key: str, model_ref: str) -> str:
             " path there if it differs")
 
 
+def hf_optimizer(cfg: ParallelConfig) -> str:
+    """The Hugging Face TrainingArguments optim (and Axolotl's optimizer) name of the plan's Adam: qlora's paged one
+    (its states in CPU-evictable memory, 32-bit or, with optimizer_8bit, 8-bit), else bitsandbytes' 8-bit AdamW with
+    optimizer_8bit, else the Trainer's default fused AdamW."""
+    if is_lora(cfg.method) and cfg.method.value == "qlora":
+        return "paged_adamw_8bit" if cfg.optimizer_8bit else "paged_adamw_32bit"
+    return "adamw_bnb_8bit" if cfg.optimizer_8bit else "adamw_torch_fused"
+
+
 def packs_documents(tool: str, cfg: ParallelConfig) -> bool:
     """Whether a Hugging Face Trainer tool's export must pack documents behind a per-document attention mask
     (Layout.document_tokens below seq). Those tools mask through FlashAttention's variable-length kernels (the

@@ -24,7 +24,7 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import (ExportResult, adapter_of, batch_of, finetune_yaml_export, ToolYaml,
-                     liger_notes, liger_wanted, packs_documents, selective_recompute_note)
+                     hf_optimizer, liger_notes, liger_wanted, packs_documents, selective_recompute_note)
 from trainplan.tools.engines.support import refuse
 
 # ZeRO stage -> the DeepSpeed file LLaMA-Factory ships (examples/deepspeed/ in its repository); ZeRO-1 has none,
@@ -51,7 +51,7 @@ def export_llamafactory(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str
         if adapter.method == "qlora":
             config.update({"quantization_bit": 4, "quantization_method": "bitsandbytes",
                            "quantization_type": "nf4", "double_quantization": adapter.double_quant,
-                           "optim": "paged_adamw_32bit"})
+                           "optim": hf_optimizer(cfg)})
     config.update({
         "cutoff_len": cfg.seq,
         "per_device_train_batch_size": batch.micro,
@@ -67,6 +67,8 @@ def export_llamafactory(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str
                      "adapter.py, unless pure_bf16 or ZeRO-3), so the fp32 parameters are the master copy, 16 B/param "
                      "of model states where this plan counts 18: --fp32-params plans it, --pure-bf16 plans and writes "
                      "LLaMA-Factory's pure_bf16")
+    if cfg.optimizer_8bit:   # bitsandbytes' AdamW8bit (qlora's paged one, above, takes the same name)
+        config["optim"] = hf_optimizer(cfg)
     if packs_documents("LLaMA-Factory", cfg):   # neat_packing: packing without attention across documents
         config.update(packing=True, neat_packing=True)
     if any(liger_wanted(cfg)):

@@ -46,7 +46,7 @@ def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:
                            optimizer_offload=int(cfg.optimizer_offload), adapter=int(is_lora(cfg.method)),
                            fp32_params=int(cfg.fp32_params), recompute_modules=int(reruns_modules(cfg)),
                            dropout_on_output=int(dropout_on_output(cfg)), pure_bf16=int(cfg.pure_bf16),
-                           documents=int(document_span(cfg) < cfg.seq))
+                           documents=int(document_span(cfg) < cfg.seq), optimizer_8bit=int(cfg.optimizer_8bit))
 
 
 def learned_positions(model: ModelSpec) -> int:

@@ -26,7 +26,7 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import (HF_ATTN_IMPLEMENTATION, ExportResult, adapter_of, batch_of, finetune_yaml_export, ToolYaml,
-                     liger_notes, liger_wanted, packs_documents, selective_recompute_note)
+                     hf_optimizer, liger_notes, liger_wanted, packs_documents, selective_recompute_note)
 from trainplan.tools.engines.support import refuse
 
 
@@ -54,6 +54,8 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
     }
     if cfg.recompute is Recompute.full:
         sft["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if cfg.optimizer_8bit:   # bitsandbytes' AdamW8bit (qlora's paged one, below, takes the same name)
+        sft["optim"] = hf_optimizer(cfg)
     if packs_documents("TRL", cfg):   # packed without padding: flash attention's varlen kernels keep documents apart
         sft.update(packing=True, padding_free=True)
     if any(liger_wanted(cfg)):
@@ -71,7 +73,7 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
                                "target_modules": "all-linear" if adapter.all_linear else list(adapter.modules),
                                "task_type": "CAUSAL_LM"}
         if adapter.method == "qlora":
-            sft["optim"] = "paged_adamw_32bit"
+            sft["optim"] = hf_optimizer(cfg)
             args["bnb_config"] = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
                                   "bnb_4bit_use_double_quant": adapter.double_quant,
                                   "bnb_4bit_compute_dtype": "bfloat16"}

@@ -327,12 +327,14 @@ def trainable_stage_params(model, cfg, stage_layers) -> list[tuple[float, float]
     return out
 
 
-def paged_optimizer_s(adapter_params_per_rank: float, method, host_link_gb_s: float) -> float:
-    """QLoRA's paged AdamW: the states page in before the step and out after it, over the host link (PCIe,
-    ClusterSpec.host_link_gb_s GB/s each way)."""
+def paged_optimizer_s(adapter_params_per_rank: float, method, host_link_gb_s: float,
+                      optimizer_8bit: bool = False) -> float:
+    """QLoRA's paged AdamW: the states (32-bit, or 8-bit with optimizer_8bit: paged_adamw_8bit) page in before the
+    step and out after it, over the host link (PCIe, ClusterSpec.host_link_gb_s GB/s each way)."""
     if Method(method) is not Method.qlora:
         return 0.0
-    return 2 * ADAPTER_OPTIMIZER_BYTES * adapter_params_per_rank / (host_link_gb_s * 1e9)
+    moments = state_bytes.MOMENTS_BYTES_8BIT if optimizer_8bit else ADAPTER_OPTIMIZER_BYTES
+    return 2 * moments * adapter_params_per_rank / (host_link_gb_s * 1e9)
 
 
 def adapter_bytes(method_code, table: dict):
@@ -371,7 +373,15 @@ def _bytes(value: float) -> str:
 def model_states_sentence(config: dict) -> str:
     """How the model states of a resolved config are counted, in one sentence built from the byte
     figures of state_bytes.py: what is frozen, what trains, where its
-    optimizer states live, and what ZeRO shards."""
+    optimizer states live, and what ZeRO shards; and, with optimizer_8bit, that the Adam moments are 8-bit."""
+    sentence = _states_sentence(config)
+    if config.get("optimizer_8bit"):
+        sentence += (f" Adam's m and v are 8-bit with a block-wise fp32 absmax (bitsandbytes AdamW8bit): "
+                     f"{state_bytes.MOMENTS_BYTES_8BIT:.3f} B/param in place of the moments above.")
+    return sentence
+
+
+def _states_sentence(config: dict) -> str:
     method = Method(config.get("method") or Method.full)
     zero = config.get("zero", 0)
     offload = bool(config.get("optimizer_offload"))

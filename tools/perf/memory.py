@@ -34,6 +34,8 @@ Model states (Megatron mixed precision, the project's default):
   (weights/zero3_prefetch). ZeRO-3 then holds 4 + 4 + 8 = 16 B/param of sharded states (14 with
   bf16_grads) where Megatron's layout holds 18 (Megatron-LM README: "fp32 param, fp32 grads: 16,
   8 + 8/d"); ZeRO 0-2 hold the same bytes either way.
+  optimizer_8bit (bitsandbytes AdamW8bit; Dettmers et al. 2022): Adam's m and v in 8 bits with an fp32 absmax per
+  2048-value block, 2.004 B/param (MOMENTS_BYTES_8BIT) in place of the moments above; the master as it was.
   pure_bf16 (torchtune's dtype bf16 recipes; NeMo AutoModel's own model classes, cast to bf16 and stepped by
   torch.optim.Adam): no master at all; bf16 parameters (2), bf16 gradients (2) and Adam moments created with
   torch.zeros_like(param), bf16 (2 + 2): 8 B/param (OPTIMIZER_BYTES_PURE_BF16).
@@ -85,7 +87,8 @@ import numpy as np
 from trainplan.tools.core import assumptions
 from trainplan.tools.perf import memory_hints
 from trainplan.tools.perf.state_bytes import (FP8_WEIGHT_CACHE_BYTES, GRAD_BYTES, GRAD_BYTES_BF16, MASTER_BYTES,
-                                              OPTIMIZER_BYTES, OPTIMIZER_BYTES_BF16_MOMENTS, OPTIMIZER_BYTES_PURE_BF16,
+                                              MOMENTS_BYTES_8BIT, OPTIMIZER_BYTES, OPTIMIZER_BYTES_BF16_MOMENTS,
+                                              OPTIMIZER_BYTES_PURE_BF16,
                                               WEIGHT_BYTES)
 from trainplan.tools.perf import offload as offload_rules
 from trainplan.tools.perf import recompute as recompute_rules
@@ -190,6 +193,8 @@ def _core(m: ModelParts, rank: dict[str, np.ndarray], k: dict[str, np.ndarray]) 
     grad_bytes = np.where((k["bf16_grads"] > 0) | pure, GRAD_BYTES_BF16, GRAD_BYTES)
     optimizer_bytes = np.where(pure, OPTIMIZER_BYTES_PURE_BF16,
                                np.where(k["bf16_moments"] > 0, OPTIMIZER_BYTES_BF16_MOMENTS, OPTIMIZER_BYTES))
+    eight_bit = k["optimizer_8bit"] > 0   # module doc: the moments in 8 bits, the master (if any) as it was
+    optimizer_bytes = np.where(eight_bit, np.where(pure, 0.0, MASTER_BYTES) + MOMENTS_BYTES_8BIT, optimizer_bytes)
 
     divisors = {z: (np.where(zero >= z, group, 1), np.where(zero >= z, expert_group, 1)) for z in (1, 2, 3)}
 
@@ -357,8 +362,9 @@ def _finetune_states(out, m: ModelParts, rank, k, weights: RankWeights, sharded)
     out["weights/adapters"] = np.where(lora, weight_bytes * sharded(adapters_ne, adapters_ex, 3), 0.0)
     out["gradients/adapters"] = np.where(lora, grad_bytes * sharded(adapters_ne, adapters_ex, 2), 0.0)
     # qlora: paged AdamW keeps its states in CPU-evictable unified memory (not counted on the GPU)
+    adapter_moments = np.where(k["optimizer_8bit"] > 0, MOMENTS_BYTES_8BIT, finetune.ADAPTER_OPTIMIZER_BYTES)
     out["optimizer/adapters"] = np.where(lora & ~qlora & (k["optimizer_offload"] == 0),
-                                         finetune.ADAPTER_OPTIMIZER_BYTES * sharded(adapters_ne, adapters_ex, 1), 0.0)
+                                         adapter_moments * sharded(adapters_ne, adapters_ex, 1), 0.0)
     frozen_bytes = np.where(qlora, finetune.nf4_bytes(double_quant), WEIGHT_BYTES)
     out["weights/zero3_prefetch"] = np.where(lora, np.where(k["zero"] >= 3, 2 * frozen_bytes * unit, 0.0),
                                              out["weights/zero3_prefetch"])
@@ -412,7 +418,8 @@ def memory_breakdown(model: ModelSpec, cfg: ParallelConfig, gpu: GPUSpec, headro
 VECTOR_KEYS = ("tp", "pp", "cp", "ep", "dp", "vpp", "zero", "mbs", "num_microbatches", "seq",
                "recompute", "schedule", "precision")
 """Required keys of memory_totals_vectorised; optional: sequence_parallel (default 1),
-optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp32_params (0), pure_bf16 (0), fp8_activations (0), deallocate_pipeline_outputs (1),
+optimizer_offload (0), bf16_grads (0), bf16_moments (0), fp32_params (0), pure_bf16 (0), optimizer_8bit (0),
+fp8_activations (0), deallocate_pipeline_outputs (1),
 save_mlp_act_output (1), fused_kernels (1), offload_modules (an integer mask of offload.OFFLOAD_BITS; 0), attention (0: flash;
 1: eager), recompute_modules (an integer mask of recompute.MODULE_BITS; default: recompute.DEFAULT_MASK where
 recompute is selective), etp (expert TP; default: tp), dp_shard (ZeRO shard group in dp ranks; default: dp),
@@ -433,7 +440,8 @@ def layout_default_code(name: str) -> int:
 
 VECTOR_DEFAULTS = {
     **{name: layout_default_code(name) for name in ("sequence_parallel", "optimizer_offload", "bf16_grads",
-                                                     "bf16_moments", "fp32_params", "pure_bf16", "fp8_activations",
+                                                     "bf16_moments", "fp32_params", "pure_bf16", "optimizer_8bit",
+                                                     "fp8_activations",
                                                      "deallocate_pipeline_outputs", "save_mlp_act_output",
                                                      "fused_kernels")},
     "offload_modules": 0,

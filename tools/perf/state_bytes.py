@@ -29,6 +29,12 @@ OPTIMIZER_BYTES_BF16_MOMENTS = FP32_BYTES + 2 * BF16_BYTES
 OPTIMIZER_BYTES_PURE_BF16 = 2 * BF16_BYTES
 """bf16 Adam m 2 + v 2 and no master copy, B/param (pure_bf16: torch.optim.Adam/AdamW create their moments with
 torch.zeros_like(param), in the parameters' bf16)"""
+OPTIMIZER_8BIT_BLOCK = 2048
+"""values per block of an 8-bit optimizer state, each block with its own fp32 absmax (Dettmers et al. 2022, "8-bit
+Optimizers via Block-wise Quantization", §2: block-wise quantisation, blocks of 2048; bitsandbytes' optimizers)"""
+MOMENTS_BYTES_8BIT = 2 * (1.0 + FP32_BYTES / OPTIMIZER_8BIT_BLOCK)
+"""Adam m and v in 8 bits with a block-wise fp32 absmax (optimizer_8bit: bitsandbytes AdamW8bit, PagedAdamW8bit),
+1 + 4/2048 B each: 2.004 B/param"""
 MASTER_BYTES = FP32_BYTES
 """fp32 master copy of the parameters, B/param: part of OPTIMIZER_BYTES and OPTIMIZER_BYTES_BF16_MOMENTS,
 or the parameters themselves with fp32_params (memory.py's module doc)"""
@@ -45,6 +51,19 @@ master + m + v (12) and the bf16 weight (2) = 30. Megatron's fused Adam streams 
 ADAM_BYTES_PER_PARAM_PURE_BF16 = GRAD_BYTES_BF16 + 2 * (WEIGHT_BYTES + OPTIMIZER_BYTES_PURE_BF16)
 """The same step on pure bf16 states: read the bf16 grad (2), read and write the bf16 parameter and m and v
 (2 x 6) = 14."""
+
+
+def adam_step_bytes(pure_bf16: bool, optimizer_8bit: bool) -> float:
+    """Bytes per parameter an Adam step streams on the GPU: ADAM_BYTES_PER_PARAM (30) or, on pure bf16 states,
+    ADAM_BYTES_PER_PARAM_PURE_BF16 (14); with 8-bit moments m and v are each read and written at 1 B and their absmax
+    (2 x MOMENTS_BYTES_8BIT) in place of 4 B (fp32: 16) or 2 B (pure bf16: 8): 18.0 and 10.0."""
+    base = ADAM_BYTES_PER_PARAM_PURE_BF16 if pure_bf16 else ADAM_BYTES_PER_PARAM
+    if not optimizer_8bit:
+        return base
+    moments = 2 * (OPTIMIZER_BYTES_PURE_BF16 if pure_bf16 else OPTIMIZER_BYTES - MASTER_BYTES)
+    return base - moments + 2 * MOMENTS_BYTES_8BIT
+
+
 OFFLOAD_BYTES_PER_PARAM = GRAD_BYTES + WEIGHT_BYTES
 """ZeRO-Offload (Ren et al. 2021, §4): fp32 gradients down (4) and bf16 weights up (2) over the host link, B/param"""
 

@@ -46,7 +46,7 @@ from trainplan.tools.perf.pipeline import combined_steps, simulate
 from trainplan.tools.perf.pipeline_closed_form import StageTimes
 from trainplan.tools.perf.activations import offloaded_stage_bytes
 from trainplan.tools.perf.overlap import overlapped_s
-from trainplan.tools.perf.state_bytes import ADAM_BYTES_PER_PARAM, ADAM_BYTES_PER_PARAM_PURE_BF16, OFFLOAD_BYTES_PER_PARAM
+from trainplan.tools.perf.state_bytes import OFFLOAD_BYTES_PER_PARAM, adam_step_bytes
 from trainplan.tools.perf.recompute import recomputed_forward_s
 from trainplan.tools.hardware.specs import ClusterSpec, ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
@@ -311,13 +311,14 @@ def stage_work(model: ModelSpec, cfg: ParallelConfig, cluster: ClusterSpec, grou
 
 
 def optimizer_s(zero, dense_params, expert_params, dense_shard: int, expert_shard: int, cluster: ClusterSpec,
-                offload: bool = False, pure_bf16: bool = False):
+                offload: bool = False, step_bytes: float = adam_step_bytes(False, False)):
     """Seconds of one rank's optimizer step on the parameters it owns: ZeRO >= 1 shards dense
     parameters over `dense_shard` ranks and expert parameters over `expert_shard` ranks, their ZeRO shard groups
     (dp_shard*cp and the expert-data-parallel group over the replicas; dp*cp and the whole
     expert-data-parallel group with full sharding).
 
-    On the GPU: a memory-bound pass of ADAM_BYTES_PER_PARAM (pure_bf16: ADAM_BYTES_PER_PARAM_PURE_BF16). With
+    On the GPU: a memory-bound pass of `step_bytes` per parameter (state_bytes.adam_step_bytes: 30; pure_bf16 14; with
+    8-bit moments 18 and 10). With
     optimizer_offload (ZeRO-Offload):
     fp32 gradients down and bf16 weights up over the host link (cluster.host_link_gb_s), and a CPU Adam
     (cluster.cpu_adam_params_per_s). numpy-friendly in zero and
@@ -327,8 +328,7 @@ def optimizer_s(zero, dense_params, expert_params, dense_shard: int, expert_shar
     if offload:
         pcie_s = sharded * OFFLOAD_BYTES_PER_PARAM / (cluster.host_link_gb_s * 1e9)
         return pcie_s + sharded / cluster.cpu_adam_params_per_s
-    streamed = ADAM_BYTES_PER_PARAM_PURE_BF16 if pure_bf16 else ADAM_BYTES_PER_PARAM
-    return compute.memory_bound_time_s(streamed * sharded, cluster.gpu, kernels=4)
+    return compute.memory_bound_time_s(step_bytes * sharded, cluster.gpu, kernels=4)
 
 
 def rank_params(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[np.ndarray, np.ndarray]:
@@ -382,9 +382,9 @@ def data_parallel_and_optimizer_s(model: ModelSpec, cfg: ParallelConfig, cluster
         exposed = exposed + np.where(np.asarray(zero) >= 3, frozen, 0.0)
     zero_shards = np.where(np.asarray(zero) >= 1, groups["dp_shard"].size, 1)
     optimizer = (optimizer_s(zero, train_dense, train_expert, groups["dp_shard"].size, groups["edp_shard"].size,
-                             cluster, cfg.optimizer_offload, cfg.pure_bf16)
+                             cluster, cfg.optimizer_offload, adam_step_bytes(cfg.pure_bf16, cfg.optimizer_8bit))
                  + finetune.paged_optimizer_s((train_dense + train_expert) / zero_shards, cfg.method,
-                                              cluster.host_link_gb_s))
+                                              cluster.host_link_gb_s, cfg.optimizer_8bit))
     shape = np.broadcast_shapes(np.shape(window.forward_s), np.shape(exposed), np.shape(optimizer))
     return (np.max(np.broadcast_to(exposed, shape), axis=-1), np.max(np.broadcast_to(optimizer, shape), axis=-1))
 

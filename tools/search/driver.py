@@ -301,6 +301,8 @@ def search(model: str, gpu: str, gpus: int, **kwargs) -> SearchResult:
     result = _search_once(request)
     if result.candidates or request.fixed.get("optimizer_offload") is not None or R_MEMORY not in result.rejected:
         return result
+    if request.fixed.get("pure_bf16") or request.fixed.get("optimizer_8bit"):
+        return result   # the offloading engines' CPU Adam keeps an fp32 master and 32-bit moments: not these states
     # Every engine runs ZeRO-Offload inside a ZeRO stage (tools/config/engines.py ENGINE_REFUSALS): stage 1 or more.
     zero = request.zero if request.zero is not None else [1, 2, 3]
     offloaded = _search_once(replace(request, zero=zero, fixed={**request.fixed, "optimizer_offload": True}))
@@ -392,7 +394,7 @@ def _engine_filter(job: SearchJob):
                                 adapter=int(is_lora(job.method)), fp32_params=int(job.fp32_params),
                                 recompute_modules=0,   # recipes.recompute_choices offers no module set it refuses
                                 dropout_on_output=int(dropout_on_output(job)), pure_bf16=int(job.pure_bf16),
-                                documents=int(document_span(job) < job.seq))
+                                documents=int(document_span(job) < job.seq), optimizer_8bit=int(job.optimizer_8bit))
         return runs(job.engine, job.model, knobs)
     return runs_rows
 
