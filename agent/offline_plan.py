@@ -52,10 +52,10 @@ ADAPTER_FALLBACK = engine_registry.ADAPTER_FALLBACK
 
 
 def _limit_of(request: PlanRequest, recommended: dict) -> dict | None:
-    """The limit the request asked (request.solve), tools/search/limits.py's answer: the catalog GPUs the job's leanest
-    layout fits on (job_defaults.gpus_that_fit, as the GPU was chosen); the longest seq (at micro-batch 1) or the largest mbs of the recommended layout with full recompute, the
-    recompute that fits the most (the pins of the request kept); and, under kept_free, the same limit keeping
-    PLAN_HEADROOM of the memory free."""
+    """The limit the request asked (request.solve), tools/search/limits.py's answer: the catalog GPUs the job's
+    leanest layout fits on (job_defaults.gpus_that_fit, as the GPU was chosen); the longest seq (at micro-batch 1)
+    or the largest mbs of the recommended layout with full recompute, the recompute that fits the most (the pins
+    of the request kept); and, under kept_free, the same limit keeping PLAN_HEADROOM of the memory free."""
     if request.solve is None or recommended is None:
         return None
     if request.solve == "gpu":   # every catalog GPU with the leanest layout, as the GPU was chosen

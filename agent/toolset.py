@@ -50,7 +50,8 @@ LEAN_DROPPED_RESULTS = ("candidate", "per_stage", "mfu_denominator", "convention
 """Result keys the model does not get when the context is small: each alternative's full estimate
 (its `why` says why it lost), per-stage memory, the texts that restate conventions, the echo of the
 stack knobs the lean tools leave out (loss_kernel, fp32_norms, lora_dropout and its position,
-pure_bf16, optimizer_8bit, document_tokens), the search's evidence note (also left out of its notes) and margin, and its timing."""
+pure_bf16, optimizer_8bit, document_tokens), the search's evidence note (also left out of its notes) and
+margin, and its timing."""
 LEAN_TEXT_CHARS = 200
 """Longer texts in a result are cut to this many characters when the context is small."""
 

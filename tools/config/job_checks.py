@@ -22,8 +22,8 @@ def _whole_numbers(value: Any) -> list[Any]:
 
 @functools.cache
 def real_number_fields() -> frozenset[str]:
-    """The Job, Layout and SearchOptions fields typed as real numbers (float or float | None, not text): price, goodput, the
-    bandwidths, headroom_gib, lora_dropout, lora_alpha, capacity_factor, ..."""
+    """The Job, Layout and SearchOptions fields typed as real numbers (float or float | None, not text): price,
+    goodput, the bandwidths, headroom_gib, lora_dropout, lora_alpha, capacity_factor, ..."""
     out = set()
     for model in (Job, Layout, SearchOptions):
         for name, info in model.model_fields.items():

@@ -46,7 +46,8 @@ def _whole(name: str, value: Any) -> Any:
     """A whole-number knob as an int (2.0 is 2); a bool, a string, a fraction or a non-finite number in one line."""
     if value is None or (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
         return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) <= MAX_SEQUENCES_OR_TOKENS:
+    whole_float = isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    if whole_float and abs(value) <= MAX_SEQUENCES_OR_TOKENS:
         return int(value)
     raise InputError(f"{name}={value!r} must be a whole number of at most {MAX_SEQUENCES_OR_TOKENS:,}")
 

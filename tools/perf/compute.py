@@ -137,8 +137,8 @@ def gemm_time_s(m: float, n: float, k: float, gpu: GPUSpec, precision: Precision
         + KERNEL_LAUNCH_S
     with F = 2 m n k x batch, eta_max the family's gemm_efficiency (calibration table) and bytes the
     operands read and the bf16 output written once; a split-K GEMM (split_k_slices S > 1) fills the wave with S
-    slices per tile and also writes and reads back its S fp32 partial outputs (8 S m n bytes). The `count` kernels are launched one after
-    another (per-expert GEMMs issued by the host); the tiles of the `batch` GEMMs of one kernel (a
+    slices per tile and also writes and reads back its S fp32 partial outputs (8 S m n bytes). The `count`
+    kernels are launched one after another (per-expert GEMMs issued by the host); the tiles of the `batch` GEMMs of one kernel (a
     strided-batched or grouped GEMM: torch.bmm / baddbmm, which Megatron's and Hugging Face's unfused
     attention call once for all sequences and heads) share the SMs' waves and pay one launch.
     """
