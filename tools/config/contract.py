@@ -50,12 +50,10 @@ Defaults that every tool shares (a null means the same thing everywhere):
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Field
 
-from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.engines import ENGINE_LIST
 from trainplan.tools.config.fields import NOT_LEAN, Cli, Knob, described, fields_of, knob_names
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT, DEFAULT_GBS_RULE, DEFAULT_HEADROOM, EVIDENCE_MARGIN, FINETUNE_SEQ, default_gbs

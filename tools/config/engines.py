@@ -43,6 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainplan.tools.config.codes import PRECISION_CODES
+from trainplan.tools.config.resolve import document_span, dropout_on_output, is_lora
 from trainplan.tools.core.enums import Launch
 from trainplan.tools.core.errors import InputError
 
@@ -238,10 +240,20 @@ def check_engine(engine: str, error: type[InputError] = InputError) -> None:
         raise error(f"engine='{engine}' is not one of: {', '.join(ENGINES)}")
 
 
+def job_refusal_knobs(job) -> dict[str, int]:
+    """The knobs every refusal reads that one value serves for a whole job (a ParallelConfig, or a search's SearchJob
+    whose layouts share them), as codes: precision, optimizer_offload, adapter (1 for lora/qlora), fp32_params,
+    dropout_on_output, pure_bf16, documents (1 where attention runs within packed documents) and optimizer_8bit."""
+    return dict(precision=PRECISION_CODES[job.precision], optimizer_offload=int(job.optimizer_offload),
+                adapter=int(is_lora(job.method)), fp32_params=int(job.fp32_params),
+                dropout_on_output=int(dropout_on_output(job)), pure_bf16=int(job.pure_bf16),
+                documents=int(document_span(job) < job.seq), optimizer_8bit=int(job.optimizer_8bit))
+
+
 def runs(engine: str, model, knobs) -> np.ndarray:
-    """True where `engine` runs the layouts: knobs holds numpy columns tp, pp, cp, ep, zero, dp, dp_shard,
-    schedule, precision, optimizer_offload, adapter (1 for lora/qlora), fp32_params (codes as in codes.py) and
-    recompute_modules (1 where selective recompute reruns more than the attention core)."""
+    """True where `engine` runs the layouts: knobs holds numpy columns tp, pp, cp, ep, zero, dp, dp_shard, vpp,
+    schedule (codes as in codes.py) and recompute_modules (1 where selective recompute reruns more than the
+    attention core), and the job's job_refusal_knobs."""
     check_engine(engine)
     ok = np.ones(np.broadcast(knobs.tp, knobs.pp, knobs.zero, knobs.schedule).shape, dtype=bool)
     for refusal in ENGINE_REFUSALS[engine]:

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from trainplan.tools.config.codes import PRECISION_CODES, SCHEDULE_CODES
+from trainplan.tools.config.codes import SCHEDULE_CODES
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.config.engine_refusals import Refusal
-from trainplan.tools.config.engines import ENGINE_REFUSALS, check_engine, stores_fp32_params
+from trainplan.tools.config.engines import ENGINE_REFUSALS, check_engine, job_refusal_knobs, stores_fp32_params
 from trainplan.tools.config.engines import runs as runs_any
-from trainplan.tools.config.resolve import beyond_default_modules, document_span, dropout_on_output, is_lora
+from trainplan.tools.config.resolve import beyond_default_modules, is_lora
 from trainplan.tools.core.enums import Recompute
 from trainplan.tools.engines.common import ExportError
 from trainplan.tools.hardware.specs import ModelSpec
@@ -41,12 +41,8 @@ def reruns_modules(cfg: ParallelConfig) -> bool:
 def knobs_of(cfg: ParallelConfig) -> SimpleNamespace:
     """A resolved layout as the refusals read it."""
     return SimpleNamespace(tp=cfg.tp, pp=cfg.pp, cp=cfg.cp, ep=cfg.ep, zero=cfg.zero, dp=cfg.dp, vpp=cfg.vpp,
-                           dp_shard=cfg.dp_shard_size,
-                           schedule=SCHEDULE_CODES[cfg.schedule], precision=PRECISION_CODES[cfg.precision],
-                           optimizer_offload=int(cfg.optimizer_offload), adapter=int(is_lora(cfg.method)),
-                           fp32_params=int(cfg.fp32_params), recompute_modules=int(reruns_modules(cfg)),
-                           dropout_on_output=int(dropout_on_output(cfg)), pure_bf16=int(cfg.pure_bf16),
-                           documents=int(document_span(cfg) < cfg.seq), optimizer_8bit=int(cfg.optimizer_8bit))
+                           dp_shard=cfg.dp_shard_size, schedule=SCHEDULE_CODES[cfg.schedule],
+                           recompute_modules=int(reruns_modules(cfg)), **job_refusal_knobs(cfg))
 
 
 def learned_positions(model: ModelSpec) -> int:

@@ -30,7 +30,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from trainplan.tools.hardware.catalog import load_gpu, load_model
-from trainplan.tools.config.codes import PRECISION_CODES, RECOMPUTE_BY_CODE, RECOMPUTE_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
+from trainplan.tools.config.codes import RECOMPUTE_BY_CODE, RECOMPUTE_CODES, SCHEDULE_BY_CODE, SCHEDULE_CODES
 from trainplan.tools.config.plan_defaults import DEFAULT_GOODPUT
 from trainplan.tools.perf.cost import TrainingRun, parse_tokens
 from trainplan.tools.hardware.counting import count_params
@@ -39,8 +39,8 @@ from trainplan.tools.config.job_checks import check_job_numbers
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.perf.estimate import evaluate
 from trainplan.tools.config.engine_refusals import module_recompute_message
-from trainplan.tools.config.engines import check_engine, engine_knobs, runs, selects_recompute_modules
-from trainplan.tools.config.resolve import beyond_default_modules, document_span, dropout_on_output, is_lora
+from trainplan.tools.config.engines import check_engine, engine_knobs, job_refusal_knobs, runs, selects_recompute_modules
+from trainplan.tools.config.resolve import beyond_default_modules, is_lora
 from trainplan.tools.config.contract import Layout, ParallelConfig
 from trainplan.tools.hardware.specs import ClusterSpec
 from trainplan.tools.config.layout import check_moe_a2a_overlap_job, resolve_config
@@ -390,11 +390,8 @@ def _engine_filter(job: SearchJob):
         dp = np.maximum(rows["gpus"] // (rows["tp"] * rows["pp"] * rows["cp"]), 1)
         knobs = SimpleNamespace(**{k: rows[k] for k in ("tp", "pp", "cp", "ep", "zero", "schedule", "dp_shard", "vpp")},
                                 dp=dp,
-                                precision=PRECISION_CODES[job.precision], optimizer_offload=int(job.optimizer_offload),
-                                adapter=int(is_lora(job.method)), fp32_params=int(job.fp32_params),
                                 recompute_modules=0,   # recipes.recompute_choices offers no module set it refuses
-                                dropout_on_output=int(dropout_on_output(job)), pure_bf16=int(job.pure_bf16),
-                                documents=int(document_span(job) < job.seq), optimizer_8bit=int(job.optimizer_8bit))
+                                **job_refusal_knobs(job))
         return runs(job.engine, job.model, knobs)
     return runs_rows
 
