@@ -142,9 +142,9 @@ def stack_line(config: dict) -> str:
 
 def pure_bf16_alternative(result: dict, request: dict) -> str | None:
     """`result` (a recommended estimate) of a full fine-tune that only fits with its optimizer on the CPU
-    (ZeRO-Offload), and whose storage the request left open: the best layout of the same job in pure bf16 (bf16 parameters, gradients and Adam moments, no fp32
-    master: torchtune's dtype bf16 recipes, TRL and LLaMA-Factory without ZeRO) on the GPUs, searched with the
-    plan's default headroom, and how much faster it runs. None otherwise. The trade is numerical (no fp32 master),
+    (ZeRO-Offload), and whose storage the request left open: the best layout of the same job in pure bf16 (bf16
+    parameters, gradients and Adam moments, no fp32 master: torchtune's dtype bf16 recipes, TRL and LLaMA-Factory
+    without ZeRO) on the GPUs, searched with the plan's default headroom, and how much faster it runs. None otherwise. The trade is numerical (no fp32 master),
     so it is advice, not the recommendation."""
     from trainplan.tools.search.driver import search
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from trainplan.prompts import DEFAULT_SEQ_CAP, DEFAULT_TOKENS_PER_PARAM
 from trainplan.tools.hardware import catalog
-from trainplan.tools.config.plan_defaults import COST_SLACK, DEFAULT_GOODPUT
+from trainplan.tools.config.plan_defaults import COST_SLACK, DEFAULT_GOODPUT, leanest_layout
 from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.core.errors import InputError
 from trainplan.tools.config.resolve import DEFAULT_LORA_RANK, is_lora
@@ -170,7 +170,7 @@ def gpus_that_fit(request: PlanRequest) -> dict:
     from trainplan.tools.search.limits import solve
 
     gpus = request.gpus or 1
-    lean = {"zero": 3 if gpus > 1 else 0, "recompute": "full", "mbs": 1}
+    lean = leanest_layout(gpus)
     lean.update({k: getattr(request, k) for k in lean if getattr(request, k, None) is not None})
     fields = {k: getattr(request, k) for k in ("seq", "precision", "method", "lora_rank", "lora_targets")
               if getattr(request, k) is not None}

@@ -30,8 +30,7 @@ from trainplan.agent.registry import estimate_kwargs
 
 from . import advice, method_choice, sizing, tradeoffs
 from .job_defaults import (OBJECTIVE, bound_open_fine_tune, complete_request, default_gbs_note, gpus_that_fit,
-                           is_fine_tune,
-                           probe_fine_tune_seq, shown_job)
+                           is_fine_tune, probe_fine_tune_seq, shown_job)
 from .plan_search import (ALTERNATIVES, PLAN_HEADROOM, evaluate_for_job, search_job, search_relaxing,
                           search_summary)
 from .report import GpuCountTradeoffs, LayoutChoice, PlanReport, ReportNotes, ReportOrigin, build_report
@@ -49,6 +48,9 @@ ADAPTER_ENGINE = engine_registry.ADAPTER_ENGINE
 (data parallel with ZeRO/FSDP, as practitioners fine-tune with PEFT) when one fits, and the plan carries
 its launch settings (Megatron's arguments have no adapters)."""
 ADAPTER_FALLBACK = engine_registry.ADAPTER_FALLBACK
+FALLBACK_ENGINES = tuple(e for e in engine_registry.LAUNCH_FALLBACK if e not in PLAN_ENGINES)
+"""The launch fallbacks that are not plan candidates, in order: a request no PLAN_ENGINES engine fits is planned
+with the first of them whose own layouts fit (_best_engine_plan)."""
 
 
 def _limit_of(request: PlanRequest, recommended: dict) -> dict | None:
@@ -288,7 +290,7 @@ def _offline_report(request: PlanRequest, text: str, engine: str | None) -> Plan
     # A fine-tune's default seq: the recipes' where a layout of any engine the plan may be launched by fits,
     # else the longest that fits; one seq for every engine planned below.
     engines = (engine_registry.ADAPTER_ORDER if adapters else (engine,) if engine is not None else
-               (*PLAN_ENGINES, *(e for e in engine_registry.LAUNCH_FALLBACK if e not in PLAN_ENGINES)))
+               (*PLAN_ENGINES, *FALLBACK_ENGINES))
     seq = probe_fine_tune_seq(request, _search_for(engines))
     if adapters:
         return _adapter_plan(request, text, seq)
@@ -336,7 +338,7 @@ def _best_engine_plan(parsed: PlanRequest, text: str, seq: tuple[int, str] | Non
     drafts = {engine: draft_offline(parsed, text, engine, seq) for engine in PLAN_ENGINES}
     fitting = {engine: draft for engine, draft in drafts.items() if draft.recommended}
     if not fitting:   # the launch fallbacks, in order: the first whose own layouts fit carries the plan
-        for engine in (e for e in engine_registry.LAUNCH_FALLBACK if e not in PLAN_ENGINES):
+        for engine in FALLBACK_ENGINES:
             draft = draft_offline(parsed, text, engine, seq)
             if draft.recommended:
                 report = draft.finish()

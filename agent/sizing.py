@@ -34,6 +34,7 @@ from trainplan.tools.hardware.counting import count_params
 from trainplan.tools.perf.finetune import frozen_bytes_per_param
 from trainplan.tools.config.resolve import is_lora
 from trainplan.tools.config.plan_defaults import (DEADLINE_MARGIN, EVIDENCE_MARGIN, default_finetune_gbs, default_gbs,
+                                                  leanest_layout,
                                                   halvings)
 from trainplan.tools.search.evidence import departures_of, shape_of
 from trainplan.tools.search.explain import label
@@ -335,7 +336,7 @@ def adapters_that_fit(job: dict) -> str | None:
 
     for method, what in (("lora", "LoRA (adapters beside a frozen bf16 base)"),
                          ("qlora", "QLoRA (adapters beside a frozen 4-bit NF4 base)")):
-        lean = {"zero": 3 if job["gpus"] > 1 else 0, "recompute": "full", "mbs": 1}
+        lean = leanest_layout(job["gpus"])
         try:
             result = estimate(model=job["model"], gpu=job["gpu"], gpus=job["gpus"], method=method, seq=job["seq"],
                               gbs=job["gbs"], precision=job["precision"], **lean)

@@ -153,3 +153,9 @@ def default_finetune_gbs(gpus: int) -> int:
     if gpus <= 0:
         raise InputError(f"gpus={gpus} must be positive to choose a default gbs")
     return max(FINETUNE_GBS, 2 ** math.ceil(math.log2(gpus)))
+
+
+def leanest_layout(gpus: int) -> dict:
+    """The layout that holds the least memory per GPU for a job, as the 'does anything fit' answers try it: data
+    parallel with ZeRO-3 across the GPUs (none on one), full recompute, micro-batch 1."""
+    return {"zero": 3 if gpus > 1 else 0, "recompute": "full", "mbs": 1}

@@ -67,8 +67,8 @@ def export_axolotl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> 
                        "liger_rms_norm": kernels, "liger_glu_activation": kernels,
                        "liger_fused_linear_cross_entropy": loss})
     notes += liger_notes("Axolotl", cfg, all_or_nothing=False)
-    if cfg.optimizer_8bit or (adapter is not None and adapter.method == "qlora"):
-        config["optimizer"] = hf_optimizer(cfg)
+    if optim := hf_optimizer(cfg):   # qlora's paged AdamW, or bitsandbytes' 8-bit one
+        config["optimizer"] = optim
     if cfg.zero >= 1:
         if cfg.optimizer_offload:
             config["deepspeed"] = DEEPSPEED_OFFLOAD_FILE

@@ -19,7 +19,7 @@ from trainplan.tools.hardware.specs import ModelSpec
 from trainplan.tools.config.contract import ParallelConfig
 from trainplan.tools.config.engines import ENGINE_LIST
 from trainplan.tools.core.enums import Attention
-from trainplan.tools.core.enums import Launch, LossKernel
+from trainplan.tools.core.enums import Launch, LossKernel, Method
 from trainplan.tools.perf.finetune import DEFAULT_LORA_ALPHA_PER_RANK, targeted_linears
 from trainplan.tools.config.resolve import document_span, is_lora
 from trainplan.tools.core.enums import LoraTargets
@@ -210,13 +210,13 @@ def base_model_note(key: str, model_ref: str) -> str:
             " path there if it differs")
 
 
-def hf_optimizer(cfg: ParallelConfig) -> str:
-    """The Hugging Face TrainingArguments optim (and Axolotl's optimizer) name of the plan's Adam: qlora's paged one
-    (its states in CPU-evictable memory, 32-bit or, with optimizer_8bit, 8-bit), else bitsandbytes' 8-bit AdamW with
-    optimizer_8bit, else the Trainer's default fused AdamW."""
-    if is_lora(cfg.method) and cfg.method.value == "qlora":
+def hf_optimizer(cfg: ParallelConfig) -> str | None:
+    """The Hugging Face TrainingArguments optim (and Axolotl's optimizer) name a plan's Adam needs written: qlora's
+    paged one (its states in CPU-evictable memory, 32-bit or, with optimizer_8bit, 8-bit), bitsandbytes' 8-bit AdamW
+    with optimizer_8bit; None where the tool's default AdamW is the plan's."""
+    if cfg.method is Method.qlora:
         return "paged_adamw_8bit" if cfg.optimizer_8bit else "paged_adamw_32bit"
-    return "adamw_bnb_8bit" if cfg.optimizer_8bit else "adamw_torch_fused"
+    return "adamw_bnb_8bit" if cfg.optimizer_8bit else None
 
 
 def packs_documents(tool: str, cfg: ParallelConfig) -> bool:

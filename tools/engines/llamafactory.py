@@ -50,8 +50,9 @@ def export_llamafactory(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str
         config["lora_target"] = "all" if adapter.all_linear else ",".join(adapter.modules)
         if adapter.method == "qlora":
             config.update({"quantization_bit": 4, "quantization_method": "bitsandbytes",
-                           "quantization_type": "nf4", "double_quantization": adapter.double_quant,
-                           "optim": hf_optimizer(cfg)})
+                           "quantization_type": "nf4", "double_quantization": adapter.double_quant})
+    if optim := hf_optimizer(cfg):   # qlora's paged AdamW, or bitsandbytes' 8-bit one
+        config["optim"] = optim
     config.update({
         "cutoff_len": cfg.seq,
         "per_device_train_batch_size": batch.micro,
@@ -67,8 +68,6 @@ def export_llamafactory(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str
                      "adapter.py, unless pure_bf16 or ZeRO-3), so the fp32 parameters are the master copy, 16 B/param "
                      "of model states where this plan counts 18: --fp32-params plans it, --pure-bf16 plans and writes "
                      "LLaMA-Factory's pure_bf16")
-    if cfg.optimizer_8bit:   # bitsandbytes' AdamW8bit (qlora's paged one, above, takes the same name)
-        config["optim"] = hf_optimizer(cfg)
     if packs_documents("LLaMA-Factory", cfg):   # neat_packing: packing without attention across documents
         config.update(packing=True, neat_packing=True)
     if any(liger_wanted(cfg)):

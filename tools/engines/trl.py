@@ -54,8 +54,6 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
     }
     if cfg.recompute is Recompute.full:
         sft["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
-    if cfg.optimizer_8bit:   # bitsandbytes' AdamW8bit (qlora's paged one, below, takes the same name)
-        sft["optim"] = hf_optimizer(cfg)
     if packs_documents("TRL", cfg):   # packed without padding: flash attention's varlen kernels keep documents apart
         sft.update(packing=True, padding_free=True)
     if any(liger_wanted(cfg)):
@@ -73,12 +71,13 @@ def export_trl(model: ModelSpec, cfg: ParallelConfig, *, model_ref: str) -> Expo
                                "target_modules": "all-linear" if adapter.all_linear else list(adapter.modules),
                                "task_type": "CAUSAL_LM"}
         if adapter.method == "qlora":
-            sft["optim"] = hf_optimizer(cfg)
             args["bnb_config"] = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
                                   "bnb_4bit_use_double_quant": adapter.double_quant,
                                   "bnb_4bit_compute_dtype": "bfloat16"}
             notes.append("qlora: load the model with quantization_config=BitsAndBytesConfig(**bnb_config) and pass"
                          " it to SFTTrainer (model_init_kwargs cannot hold the config object in YAML)")
+    if optim := hf_optimizer(cfg):   # qlora's paged AdamW, or bitsandbytes' 8-bit one
+        sft["optim"] = optim
     if cfg.recompute is Recompute.selective:
         notes.append(selective_recompute_note("TrainingArguments"))
     notes.append('model_init_kwargs.dtype is the transformers >= 4.56 name; older versions spell it torch_dtype')
