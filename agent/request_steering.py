@@ -310,15 +310,12 @@ def read_kernels(t: RequestText, found: dict[str, Any]) -> None:
         # sequences)': the sequence each pack fills
         into = packed if packed.group(1) else t.take(r"(?<![a-z])into\s+([0-9][0-9,]*)\s*(k?)(?:[\s-]*tokens?)?"
                                                       r"(?:[\s-]*(?:sequences?|packs?))?(?![a-z0-9])")
-        if into:
-            seq = int(into.group(1).replace(",", "")) * (1024 if into.group(2) else 1)
-            if found.get("seq", seq) != seq:
-                raise InputError(f"'{t.text[packed.start():packed.end()].strip()}' and seq {found['seq']} disagree: "
-                                 "a pack fills one sequence; give one length")
-            found["seq"] = seq
+        if into:   # read before any other length: request_amounts._set_seq refuses a later one that disagrees
+            found["seq"] = int(into.group(1).replace(",", "")) * (1024 if into.group(2) else 1)
     # bitsandbytes' 8-bit Adam: '8-bit Adam(W)', '8bit optimizer', 'adamw_8bit', 'adamw_bnb_8bit', 'paged_adamw_8bit'
-    if t.take(r"(?<![a-z0-9])(?:optim(?:i[sz]er)?\s*[=:]?\s*)?(?:(?:paged[\s_-]*)?adam(?:w)?[\s_-]*(?:bnb[\s_-]*)?8[\s_-]*bit|8[\s_-]*bit[\s_-]*"
-              r"(?:paged[\s_-]*)?(?:adam(?:w)?|optimi[sz]er)(?:[\s_-]*states?)?)(?![a-z0-9])"):
+    if t.take(r"(?<![a-z0-9])(?:optim(?:i[sz]er)?\s*[=:]?\s*)?(?:(?:paged[\s_-]*)?adam(?:w)?[\s_-]*(?:bnb[\s_-]*)?"
+              r"8[\s_-]*bit|8[\s_-]*bit[\s_-]*(?:paged[\s_-]*)?(?:adam(?:w)?|optimi[sz]er)(?:[\s_-]*states?)?)"
+              r"(?![a-z0-9])"):
         found["optimizer_8bit"] = True
     # 'pure bf16', 'pure bfloat16': every state in bf16 with no fp32 master (pure_bf16)
     if t.take(r"(?<![a-z])pure[\s_-]*(?:bf16|bfloat16)(?![a-z0-9])"):

@@ -112,11 +112,7 @@ def solve(target: str, model: str, gpu: str | None = None, gpus: int = 1, **fiel
 
 def _tokens_per_s(model_spec, gpu_spec, gpus: int, knobs: dict) -> float:
     """Throughput of the layout on `gpus` of this GPU, at its global batch or the default one (module doc)."""
-    fp8 = gpu_spec.fp8_tflops is not None
-    try:
-        cfg, _ = resolve_with_batch(model_spec, gpus, fp8_supported=fp8, **knobs)
-    except InputError:   # a default batch past the simulator's bound (pre-training's 4M tokens at a seq of a few)
-        cfg = resolve_config(model_spec, gpus, fp8_supported=fp8, **knobs)
+    cfg, _ = resolve_with_batch(model_spec, gpus, fp8_supported=gpu_spec.fp8_tflops is not None, **knobs)
     return evaluate(model_spec, ClusterSpec.build(gpu_spec, gpus), cfg).time.tokens_per_s
 
 
